@@ -1,0 +1,324 @@
+"""Layer 1 execution: a read-only, time-limited SQLAlchemy adapter that materializes results as polars frames.
+
+The adapter is the only place that talks to a database (architecture.txt component B). It refuses anything but
+a single read-only query before the engine sees it, opens the database read-only, interrupts the engine at
+``query_timeout_ms`` and caps materialization at ``max_result_rows``. Each call runs on its own connection in a
+transaction that is rolled back, so expected and actual never see each other's effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import polars as pl
+import sqlalchemy as sa
+from sqlalchemy.pool import NullPool
+
+from sqlcmp_dagster.engine.models import ExecutionError
+from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, unsafe_reason
+from sqlcmp_dagster.engine.taxonomy import execution_error
+
+#: SQLAlchemy backend name -> sqlglot dialect name.
+_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
+#: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
+_SQLITE_PROGRESS_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class Relation:
+    """A materialized result set.
+
+    ``frame`` has positional column names ``c0, c1, ...`` because result columns may share a name
+    (``SELECT a.id, b.id``); the names the database gave are in ``names``.
+    """
+
+    frame: pl.DataFrame
+    names: list[str]
+    truncated: bool = False
+
+    @property
+    def height(self) -> int:
+        return self.frame.height
+
+    @property
+    def width(self) -> int:
+        return self.frame.width
+
+    def schema(self) -> list[dict[str, str]]:
+        """``*_schema``: attribute names and data types."""
+        return [{"name": n, "type": str(t)} for n, t in zip(self.names, self.frame.dtypes)]
+
+    def to_rows(self, limit: int | None = None) -> dict[str, Any]:
+        """``{columns, rows}`` in the suite's pre-materialized format, optionally only the first ``limit`` rows."""
+        frame = self.frame if limit is None else self.frame.head(limit)
+        return {"columns": list(self.names), "rows": [list(r) for r in frame.iter_rows()]}
+
+
+@dataclass(frozen=True)
+class Execution:
+    """``execution_success_*``, ``execution_error_*``, ``execution_time_*_ms`` and the materialized relation."""
+
+    success: bool
+    relation: Relation | None
+    error: ExecutionError | None
+    elapsed_ms: float
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``explain`` learned: the plan's operators and the optimizer's cost when the engine reports one."""
+
+    operators: list[str]
+    cost: float | None
+
+
+def relation_from_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], truncated: bool = False) -> Relation:
+    """Build a :class:`Relation` from database rows, tolerating SQLite's per-value typing.
+
+    A column whose values share a type becomes a typed polars column; one mixing numbers and text (possible in
+    SQLite) becomes text with type tags (see :func:`tagged_text`), so ``1`` and ``'1'`` stay different.
+    """
+    columns = [f"c{i}" for i in range(len(names))]
+    # Column-wise construction with strict typing: polars' row-wise constructor would silently coerce a
+    # column holding 1 and 'a' to text, making the number 1 equal to the string '1'.
+    values = list(zip(*rows)) if rows else [() for _ in columns]
+    frame = pl.DataFrame([_column_series(c, list(v)) for c, v in zip(columns, values)])
+    return Relation(frame=frame, names=list(names), truncated=truncated)
+
+
+def tagged_text(series: pl.Series) -> pl.Series:
+    """Text form of ``series`` prefixed by its type family, the common type of columns of different families.
+
+    >>> tagged_text(pl.Series([1, None])).to_list()
+    ['n:1.0', None]
+    """
+    dtype = series.dtype
+    if dtype.is_numeric() or dtype == pl.Boolean:
+        text, tag = series.cast(pl.Float64).cast(pl.Utf8), "n:"
+    elif dtype == pl.Utf8:
+        text, tag = series, "s:"
+    elif dtype == pl.Binary:
+        text, tag = series.bin.encode("hex"), "b:"
+    else:
+        text, tag = series.cast(pl.Utf8), "o:"
+    return (tag + text).alias(series.name) if len(series) else text.alias(series.name)
+
+
+def _column_series(name: str, values: list[Any]) -> pl.Series:
+    try:
+        return pl.Series(name, values, strict=True)
+    except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
+        pass
+    kinds = {_family(v) for v in values if v is not None}
+    if kinds <= {"n"}:
+        return pl.Series(name, [None if v is None else float(v) for v in values], dtype=pl.Float64)
+    parts: dict[str, list[int]] = {}
+    for index, value in enumerate(values):
+        if value is not None:
+            parts.setdefault(_family(value), []).append(index)
+    text: list[str | None] = [None] * len(values)
+    for family, indexes in parts.items():
+        subset = [values[i] for i in indexes]
+        if family == "n":
+            subset = [float(v) for v in subset]
+        elif family == "o":
+            subset = [str(v) for v in subset]
+        for i, rendered in zip(indexes, tagged_text(pl.Series(subset)).to_list()):
+            text[i] = rendered
+    return pl.Series(name, text, dtype=pl.Utf8)
+
+
+def _family(value: Any) -> str:
+    if isinstance(value, (bool, int, float, Decimal)):
+        return "n"
+    if isinstance(value, str):
+        return "s"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "b"
+    return "o"
+
+
+class ExecutionAdapter:
+    """Read-only execution over one database, addressed by a SQLAlchemy URL or a SQLite file path.
+
+    ``execute(sql)`` returns an :class:`Execution` and never raises for a query's own failure; ``explain(sql)``
+    returns a :class:`Plan` or None.
+    """
+
+    def __init__(self, target: str, *, timeout_ms: int = 10_000, max_result_rows: int = 1_000_000) -> None:
+        self.timeout_ms = timeout_ms
+        self.max_result_rows = max_result_rows
+        self._sqlite_path: Path | None = None
+        if "://" in target:
+            url = sa.make_url(target)
+            self.identifier = url.render_as_string(hide_password=True)
+            if url.get_backend_name() == "sqlite" and url.database:
+                self._sqlite_path = Path(url.database)
+        else:
+            self._sqlite_path = Path(target)
+            self.identifier = str(self._sqlite_path)
+        if self._sqlite_path is not None:
+            path = self._sqlite_path.resolve()
+            if not path.is_file():
+                raise FileNotFoundError(f"SQLite database not found: {path}")
+            self._sqlite_path = path
+            self.identifier = f"sqlite:///{path}"
+            self.engine = sa.create_engine(
+                "sqlite+pysqlite://", creator=lambda: _sqlite_read_only(path), poolclass=NullPool
+            )
+        else:
+            self.engine = sa.create_engine(target, poolclass=NullPool)
+        backend = self.engine.dialect.name
+        self.dialect = _DIALECTS.get(backend, backend)
+
+    def execute(
+        self,
+        sql: str,
+        *,
+        parsed: ParseOutcome | None = None,
+        timeout_ms: int | None = None,
+        max_rows: int | None = None,
+    ) -> Execution:
+        """Run one read-only query and materialize its result (at most ``max_rows`` rows, with a warning)."""
+        outcome = parsed if parsed is not None else parse(sql, self.dialect)
+        reason = unsafe_reason(outcome) if outcome.success else None
+        if reason is not None:
+            return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
+        limit = self.max_result_rows if max_rows is None else max_rows
+        started = time.perf_counter()
+        try:
+            with self._session(self.timeout_ms if timeout_ms is None else timeout_ms) as connection:
+                result = connection.exec_driver_sql(_strip_terminator(sql))
+                if not result.returns_rows:
+                    raise _NoRows()
+                names = list(result.keys())
+                rows = result.fetchmany(limit + 1)
+                elapsed = (time.perf_counter() - started) * 1000
+        except _NoRows:
+            error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
+            return Execution(False, None, error, (time.perf_counter() - started) * 1000)
+        except sa.exc.DBAPIError as failure:
+            return Execution(False, None, execution_error(_db_message(failure)), (time.perf_counter() - started) * 1000)
+        except sa.exc.SQLAlchemyError as failure:
+            return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
+        warnings: list[str] = []
+        truncated = len(rows) > limit
+        if truncated:
+            rows = rows[:limit]
+            warnings.append(f"result truncated to max_result_rows={limit} rows")
+        return Execution(True, relation_from_rows(names, rows, truncated), None, elapsed, warnings)
+
+    def explain(self, sql: str) -> Plan | None:
+        """The engine's plan for ``sql``: SQLite's ``EXPLAIN QUERY PLAN`` operators (SQLite reports no cost)."""
+        if self.dialect != "sqlite":
+            return None
+        try:
+            with self._session(self.timeout_ms) as connection:
+                rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + _strip_terminator(sql)).fetchall()
+        except sa.exc.SQLAlchemyError:
+            return None
+        return Plan(operators=[str(row[-1]) for row in rows], cost=None)
+
+    def fingerprint(self) -> str:
+        """A content hash of the database: what a cached result depends on besides the case itself."""
+        if self._sqlite_path is not None:
+            return _file_digest(self._sqlite_path)
+        return hashlib.sha256(self.identifier.encode()).hexdigest()[:16]
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @contextmanager
+    def _session(self, timeout_ms: int) -> Iterator[sa.Connection]:
+        with self.engine.connect() as connection:
+            driver = connection.connection.driver_connection
+            with _deadline(driver, timeout_ms) if isinstance(driver, sqlite3.Connection) else _noop():
+                transaction = connection.begin()
+                try:
+                    yield connection
+                finally:
+                    transaction.rollback()
+
+
+def resolve_database(db: str, db_dir: Path | None) -> str:
+    """Turn a suite's ``db`` (a URL, a SQLite path, or a db id under ``db_dir``) into an adapter target.
+
+    A db id looks for ``DIR/<id>/<id>.sqlite`` (the Spider and BIRD layout), then ``DIR/<id>.sqlite`` and
+    ``DIR/<id>.db``.
+    """
+    if "://" in db:
+        return db
+    if db_dir is not None:
+        for candidate in (db_dir / db / f"{db}.sqlite", db_dir / f"{db}.sqlite", db_dir / f"{db}.db", db_dir / db):
+            if candidate.is_file():
+                return str(candidate)
+        raise FileNotFoundError(f"database {db!r} not found under {db_dir}")
+    if Path(db).is_file():
+        return db
+    raise FileNotFoundError(f"database {db!r} is neither a URL nor an existing file (no --db-dir given)")
+
+
+def _sqlite_read_only(path: Path) -> sqlite3.Connection:
+    connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False)
+    connection.execute("PRAGMA query_only = ON")
+    # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
+    connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    return connection
+
+
+@contextmanager
+def _deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
+    """Interrupt SQLite from inside its VM loop once ``timeout_ms`` has passed."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
+    connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
+    try:
+        yield
+    finally:
+        connection.set_progress_handler(None, 0)
+
+
+@contextmanager
+def _noop() -> Iterator[None]:
+    yield
+
+
+class _NoRows(Exception):
+    """The statement ran but produced no result set (it was not a query)."""
+
+
+def _db_message(failure: sa.exc.DBAPIError) -> str:
+    original = failure.orig
+    return str(original).strip() if original is not None else str(failure).splitlines()[0]
+
+
+def _strip_terminator(sql: str) -> str:
+    return sql.strip().rstrip(";").strip()
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+_DIGEST_LOCK = threading.Lock()
+
+
+def _file_digest(path: Path) -> str:
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    with _DIGEST_LOCK:
+        if key not in _DIGESTS:
+            digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            _DIGESTS[key] = digest.hexdigest()[:16]
+        return _DIGESTS[key]

@@ -1,0 +1,154 @@
+"""Request, configuration and report models: the engine's input and output contract.
+
+The names follow ``architecture.txt`` (Configuration Model, Request Model, Suggested Output Contract) and
+``sqlcmp-spec.md`` section 1, which fixes the report's top-level keys. Every model forbids unknown fields so
+that a misspelt option is a clear error naming the field rather than a silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ComparisonMode = Literal["exact", "order-insensitive", "order-sensitive", "auto"]
+ResolvedMode = Literal["exact", "order-insensitive", "order-sensitive"]
+Severity = Literal["pass", "minor issue", "moderate issue", "major issue", "critical failure"]
+EvidenceStrength = Literal["low", "medium", "high"]
+ErrorCategory = Literal[
+    "missing_table",
+    "missing_column",
+    "type_mismatch",
+    "division_by_zero",
+    "invalid_aggregation",
+    "ambiguous_reference",
+    "permission_error",
+    "unknown_error",
+    "timeout",
+    "unsafe_statement",
+]
+SourceClause = Literal[
+    "projection",
+    "selection_predicate",
+    "join",
+    "aggregation_grain",
+    "aggregate_function",
+    "ordering",
+    "top_k",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvalConfig(_Strict):
+    """Runtime options of one comparison (architecture.txt, Configuration Model).
+
+    ``numeric_abs_tolerance``/``numeric_rel_tolerance`` default to 1e-9 each; in ``exact`` mode they default to
+    0 unless set explicitly (sqlcmp-spec.md section 2), which :meth:`tolerances` resolves.
+    """
+
+    comparison_mode: ComparisonMode = "auto"
+    numeric_abs_tolerance: float | None = Field(default=None, ge=0)
+    numeric_rel_tolerance: float | None = Field(default=None, ge=0)
+    null_equality_mode: Literal["strict", "sql_semantic"] = "strict"
+    require_column_name_match: bool = False
+    require_column_order_match: bool = False
+    max_rows_for_cell_alignment: int = Field(default=100_000, ge=0)
+    query_timeout_ms: int = Field(default=10_000, gt=0)
+    max_result_rows: int = Field(default=1_000_000, gt=0)
+    enable_ai_judge: bool = False
+    enable_performance_metrics: bool = False
+    enable_counterfactual_probes: bool = True
+    dialect: str = "sqlite"
+    include_asts: bool = False
+    include_result_tables: bool = False
+
+    def tolerances(self, mode: ResolvedMode) -> tuple[float, float]:
+        """Return ``(atol, rtol)`` in force for ``mode``."""
+        default = 0.0 if mode == "exact" else 1e-9
+        atol = default if self.numeric_abs_tolerance is None else self.numeric_abs_tolerance
+        rtol = default if self.numeric_rel_tolerance is None else self.numeric_rel_tolerance
+        return atol, rtol
+
+    def config_hash(self) -> str:
+        """A short stable hash of every option, recorded in run_metadata and used for cache keys."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+class ResultTable(_Strict):
+    """A pre-materialized result: column names and rows (suite field ``expected_result``/``actual_result``)."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+
+    @model_validator(mode="after")
+    def _rows_fit_columns(self) -> ResultTable:
+        width = len(self.columns)
+        for index, row in enumerate(self.rows):
+            if len(row) != width:
+                raise ValueError(f"row {index} has {len(row)} values but there are {width} columns")
+        return self
+
+
+class CompareRequest(_Strict):
+    """One evaluation case (architecture.txt component A; suite format of sqlcmp-spec.md section 4)."""
+
+    case_id: str = "case"
+    user_query: str = ""
+    expected_sql: list[str]
+    actual_sql: str
+    db: str | None = None
+    config: EvalConfig = Field(default_factory=EvalConfig)
+    context: dict[str, Any] | str | None = None
+    expected_result: ResultTable | None = None
+    actual_result: ResultTable | None = None
+
+    @field_validator("expected_sql", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [value]
+        return value
+
+    @field_validator("expected_sql")
+    @classmethod
+    def _at_least_one(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("at least one expected query is required")
+        return value
+
+
+class ExecutionError(_Strict):
+    """``execution_error_*``: a taxonomy category and the raw database message, always both."""
+
+    category: ErrorCategory
+    message: str
+
+
+class Report(_Strict):
+    """The output contract: one object per case, every key always present (sqlcmp-spec.md section 1)."""
+
+    case_id: str
+    deterministic_verdict: Literal["pass", "fail"]
+    ai_advisory_verdict: str | None
+    verdict_consistency_flag: bool | None
+    overall_score: float
+    structure_score: float | None
+    result_score: float | None
+    diagnostic_scores: dict[str, Any] | None
+    performance_scores: dict[str, Any] | None
+    severity: Severity
+    explanations: list[str]
+    mismatch_map: dict[str, Any] | None
+    error_types: list[ErrorCategory]
+    blocked_reason: Literal["parse_failure", "execution_failure"] | None
+    warnings: list[str]
+    validity: dict[str, Any]
+    evidence: dict[str, Any]
+    run_metadata: dict[str, Any]
+    metrics: dict[str, Any]

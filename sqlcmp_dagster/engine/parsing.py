@@ -1,0 +1,213 @@
+"""Layer 1 parsing: dialect-aware ASTs, canonical SQL and the read-only statement gate.
+
+Canonicalization is a chain of small AST rewrites, each a function with an example, in the manner of sqlglot's
+optimizer rules. They only make the *string* gate (``normalized_sql_match``) and the clause comparison robust
+to formatting; they never change what a query computes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from sqlglot.tokens import TokenType
+
+#: Statements that may be executed: queries and set operations over queries, nothing else.
+_QUERY_TYPES = (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)
+#: Nodes that write or change session state, wherever they sit in a tree (a DELETE inside a CTE included).
+_WRITE_TYPES = (
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.Command,
+    exp.Pragma,
+    exp.Copy,
+    exp.Into,
+    exp.Set,
+    exp.Use,
+    exp.TruncateTable,
+    exp.LoadData,
+    exp.Attach,
+    exp.Detach,
+)
+
+
+@dataclass(frozen=True)
+class ParseOutcome:
+    """The result of parsing one query: the AST and canonical SQL on success, the parser's message otherwise."""
+
+    success: bool
+    ast: exp.Expression | None
+    normalized_sql: str | None
+    error: str | None
+    statement_count: int = 1
+
+
+def parse(sql: str, dialect: str) -> ParseOutcome:
+    """Parse ``sql`` as exactly one statement in ``dialect`` and canonicalize it.
+
+    >>> parse("select a from t", "sqlite").normalized_sql
+    'select a from t'
+    >>> parse("SELECT (", "sqlite").success
+    False
+    """
+    if not sql or not sql.strip():
+        return ParseOutcome(False, None, None, "empty query")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except SqlglotError as error:
+        return ParseOutcome(False, None, None, _first_line(str(error)))
+    except (RecursionError, ValueError, TypeError) as error:  # sqlglot's own limits on pathological input
+        return ParseOutcome(False, None, None, f"{type(error).__name__}: {_first_line(str(error))}")
+    if not statements:
+        return ParseOutcome(False, None, None, "empty query")
+    ast = statements[0]
+    try:
+        normalized = canonical_sql(ast, dialect)
+    except (SqlglotError, RecursionError) as error:
+        return ParseOutcome(False, None, None, _first_line(str(error)))
+    # A multi-statement string parses, but it is not one query: the safety gate refuses it by its count.
+    return ParseOutcome(True, ast, normalized, None, statement_count=len(statements))
+
+
+def unsafe_reason(outcome: ParseOutcome) -> str | None:
+    """Why a parsed query must not be executed, or None when it is a single read-only query.
+
+    >>> unsafe_reason(parse("DELETE FROM t", "sqlite"))
+    'not a read-only query: DELETE statement'
+    >>> unsafe_reason(parse("SELECT 1; DROP TABLE t", "sqlite"))
+    'multiple statements (2) in one query string'
+    >>> unsafe_reason(parse("SELECT 1", "sqlite")) is None
+    True
+    """
+    ast = outcome.ast
+    if ast is None:
+        return "nothing to execute"
+    if outcome.statement_count > 1:
+        return f"multiple statements ({outcome.statement_count}) in one query string"
+    if not isinstance(ast, _QUERY_TYPES):
+        return f"not a read-only query: {ast.key.upper()} statement"
+    for node in ast.walk():
+        if isinstance(node, _WRITE_TYPES):
+            return f"not a read-only query: contains {node.key.upper()}"
+        if isinstance(node, exp.Lock):
+            return "not a read-only query: row locking clause"
+    return None
+
+
+def canonical_sql(ast: exp.Expression, dialect: str) -> str:
+    """Canonical text of ``ast``: identifiers case-normalized, aliases resolved, operands ordered, keywords lowercased.
+
+    >>> canonical_sql(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
+    'select singer.name from singer where a = 1 and b = 2'
+    """
+    tree = canonical_tree(ast, dialect)
+    return lowercase_keywords(tree.sql(dialect=dialect, normalize_functions="lower"), dialect)
+
+
+def canonical_tree(ast: exp.Expression, dialect: str) -> exp.Expression:
+    """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator."""
+    tree = normalize_identifiers(ast.copy(), dialect=dialect)
+    tree = unalias_tables(tree)
+    tree = sort_commutative(tree)
+    return tree
+
+
+def unalias_tables(tree: exp.Expression) -> exp.Expression:
+    """Replace table aliases with the table's name in every scope where that name is used once.
+
+    ``FROM singer AS t1 JOIN concert AS t2 ON t1.id = t2.id`` and ``FROM singer s JOIN concert c ON s.id = c.id``
+    become the same text. A table joined to itself keeps its aliases: they are what tells the two apart.
+
+    >>> unalias_tables(sqlglot.parse_one("SELECT s.a FROM singer s")).sql()
+    'SELECT singer.a FROM singer'
+    """
+    for select in list(tree.find_all(exp.Select)):
+        tables = [t for t in _scope_tables(select)]
+        names = [t.name for t in tables]
+        aliases = {t.alias: t.name for t in tables if t.alias and names.count(t.name) == 1}
+        taken = set(names)
+        for alias, name in list(aliases.items()):
+            if alias in taken and alias != name:
+                del aliases[alias]  # the alias is also a real table name in this scope: renaming would clash
+        if not aliases:
+            continue
+        for table in tables:
+            if table.alias in aliases:
+                table.set("alias", None)
+        for column in _scope_columns(select):
+            if column.table in aliases:
+                column.set("table", exp.to_identifier(aliases[column.table]))
+    return tree
+
+
+def sort_commutative(tree: exp.Expression) -> exp.Expression:
+    """Order the operands of AND/OR chains and of ``=``/``<>`` by their SQL text.
+
+    >>> sort_commutative(sqlglot.parse_one("SELECT 1 WHERE b = 2 AND 1 = a")).sql()
+    'SELECT 1 WHERE 1 = a AND b = 2'
+    """
+
+    def rewrite(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.EQ, exp.NEQ)):
+            left, right = node.this, node.expression
+            if right.sql() < left.sql():
+                return node.__class__(this=right, expression=left)
+            return node
+        if isinstance(node, exp.Connector) and not isinstance(node.parent, node.__class__):
+            operands = sorted(node.flatten(), key=lambda operand: operand.sql())
+            combined = operands[0]
+            for operand in operands[1:]:
+                combined = node.__class__(this=combined, expression=operand)
+            return combined
+        return node
+
+    # Operands are sorted bottom-up so that nested chains are canonical before their parent compares them.
+    return tree.transform(rewrite, copy=False)
+
+
+def lowercase_keywords(sql: str, dialect: str) -> str:
+    """Lowercase every token of ``sql`` except identifiers and string literals.
+
+    >>> lowercase_keywords('SELECT "Name" FROM t WHERE x = \\'ABC\\'', "sqlite")
+    'select "Name" from t where x = \\'ABC\\''
+    """
+    keep = {TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR, TokenType.NATIONAL_STRING,
+            TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.BYTE_STRING, TokenType.RAW_STRING}
+    tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+    pieces: list[str] = []
+    cursor = 0
+    for token in tokens:
+        start, end = token.start, token.end + 1
+        pieces.append(sql[cursor:start])
+        text = sql[start:end]
+        pieces.append(text if token.token_type in keep else text.lower())
+        cursor = end
+    pieces.append(sql[cursor:])
+    return "".join(pieces)
+
+
+def _scope_tables(select: exp.Select) -> list[exp.Table]:
+    """Tables in the FROM/JOIN of ``select`` itself, not of nested subqueries."""
+    tables: list[exp.Table] = []
+    sources = [select.args.get("from_")] + list(select.args.get("joins") or [])
+    for source in sources:
+        if source is not None and isinstance(source.this, exp.Table):
+            tables.append(source.this)
+    return tables
+
+
+def _scope_columns(select: exp.Select) -> list[exp.Column]:
+    """Columns that belong to ``select``'s own scope (not inside a nested SELECT)."""
+    return [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Select) is select]
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "parse error"

@@ -1,0 +1,622 @@
+"""Layer 3: result comparison with polars, vectorized (architecture.txt component E, sqlcmp-spec.md section 2).
+
+The comparison works in three steps, each a frame operation rather than a loop over rows:
+
+1. **Column alignment**: one consistent permutation maps expected columns to actual columns (by position, by
+   name, or by the values they hold). Row tuples are never broken up.
+2. **Row pairing**: an exact multiset join (each row tagged with its occurrence number among identical rows)
+   pairs equal rows; the rest are paired under ``|a-b| <= atol + rtol*|b|`` by numeric (never string) order
+   within groups that agree on the non-numeric columns, and a bounded greedy pass for what is still left.
+3. **Cell alignment**: unpaired rows that differ in a single column are paired by joining on the others, so the
+   per-column mismatch counts say *which* attribute is wrong.
+
+NULL equals NULL and nothing else (``null_equality_mode="strict"``, the default); with ``"sql_semantic"`` a
+NULL equals nothing, not even NULL.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from sqlcmp_dagster.engine.execution import Relation, tagged_text
+from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
+
+_ROW = "__row"
+_OCC = "__occ"
+_GROUP = "__tie"
+#: Residual pairs examined by the last, greedy tolerance pass; beyond this the numeric-order pass stands alone.
+_GREEDY_PAIR_BUDGET = 1_000_000
+#: Candidate column permutations tried when values cannot tell columns apart, and the cells they may cost.
+_MAX_PERMUTATIONS = 120
+_PERMUTATION_CELL_BUDGET = 2_000_000
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Numeric tolerance in force: ``|a - b| <= atol + rtol * |b|`` with ``b`` the expected value."""
+
+    atol: float
+    rtol: float
+
+    def within(self, expected: pl.Expr, actual: pl.Expr) -> pl.Expr:
+        both_nan = expected.is_nan() & actual.is_nan()
+        close = (actual - expected).abs() <= self.atol + self.rtol * expected.abs()
+        return both_nan | close
+
+
+@dataclass
+class ColumnStats:
+    """Per expected column: how the paired cells compared (the raw material of per_column_mismatch_map)."""
+
+    name: str
+    actual_index: int | None
+    actual_name: str | None
+    numeric: bool
+    compared: int = 0
+    mismatched: int = 0
+    null_mismatched: int = 0
+    within_tolerance: int = 0
+    max_abs_diff: float | None = None
+
+
+@dataclass
+class ResultComparison:
+    """Every Layer 3 metric of one expected/actual pair, plus what Layer 4 needs to explain a mismatch."""
+
+    comparison_mode: ResolvedMode
+    mode_pass: bool
+    bag_pass: bool
+    ordered_pass: bool | None
+    schema_match: dict[str, Any]
+    row_overlap: float
+    cell_overlap: float
+    cardinality_match: dict[str, Any]
+    numeric_tolerance_match: dict[str, Any]
+    null_handling_match: bool
+    columns: list[ColumnStats]
+    matched_rows: int
+    missing_rows: list[list[Any]]
+    extra_rows: list[list[Any]]
+    extra_columns: list[str]
+    vacuous: bool
+    ties_checked: bool
+    warnings: list[str] = field(default_factory=list)
+
+    def metrics(self) -> dict[str, Any]:
+        """``metrics.result.*`` with the glossary's names."""
+        return {
+            "result_equality_family": {
+                "comparison_mode": self.comparison_mode,
+                "mode_pass": self.mode_pass,
+                "mode_details": {
+                    "order-insensitive": self.bag_pass,
+                    "order-sensitive": self.ordered_pass,
+                    "vacuous_match": self.vacuous,
+                    "ties_checked": self.ties_checked,
+                    "matched_rows": self.matched_rows,
+                },
+            },
+            "schema_match": self.schema_match,
+            "row_overlap": self.row_overlap,
+            "cell_overlap": self.cell_overlap,
+            "cardinality_match": self.cardinality_match,
+            "numeric_tolerance_match": self.numeric_tolerance_match,
+            "null_handling_match": self.null_handling_match,
+        }
+
+
+def compare_results(
+    expected: Relation,
+    actual: Relation,
+    *,
+    mode: ResolvedMode,
+    config: EvalConfig,
+    order_keys: list[int] | None = None,
+) -> ResultComparison:
+    """Compare two materialized results under ``mode``.
+
+    ``order_keys`` are the expected projection's column indexes that carry the top-level ORDER BY keys; when
+    given, order-sensitive mode accepts rows permuted among ties of those keys. Without them ties cannot be
+    seen in the result and the order is checked strictly (with a warning).
+    """
+    atol, rtol = config.tolerances(mode)
+    tolerance = Tolerance(atol, rtol)
+    nulls_equal = config.null_equality_mode == "strict"
+    warnings: list[str] = []
+    positional = mode == "exact" or config.require_column_order_match
+    by_name = mode == "exact" or config.require_column_name_match
+
+    mapping = align_columns(expected, actual, positional=positional, by_name=by_name,
+                            tolerance=tolerance, nulls_equal=nulls_equal)
+    mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
+    e_frame, a_frame, numeric = _comparable_frames(expected, actual, mapped)
+    keys = [f"k{i}" for i, _ in mapped]
+
+    bag = pair_rows(e_frame, a_frame, keys, numeric, tolerance, nulls_equal)
+    ties_checked = False
+    ordered_pass: bool | None = None
+    if expected.height == actual.height:
+        if mode == "order-sensitive" and order_keys:
+            ties_checked = all(k < expected.width and mapping[k] is not None for k in order_keys)
+        groups = _tie_groups(e_frame, [f"k{k}" for k in order_keys or []]) if ties_checked else None
+        ordered = pair_rows(_with_groups(e_frame, groups), _with_groups(a_frame, groups),
+                            keys + ([_GROUP] if groups is not None else []), numeric, tolerance, nulls_equal,
+                            positional=groups is None)
+        ordered_pass = ordered.matched == expected.height
+    else:
+        ordered = bag
+        ordered_pass = False
+    if mode == "order-sensitive" and order_keys and not ties_checked:
+        warnings.append("ORDER BY keys are not all in the projection: ties could not be recognized, order "
+                        "checked strictly")
+
+    pairing = ordered if mode in ("order-sensitive", "exact") else bag
+    stats = _column_stats(expected, actual, mapping, numeric, pairing, e_frame, a_frame, tolerance, nulls_equal,
+                          keys, config.max_rows_for_cell_alignment)
+    schema = _schema_match(expected, actual, mapping)
+    schema_ok = schema["attribute_count_match"] and all(j is not None for j in mapping)
+    if by_name:
+        schema_ok = schema_ok and schema["names_match"]
+    if positional:
+        schema_ok = schema_ok and schema["order_match"]
+    row_equal = {"order-insensitive": bag.matched == expected.height == actual.height,
+                 "order-sensitive": bool(ordered_pass), "exact": bool(ordered_pass)}[mode]
+    vacuous = expected.height == 0 and actual.height == 0
+    if vacuous:
+        warnings.append("both results are empty: the match is vacuous")
+    if expected.truncated or actual.truncated:
+        warnings.append("a result was truncated at max_result_rows: the comparison covers the kept rows only")
+
+    total_rows = expected.height + actual.height
+    row_overlap = 1.0 if total_rows == 0 else 2 * bag.matched / total_rows
+    width = max(expected.width, actual.width)
+    cells = max(expected.height, actual.height) * width
+    equal_cells = sum(s.compared - s.mismatched for s in stats)
+    cell_overlap = 1.0 if cells == 0 else equal_cells / cells
+    numeric_stats = [s for s in stats if s.numeric]
+    outside = sum(s.mismatched for s in numeric_stats)
+    diffs = [s.max_abs_diff for s in numeric_stats if s.max_abs_diff is not None]
+    null_ok = all(s.null_mismatched == 0 for s in stats) and _null_counts_agree(e_frame, a_frame, keys)
+
+    return ResultComparison(
+        comparison_mode=mode,
+        mode_pass=bool(schema_ok and row_equal),
+        bag_pass=bag.matched == expected.height == actual.height and schema_ok,
+        ordered_pass=bool(ordered_pass and schema_ok),
+        schema_match=schema,
+        row_overlap=row_overlap,
+        cell_overlap=cell_overlap,
+        cardinality_match={
+            "expected_rows": expected.height,
+            "actual_rows": actual.height,
+            "delta": actual.height - expected.height,
+            "ratio": None if expected.height == 0 else actual.height / expected.height,
+            "match": expected.height == actual.height,
+        },
+        numeric_tolerance_match={
+            "atol": atol,
+            "rtol": rtol,
+            "numeric_columns": [s.name for s in numeric_stats],
+            "compared_cells": sum(s.compared for s in numeric_stats),
+            "within_tolerance_cells": sum(s.within_tolerance for s in numeric_stats),
+            "outside_tolerance_cells": outside,
+            "max_abs_diff": max(diffs) if diffs else None,
+            "match": outside == 0,
+        },
+        null_handling_match=null_ok,
+        columns=stats,
+        matched_rows=pairing.matched,
+        missing_rows=_sample(expected, pairing.unpaired_expected),
+        extra_rows=_sample(actual, pairing.unpaired_actual),
+        extra_columns=[actual.names[j] for j in range(actual.width) if j not in set(mapping)],
+        vacuous=vacuous,
+        ties_checked=ties_checked,
+        warnings=warnings,
+    )
+
+
+def align_columns(
+    expected: Relation,
+    actual: Relation,
+    *,
+    positional: bool,
+    by_name: bool,
+    tolerance: Tolerance,
+    nulls_equal: bool,
+) -> list[int | None]:
+    """One consistent column permutation: for each expected column, the index of its actual column or None.
+
+    Positional when column order is required; by (case-insensitive) name when names are required; otherwise by
+    the values the columns hold. Columns whose values cannot tell them apart (two columns of equal multisets)
+    are resolved by trying their permutations against whole rows, preferring the identity.
+    """
+    k, j = expected.width, actual.width
+    if positional:
+        return [i if i < j else None for i in range(k)]
+    if by_name:
+        free = list(range(j))
+        mapping: list[int | None] = []
+        for name in expected.names:
+            hit = next((c for c in free if actual.names[c].lower() == name.lower()), None)
+            if hit is not None:
+                free.remove(hit)
+            mapping.append(hit)
+        return mapping
+    identity: list[int | None] = [i if i < j else None for i in range(k)]
+    if k == j and _rows_match(expected, actual, identity, tolerance, nulls_equal):
+        return identity
+    scores = _column_similarity(expected, actual)
+    greedy = _assign(scores, k, j)
+    candidates = [greedy]
+    if k == j and 1 < k <= 6 and expected.height * k <= _PERMUTATION_CELL_BUDGET:
+        ranked = sorted(
+            (p for p in itertools.permutations(range(j)) if all(scores[i][p[i]] > 0 for i in range(k))),
+            key=lambda p: (-sum(scores[i][p[i]] for i in range(k)), sum(abs(i - p[i]) for i in range(k))),
+        )
+        candidates += [list(p) for p in ranked[:_MAX_PERMUTATIONS] if list(p) != greedy]
+    for candidate in candidates:
+        if _rows_match(expected, actual, candidate, tolerance, nulls_equal):
+            return candidate
+    return greedy
+
+
+@dataclass(frozen=True)
+class Pairing:
+    """Rows paired between the two sides: how many, and the row numbers left without a partner."""
+
+    matched: int
+    pairs: pl.DataFrame  # columns __row (expected), __row_right (actual)
+    unpaired_expected: pl.Series
+    unpaired_actual: pl.Series
+    #: Pairs for cell comparison when the pairing itself fixes them (positional order); None: derive them.
+    aligned: pl.DataFrame | None = None
+
+
+def pair_rows(
+    expected: pl.DataFrame,
+    actual: pl.DataFrame,
+    keys: list[str],
+    numeric: set[str],
+    tolerance: Tolerance,
+    nulls_equal: bool,
+    *,
+    positional: bool = False,
+) -> Pairing:
+    """Pair equal rows of ``expected`` and ``actual`` (frames with ``__row`` and comparable key columns).
+
+    Bag semantics: a row of the expected side pairs with at most one row of the actual side. With
+    ``positional`` the n-th row pairs with the n-th row only (plain ordered comparison).
+    """
+    e = expected.select([_ROW] + keys)
+    a = actual.select([_ROW] + keys)
+    if positional:
+        return _positional_pairing(e, a, keys, numeric, tolerance, nulls_equal)
+    exact = _occurrence_join(e, a, keys, nulls_equal)
+    pairs = [exact]
+    e_left = e.join(exact.select(_ROW), on=_ROW, how="anti")
+    a_left = a.join(exact.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
+    tolerant = [c for c in keys if c in numeric]
+    if tolerant and e_left.height and a_left.height and (tolerance.atol > 0 or tolerance.rtol > 0):
+        for matcher in (_ordered_tolerance_pairs, _greedy_tolerance_pairs):
+            found = matcher(e_left, a_left, keys, tolerant, tolerance, nulls_equal)
+            if found.height:
+                pairs.append(found)
+                e_left = e_left.join(found.select(_ROW), on=_ROW, how="anti")
+                a_left = a_left.join(found.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
+            if not (e_left.height and a_left.height):
+                break
+    all_pairs = pl.concat(pairs)
+    return Pairing(all_pairs.height, all_pairs, e_left[_ROW], a_left[_ROW])
+
+
+def _occurrence_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], nulls_equal: bool) -> pl.DataFrame:
+    """Exact multiset pairing: the n-th copy of a row pairs with the n-th copy of the same row."""
+    if not keys:
+        count = min(e.height, a.height)
+        return pl.DataFrame({_ROW: e[_ROW].head(count), f"{_ROW}_right": a[_ROW].head(count)})
+    occurrence = pl.int_range(pl.len()).over(keys).alias(_OCC)
+    left = e.with_columns(occurrence)
+    right = a.with_columns(occurrence)
+    if not nulls_equal:
+        has_null = pl.any_horizontal([pl.col(c).is_null() for c in keys])
+        left, right = left.filter(~has_null), right.filter(~has_null)
+    joined = left.join(right, on=keys + [_OCC], how="inner", nulls_equal=nulls_equal)
+    return joined.select(_ROW, f"{_ROW}_right")
+
+
+def _ordered_tolerance_pairs(
+    e: pl.DataFrame, a: pl.DataFrame, keys: list[str], tolerant: list[str], tolerance: Tolerance, nulls_equal: bool
+) -> pl.DataFrame:
+    """Pair residual rows by numeric order within groups that agree exactly on the non-numeric columns."""
+    exact = [c for c in keys if c not in tolerant]
+    rank = (pl.int_range(pl.len()).over(exact) if exact else pl.int_range(pl.len())).alias(_OCC)
+    left = e.sort(exact + tolerant, nulls_last=True).with_columns(rank)
+    right = a.sort(exact + tolerant, nulls_last=True).with_columns(rank)
+    joined = left.join(right, on=exact + [_OCC], how="inner", nulls_equal=nulls_equal)
+    return joined.filter(_all_within(tolerant, tolerance, nulls_equal)).select(_ROW, f"{_ROW}_right")
+
+
+def _greedy_tolerance_pairs(
+    e: pl.DataFrame, a: pl.DataFrame, keys: list[str], tolerant: list[str], tolerance: Tolerance, nulls_equal: bool
+) -> pl.DataFrame:
+    """Pair what numeric order could not: every candidate pair within tolerance, closest first, each row once.
+
+    Only run when the residual is small (``_GREEDY_PAIR_BUDGET`` candidate pairs); it is the safety net for
+    rows whose numeric order differs between the sides because several columns are near-equal at once.
+    """
+    exact = [c for c in keys if c not in tolerant]
+    if e.height * a.height > _GREEDY_PAIR_BUDGET:
+        return pl.DataFrame({_ROW: [], f"{_ROW}_right": []}, schema={_ROW: pl.Int64, f"{_ROW}_right": pl.Int64})
+    candidates = (e.join(a, on=exact, how="inner", nulls_equal=nulls_equal) if exact else e.join(a, how="cross"))
+    distance = pl.sum_horizontal([(pl.col(c) - pl.col(f"{c}_right")).abs().fill_nan(0).fill_null(0)
+                                  for c in tolerant])
+    candidates = (candidates.filter(_all_within(tolerant, tolerance, nulls_equal))
+                  .with_columns(distance.alias("__distance")).sort("__distance"))
+    used_left: set[int] = set()
+    used_right: set[int] = set()
+    chosen: list[tuple[int, int]] = []
+    for left, right in candidates.select(_ROW, f"{_ROW}_right").iter_rows():
+        if left not in used_left and right not in used_right:
+            used_left.add(left)
+            used_right.add(right)
+            chosen.append((left, right))
+    return pl.DataFrame(chosen, schema={_ROW: pl.Int64, f"{_ROW}_right": pl.Int64}, orient="row")
+
+
+def _positional_pairing(
+    e: pl.DataFrame, a: pl.DataFrame, keys: list[str], numeric: set[str], tolerance: Tolerance, nulls_equal: bool
+) -> Pairing:
+    count = min(e.height, a.height)
+    joined = pl.concat([e.head(count), a.head(count).rename(lambda c: f"{c}_right")], how="horizontal")
+    equal = pl.all_horizontal([_cell_equal(c, c in numeric, tolerance, nulls_equal) for c in keys] or [pl.lit(True)])
+    matched = joined.filter(equal).select(_ROW, f"{_ROW}_right")
+    unpaired_e = e.join(matched.select(_ROW), on=_ROW, how="anti")[_ROW]
+    unpaired_a = a.join(matched.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")[_ROW]
+    return Pairing(matched.height, matched, unpaired_e, unpaired_a, aligned=joined.select(_ROW, f"{_ROW}_right"))
+
+
+def _cell_equal(column: str, numeric: bool, tolerance: Tolerance, nulls_equal: bool) -> pl.Expr:
+    """Equality of ``column`` and ``column_right`` under the NULL rule and, for numbers, the tolerance."""
+    left, right = pl.col(column), pl.col(f"{column}_right")
+    both_null = left.is_null() & right.is_null() if nulls_equal else pl.lit(False)
+    if numeric:
+        same = tolerance.within(left, right) | (left == right)
+    else:
+        same = left == right
+    return both_null | same.fill_null(False)
+
+
+def _all_within(columns: list[str], tolerance: Tolerance, nulls_equal: bool) -> pl.Expr:
+    return pl.all_horizontal([_cell_equal(c, True, tolerance, nulls_equal) for c in columns])
+
+
+def _comparable_frames(
+    expected: Relation, actual: Relation, mapped: list[tuple[int, int]]
+) -> tuple[pl.DataFrame, pl.DataFrame, set[str]]:
+    """Frames whose paired columns share one dtype, named ``k<i>`` on both sides after expected column ``i``.
+
+    Numbers of any kind become Float64 (compared under tolerance), text stays text, and columns of different
+    families become tagged text so that they compare unequal rather than by accident.
+    """
+    e_cols: list[pl.Series] = []
+    a_cols: list[pl.Series] = []
+    numeric: set[str] = set()
+    for i, j in mapped:
+        left, right = _unify(expected.frame[:, i], actual.frame[:, j])
+        if left.dtype == pl.Float64:
+            numeric.add(f"k{i}")
+        e_cols.append(left.alias(f"k{i}"))
+        a_cols.append(right.alias(f"k{i}"))
+    e_frame = pl.DataFrame(e_cols, height=expected.height).with_row_index(_ROW).cast({_ROW: pl.Int64})
+    a_frame = pl.DataFrame(a_cols, height=actual.height).with_row_index(_ROW).cast({_ROW: pl.Int64})
+    return e_frame, a_frame, numeric
+
+
+def _unify(left: pl.Series, right: pl.Series) -> tuple[pl.Series, pl.Series]:
+    lf, rf = _dtype_family(left.dtype), _dtype_family(right.dtype)
+    if lf == "null" and rf == "null":
+        return left.cast(pl.Utf8), right.cast(pl.Utf8)
+    if lf == "null":
+        lf = rf
+        left = left.cast(pl.Float64 if rf == "numeric" else right.dtype)
+    if rf == "null":
+        rf = lf
+        right = right.cast(pl.Float64 if lf == "numeric" else left.dtype)
+    if lf == rf == "numeric":
+        return left.cast(pl.Float64), right.cast(pl.Float64)
+    if lf == rf and left.dtype == right.dtype:
+        return left, right
+    return tagged_text(left), tagged_text(right)
+
+
+def _dtype_family(dtype: pl.DataType) -> str:
+    if dtype == pl.Null:
+        return "null"
+    if dtype.is_numeric() or dtype == pl.Boolean:
+        return "numeric"
+    return str(dtype)
+
+
+def _rows_match(
+    expected: Relation, actual: Relation, mapping: list[int | None], tolerance: Tolerance, nulls_equal: bool
+) -> bool:
+    if expected.height != actual.height or any(j is None for j in mapping):
+        return False
+    mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
+    e, a, numeric = _comparable_frames(expected, actual, mapped)
+    return pair_rows(e, a, [f"k{i}" for i, _ in mapped], numeric, tolerance, nulls_equal).matched == expected.height
+
+
+def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]]:
+    """Multiset similarity of every expected column with every actual column (2|A∩B| / (|A|+|B|))."""
+    def counts(relation: Relation, index: int) -> pl.DataFrame:
+        column = relation.frame[:, index]
+        family = _dtype_family(column.dtype)
+        value = (column.cast(pl.Float64).round(9) if family == "numeric" else tagged_text(column)) \
+            if family != "null" else column.cast(pl.Utf8)
+        return value.alias("v").to_frame().group_by("v").len()
+
+    e_counts = [counts(expected, i) for i in range(expected.width)]
+    a_counts = [counts(actual, j) for j in range(actual.width)]
+    total = expected.height + actual.height
+    scores: list[list[float]] = []
+    for i, left in enumerate(e_counts):
+        row: list[float] = []
+        for j, right in enumerate(a_counts):
+            if left["v"].dtype != right["v"].dtype:
+                row.append(0.0)
+                continue
+            shared = left.join(right, on="v", how="inner", nulls_equal=True)
+            common = int(shared.select(pl.min_horizontal("len", "len_right").sum()).item() or 0)
+            row.append(1.0 if total == 0 else 2 * common / total)
+        scores.append(row)
+    return scores
+
+
+def _assign(scores: list[list[float]], k: int, j: int) -> list[int | None]:
+    """Greedy assignment by descending similarity, ties broken towards the same position."""
+    ranked = sorted(((scores[i][c], -abs(i - c), i, c) for i in range(k) for c in range(j)), reverse=True)
+    mapping: list[int | None] = [None] * k
+    used: set[int] = set()
+    for score, _, i, c in ranked:
+        if score <= 0 or mapping[i] is not None or c in used:
+            continue
+        mapping[i] = c
+        used.add(c)
+    # Columns with no shared value still pair by position when that position is free: a wrong value is then a
+    # cell mismatch of that column, not a missing column.
+    for i in range(k):
+        if mapping[i] is None and i < j and i not in used:
+            mapping[i] = i
+            used.add(i)
+    return mapping
+
+
+def _tie_groups(frame: pl.DataFrame, key_columns: list[str]) -> pl.Series:
+    """Group number of each expected row: consecutive rows with equal ORDER BY keys share a group."""
+    changed = pl.any_horizontal([pl.col(c).ne_missing(pl.col(c).shift(1)) for c in key_columns])
+    return frame.select(changed.fill_null(True).cum_sum().alias(_GROUP))[_GROUP]
+
+
+def _with_groups(frame: pl.DataFrame, groups: pl.Series | None) -> pl.DataFrame:
+    return frame if groups is None else frame.with_columns(groups.alias(_GROUP))
+
+
+def _column_stats(
+    expected: Relation,
+    actual: Relation,
+    mapping: list[int | None],
+    numeric: set[str],
+    pairing: Pairing,
+    e_frame: pl.DataFrame,
+    a_frame: pl.DataFrame,
+    tolerance: Tolerance,
+    nulls_equal: bool,
+    keys: list[str],
+    max_rows: int,
+) -> list[ColumnStats]:
+    """Compare cells of paired rows, after pairing the unmatched rows that differ in one column only."""
+    stats = [ColumnStats(name=expected.names[i], actual_index=j,
+                         actual_name=None if j is None else actual.names[j], numeric=f"k{i}" in numeric)
+             for i, j in enumerate(mapping)]
+    if pairing.aligned is not None:
+        pairs = pairing.aligned
+    else:
+        extra = _near_pairs(e_frame, a_frame, pairing, nulls_equal, keys, max_rows)
+        pairs = pl.concat([pairing.pairs, extra]) if extra.height else pairing.pairs
+    joined = (pairs.join(e_frame, on=_ROW, how="left")
+              .join(a_frame.rename({_ROW: f"{_ROW}_right"}), on=f"{_ROW}_right", how="left", suffix="_right"))
+    for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
+        if stat.actual_index is None:
+            continue
+        summary = joined.select(
+            pl.len().alias("compared"),
+            (~_cell_equal(key, stat.numeric, tolerance, nulls_equal)).sum().alias("mismatched"),
+            (pl.col(key).is_null() ^ pl.col(f"{key}_right").is_null()).sum().alias("null_mismatched"),
+            *([((pl.col(key) != pl.col(f"{key}_right")) & _cell_equal(key, True, tolerance, nulls_equal))
+               .sum().alias("within"),
+               (pl.col(key) - pl.col(f"{key}_right")).abs().max().alias("max_diff")] if stat.numeric else []),
+        ).row(0, named=True)
+        stat.compared = int(summary["compared"])
+        stat.mismatched = int(summary["mismatched"])
+        stat.null_mismatched = int(summary["null_mismatched"])
+        if stat.numeric:
+            stat.within_tolerance = int(summary["within"] or 0)
+            stat.max_abs_diff = None if summary["max_diff"] is None else float(summary["max_diff"])
+    return stats
+
+
+def _near_pairs(
+    e_frame: pl.DataFrame, a_frame: pl.DataFrame, pairing: Pairing, nulls_equal: bool, keys: list[str], max_rows: int
+) -> pl.DataFrame:
+    """Pair unmatched rows that agree on all columns but one; then the rest by sorted position.
+
+    This is what makes the per-column map precise: a wrong value in one column shows as a mismatch of that
+    column alone instead of a whole missing row and a whole extra row.
+    """
+    empty = pl.DataFrame(schema={_ROW: pl.Int64, f"{_ROW}_right": pl.Int64})
+    e_left = e_frame.filter(pl.col(_ROW).is_in(pairing.unpaired_expected.implode()))
+    a_left = a_frame.filter(pl.col(_ROW).is_in(pairing.unpaired_actual.implode()))
+    if not (e_left.height and a_left.height) or e_left.height > max_rows or a_left.height > max_rows:
+        return empty
+    found: list[pl.DataFrame] = []
+    for key in keys if len(keys) > 1 else []:
+        others = [c for c in keys if c != key]
+        pairs = _occurrence_join(e_left.select([_ROW] + others), a_left.select([_ROW] + others), others, nulls_equal)
+        if pairs.height:
+            found.append(pairs)
+            e_left = e_left.join(pairs.select(_ROW), on=_ROW, how="anti")
+            a_left = a_left.join(pairs.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
+        if not (e_left.height and a_left.height):
+            break
+    if e_left.height and a_left.height:
+        count = min(e_left.height, a_left.height)
+        left = e_left.sort(keys, nulls_last=True).head(count)[_ROW]
+        right = a_left.sort(keys, nulls_last=True).head(count)[_ROW]
+        found.append(pl.DataFrame({_ROW: left, f"{_ROW}_right": right}))
+    return pl.concat(found) if found else empty
+
+
+def _schema_match(expected: Relation, actual: Relation, mapping: list[int | None]) -> dict[str, Any]:
+    e_names = [n.lower() for n in expected.names]
+    a_names = [n.lower() for n in actual.names]
+    mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
+    types_match = all(
+        _dtype_family(expected.frame.dtypes[i]) in (_dtype_family(actual.frame.dtypes[j]), "null")
+        or _dtype_family(actual.frame.dtypes[j]) == "null"
+        for i, j in mapped
+    )
+    used = {j for _, j in mapped}
+    return {
+        "match": len(e_names) == len(a_names) and len(mapped) == len(e_names) and types_match,
+        "attribute_count_match": len(e_names) == len(a_names),
+        "expected_attributes": list(expected.names),
+        "actual_attributes": list(actual.names),
+        "names_match": len(mapped) == len(e_names) == len(a_names)
+        and all(e_names[i] == a_names[j] for i, j in mapped),
+        "types_match": types_match,
+        "order_match": len(e_names) == len(a_names) and all(i == j for i, j in mapped),
+        "column_mapping": {expected.names[i]: actual.names[j] for i, j in mapped},
+        "missing_attributes": [expected.names[i] for i, j in enumerate(mapping) if j is None],
+        "extra_attributes": [actual.names[j] for j in range(len(a_names)) if j not in used],
+    }
+
+
+def _null_counts_agree(e_frame: pl.DataFrame, a_frame: pl.DataFrame, keys: list[str]) -> bool:
+    if not keys:
+        return True
+    e_nulls = e_frame.select([pl.col(k).null_count() for k in keys]).row(0)
+    a_nulls = a_frame.select([pl.col(k).null_count() for k in keys]).row(0)
+    return e_nulls == a_nulls
+
+
+def _sample(relation: Relation, rows: pl.Series, limit: int = 5) -> list[list[Any]]:
+    """The first ``limit`` of the given rows, as the database returned them."""
+    if not relation.width:
+        return []
+    picked = relation.frame.with_row_index(_ROW).filter(pl.col(_ROW).is_in(rows.head(limit).cast(pl.UInt32).implode()))
+    return [list(r) for r in picked.drop(_ROW).iter_rows()]

@@ -1,0 +1,54 @@
+"""The error taxonomy: a raw database message mapped to one category (architecture.txt, Error Taxonomy).
+
+Patterns are matched against real messages of SQLite, PostgreSQL and DuckDB, most specific first. The raw
+message is always kept beside the category, so an ``unknown_error`` loses nothing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sqlcmp_dagster.engine.models import ErrorCategory, ExecutionError
+
+_PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
+    (category, re.compile(pattern, re.IGNORECASE))
+    for category, pattern in (
+        ("timeout", r"\binterrupted\b|statement timeout|canceling statement due to|query timed out"),
+        ("permission_error", r"permission denied|not authorized|readonly database|read-only transaction"
+                             r"|cannot execute .* in a read-only|access denied|attempt to write"),
+        ("ambiguous_reference", r"ambiguous"),
+        ("missing_table", r"no such table|relation \S+ does not exist|table with name \S+ does not exist"
+                          r"|catalog error: table"),
+        ("missing_column", r"no such column|column \S+ does not exist|referenced column \S+ not found"
+                           r"|binder error: .*column .* not found|has no column named"),
+        ("division_by_zero", r"division by zero|divide by zero"),
+        ("invalid_aggregation", r"misuse of (aggregate|window)|aggregate functions are not allowed"
+                                r"|must appear in the group by clause|group by clause is required"
+                                r"|must be either part of the group by|aggregate function calls cannot"
+                                r"|window functions are not allowed|wrong number of arguments to function"),
+        ("type_mismatch", r"datatype mismatch|type mismatch|operator does not exist|invalid input syntax for"
+                          r"|cannot be cast|could not convert|conversion error|no function matches"
+                          r"|argument of \S+ must be type|cannot compare"),
+    )
+)
+
+
+def classify_error(message: str) -> ErrorCategory:
+    """Map a raw database error message to its taxonomy category.
+
+    >>> classify_error("no such column: T2.nme")
+    'missing_column'
+    >>> classify_error('relation "singers" does not exist')
+    'missing_table'
+    >>> classify_error("something odd happened")
+    'unknown_error'
+    """
+    for category, pattern in _PATTERNS:
+        if pattern.search(message):
+            return category
+    return "unknown_error"
+
+
+def execution_error(message: str) -> ExecutionError:
+    """An :class:`ExecutionError` for ``message`` with its mapped category."""
+    return ExecutionError(category=classify_error(message), message=message)
