@@ -63,7 +63,7 @@ class EvalConfig(_Strict):
     enable_ai_judge: bool = False
     enable_performance_metrics: bool = False
     enable_counterfactual_probes: bool = True
-    dialect: str = "sqlite"
+    dialect: str | None = None  # sqlglot dialect; None: the database's own (sqlite for SQLite files)
     include_asts: bool = False
     include_result_tables: bool = False
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import re
+
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import SqlglotError
+from sqlglot.errors import ParseError, SqlglotError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
@@ -39,6 +41,10 @@ _WRITE_TYPES = (
 )
 
 
+#: What sqlglot returns for text that is an expression but no statement (``SELEC * FORM t`` is ``SELEC * AS t``).
+_BARE_EXPRESSIONS = (exp.Condition, exp.Alias, exp.Star, exp.Tuple, exp.Identifier)
+
+
 @dataclass(frozen=True)
 class ParseOutcome:
     """The result of parsing one query: the AST and canonical SQL on success, the parser's message otherwise."""
@@ -57,17 +63,26 @@ def parse(sql: str, dialect: str) -> ParseOutcome:
     'select a from t'
     >>> parse("SELECT (", "sqlite").success
     False
+    >>> parse("SELEC name FORM t", "sqlite").error
+    "not a SQL statement: 'SELEC AS name' parses only as a bare expression (a misspelt keyword?)"
     """
     if not sql or not sql.strip():
         return ParseOutcome(False, None, None, "empty query")
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+    except ParseError as error:
+        return ParseOutcome(False, None, None, _parse_message(error))
     except SqlglotError as error:
         return ParseOutcome(False, None, None, _first_line(str(error)))
     except (RecursionError, ValueError, TypeError) as error:  # sqlglot's own limits on pathological input
         return ParseOutcome(False, None, None, f"{type(error).__name__}: {_first_line(str(error))}")
     if not statements:
         return ParseOutcome(False, None, None, "empty query")
+    for statement in statements:
+        if isinstance(statement, _BARE_EXPRESSIONS):
+            text = statement.sql(dialect=dialect)
+            return ParseOutcome(False, None, None, f"not a SQL statement: {text[:80]!r} parses only as a bare "
+                                                   "expression (a misspelt keyword?)")
     ast = statements[0]
     try:
         normalized = canonical_sql(ast, dialect)
@@ -106,7 +121,7 @@ def canonical_sql(ast: exp.Expression, dialect: str) -> str:
     """Canonical text of ``ast``: identifiers case-normalized, aliases resolved, operands ordered, keywords lowercased.
 
     >>> canonical_sql(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
-    'select singer.name from singer where a = 1 and b = 2'
+    'select name from singer where a = 1 and b = 2'
     """
     tree = canonical_tree(ast, dialect)
     return lowercase_keywords(tree.sql(dialect=dialect, normalize_functions="lower"), dialect)
@@ -126,8 +141,10 @@ def unalias_tables(tree: exp.Expression) -> exp.Expression:
     ``FROM singer AS t1 JOIN concert AS t2 ON t1.id = t2.id`` and ``FROM singer s JOIN concert c ON s.id = c.id``
     become the same text. A table joined to itself keeps its aliases: they are what tells the two apart.
 
+    >>> unalias_tables(sqlglot.parse_one("SELECT s.a FROM singer s JOIN song ON s.id = song.sid")).sql()
+    'SELECT singer.a FROM singer JOIN song ON singer.id = song.sid'
     >>> unalias_tables(sqlglot.parse_one("SELECT s.a FROM singer s")).sql()
-    'SELECT singer.a FROM singer'
+    'SELECT a FROM singer'
     """
     for select in list(tree.find_all(exp.Select)):
         tables = [t for t in _scope_tables(select)]
@@ -145,6 +162,12 @@ def unalias_tables(tree: exp.Expression) -> exp.Expression:
         for column in _scope_columns(select):
             if column.table in aliases:
                 column.set("table", exp.to_identifier(aliases[column.table]))
+    for select in list(tree.find_all(exp.Select)):
+        tables = _scope_tables(select)
+        if len(tables) == 1 and not select.args.get("joins") and not tables[0].alias:
+            for column in _scope_columns(select):
+                if column.table == tables[0].name and not column.args.get("db"):
+                    column.set("table", None)  # one table in scope: the qualifier says nothing
     return tree
 
 
@@ -207,6 +230,19 @@ def _scope_tables(select: exp.Select) -> list[exp.Table]:
 def _scope_columns(select: exp.Select) -> list[exp.Column]:
     """Columns that belong to ``select``'s own scope (not inside a nested SELECT)."""
     return [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Select) is select]
+
+
+_TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), line: .*?>")
+
+
+def _parse_message(error: ParseError) -> str:
+    """sqlglot's first error as a person reads it: what was expected, the token found, line and column."""
+    if not error.errors:
+        return _first_line(str(error))
+    first = error.errors[0]
+    description = _TOKEN_REPR.sub(
+        lambda m: "end of input" if m.group(1) == "SENTINEL" else repr(m.group(2)), first["description"])
+    return f"{description} (line {first['line']}, column {first['col']})"
 
 
 def _first_line(message: str) -> str:

@@ -61,6 +61,7 @@ class ColumnStats:
     null_mismatched: int = 0
     within_tolerance: int = 0
     max_abs_diff: float | None = None
+    max_rel_diff: float | None = None  # relative to the expected value
 
 
 @dataclass
@@ -78,7 +79,8 @@ class ResultComparison:
     numeric_tolerance_match: dict[str, Any]
     null_handling_match: bool
     columns: list[ColumnStats]
-    matched_rows: int
+    matched_rows: int  # rows paired under the mode's own pairing (positional/tie-aware when ordered)
+    bag_matched_rows: int  # rows paired as a multiset, whatever the mode
     missing_rows: list[list[Any]]
     extra_rows: list[list[Any]]
     extra_columns: list[str]
@@ -210,6 +212,7 @@ def compare_results(
         null_handling_match=null_ok,
         columns=stats,
         matched_rows=pairing.matched,
+        bag_matched_rows=bag.matched,
         missing_rows=_sample(expected, pairing.unpaired_expected),
         extra_rows=_sample(actual, pairing.unpaired_actual),
         extra_columns=[actual.names[j] for j in range(actual.width) if j not in set(mapping)],
@@ -539,7 +542,9 @@ def _column_stats(
             (pl.col(key).is_null() ^ pl.col(f"{key}_right").is_null()).sum().alias("null_mismatched"),
             *([((pl.col(key) != pl.col(f"{key}_right")) & _cell_equal(key, True, tolerance, nulls_equal))
                .sum().alias("within"),
-               (pl.col(key) - pl.col(f"{key}_right")).abs().max().alias("max_diff")] if stat.numeric else []),
+               (pl.col(key) - pl.col(f"{key}_right")).abs().max().alias("max_diff"),
+               ((pl.col(key) - pl.col(f"{key}_right")).abs() / pl.col(key).abs()).max().alias("max_rel")]
+              if stat.numeric else []),
         ).row(0, named=True)
         stat.compared = int(summary["compared"])
         stat.mismatched = int(summary["mismatched"])
@@ -547,6 +552,7 @@ def _column_stats(
         if stat.numeric:
             stat.within_tolerance = int(summary["within"] or 0)
             stat.max_abs_diff = None if summary["max_diff"] is None else float(summary["max_diff"])
+            stat.max_rel_diff = None if summary["max_rel"] is None else float(summary["max_rel"])
     return stats
 
 

@@ -1,0 +1,124 @@
+"""Loading case suites (sqlcmp-spec.md section 4): JSONL, YAML or Parquet, one case per line/item/row.
+
+A broken case is reported with its file and line and skipped; it never stops the other cases from loading.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sqlcmp_dagster.engine.models import CompareRequest
+
+SUITE_SUFFIXES = (".jsonl", ".yaml", ".yml", ".parquet")
+
+
+@dataclass(frozen=True)
+class SuiteError:
+    """One case that could not be loaded: where it is and what was wrong with it."""
+
+    source: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.line}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    cases: list[CompareRequest]
+    errors: list[SuiteError]
+
+
+def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
+    """Load every case of ``path``; ``config_overrides`` are applied under each case's own ``config``."""
+    suffix = path.suffix.lower()
+    if suffix not in SUITE_SUFFIXES:
+        raise ValueError(f"{path}: unsupported suite format {suffix!r} (use {', '.join(SUITE_SUFFIXES)})")
+    if suffix == ".jsonl":
+        items = _jsonl_items(path)
+    elif suffix == ".parquet":
+        import polars as pl
+
+        items = ((i, row) for i, row in enumerate(pl.read_parquet(path).iter_rows(named=True), 1))
+    else:
+        items = _yaml_items(path)
+    return _validate(path, items, config_overrides or {})
+
+
+def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
+    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors."""
+    cases: list[CompareRequest] = []
+    errors: list[SuiteError] = []
+    seen: dict[str, str] = {}
+    for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in SUITE_SUFFIXES):
+        suite = load_suite(path, config_overrides)
+        errors += suite.errors
+        for case in suite.cases:
+            if case.case_id in seen:
+                errors.append(SuiteError(str(path), 0, f"duplicate case_id {case.case_id!r} (first in "
+                                                       f"{seen[case.case_id]})"))
+                continue
+            seen[case.case_id] = str(path)
+            cases.append(case)
+    return Suite(cases, errors)
+
+
+def _jsonl_items(path: Path) -> Iterable[tuple[int, Any]]:
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            text = raw.decode("utf-8", errors="replace").strip()
+            if not text or text.startswith("//"):
+                continue
+            try:
+                yield number, json.loads(text)
+            except json.JSONDecodeError as error:
+                yield number, _Broken(f"invalid JSON: {error.msg} at column {error.colno}")
+
+
+def _yaml_items(path: Path) -> Iterable[tuple[int, Any]]:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+    except yaml.YAMLError as error:
+        yield 0, _Broken(f"invalid YAML: {error}")
+        return
+    if isinstance(data, dict) and "cases" in data:
+        data = data["cases"]
+    if not isinstance(data, list):
+        yield 0, _Broken("a YAML suite is a list of cases (or a mapping with a 'cases' list)")
+        return
+    yield from enumerate(data, 1)
+
+
+@dataclass(frozen=True)
+class _Broken:
+    message: str
+
+
+def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str, Any]) -> Suite:
+    cases: list[CompareRequest] = []
+    errors: list[SuiteError] = []
+    for number, item in items:
+        if isinstance(item, _Broken):
+            errors.append(SuiteError(str(path), number, item.message))
+            continue
+        if not isinstance(item, dict):
+            errors.append(SuiteError(str(path), number, f"a case is an object, got {type(item).__name__}"))
+            continue
+        item = {k: v for k, v in item.items() if v is not None}
+        item.setdefault("case_id", f"{path.stem}:{number}")
+        if overrides:
+            item["config"] = {**overrides, **(item.get("config") or {})}
+        try:
+            cases.append(CompareRequest.model_validate(item))
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'case'}: {e['msg']}" for e in error.errors())
+            errors.append(SuiteError(str(path), number, f"case {item.get('case_id')!r}: {problems}"))
+    return Suite(cases, errors)

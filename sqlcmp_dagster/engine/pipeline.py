@@ -1,0 +1,261 @@
+"""The metric processing pipeline: one request in, one report out (architecture.txt, Metric Processing Pipeline).
+
+Validation -> structural comparison -> result comparison -> diagnostic attribution -> performance -> final
+synthesis under the failure precedence. Every layer's work on one case is exposed as a function so that the
+Dagster assets can run the layers as separate steps; :func:`compare` chains them for library and CLI use.
+Nothing a case contains can make these functions raise: bad SQL, a missing database or an engine fault all
+end in a report.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlglot import exp
+
+from sqlcmp_dagster.engine.diagnostics import diagnose
+from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
+    resolve_database
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
+    ResultTable
+from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse
+from sqlcmp_dagster.engine.performance import performance_metrics
+from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
+from sqlcmp_dagster.engine.results import ResultComparison, compare_results
+from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
+
+
+@dataclass
+class Side:
+    """Layer 1 for one query: parse outcome, execution outcome and the materialized relation."""
+
+    sql: str
+    parsed: ParseOutcome
+    execution: Execution | None = None
+    pre_materialized: bool = False
+
+    @property
+    def relation(self) -> Relation | None:
+        return self.execution.relation if self.execution is not None else None
+
+    @property
+    def executed_ok(self) -> bool:
+        return self.execution is not None and self.execution.success
+
+
+@dataclass
+class Validation:
+    """Layer 1 for a whole case: the actual side and every expected alternative."""
+
+    request: CompareRequest
+    dialect: str
+    database: str | None
+    actual: Side
+    expected: list[Side]
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Candidate:
+    """Layers 2 and 3 against one expected alternative."""
+
+    index: int
+    mode: ResolvedMode
+    structure: StructuralComparison
+    expected_shape: QueryShape
+    actual_shape: QueryShape
+    expected_tree: exp.Expression
+    actual_tree: exp.Expression
+    result: ResultComparison
+
+
+def resolve_mode(config: EvalConfig, expected_shape: QueryShape | None) -> ResolvedMode:
+    """``auto`` is order-sensitive when the expected query has a top-level ORDER BY, else order-insensitive."""
+    if config.comparison_mode != "auto":
+        return config.comparison_mode
+    return "order-sensitive" if expected_shape is not None and expected_shape.has_top_level_order \
+        else "order-insensitive"
+
+
+def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None) \
+        -> Validation:
+    """Layer 1: parse both sides, then execute expected alternatives first and the actual query last.
+
+    Expected queries run even when the actual query fails to parse, because whether the *case* is valid (its
+    expected query runs) is reported apart from whether the model's query is right.
+    """
+    config = request.config
+    dialect = config.dialect or (database.dialect if database is not None else "sqlite")
+    started = time.perf_counter()
+    actual = Side(request.actual_sql, parse(request.actual_sql, dialect))
+    expected = [Side(sql, parse(sql, dialect)) for sql in request.expected_sql]
+    parse_ms = (time.perf_counter() - started) * 1000
+    execution_ms = 0.0
+    for side in expected:
+        if side.parsed.success:
+            _execute(side, request.expected_result, database, database_error, config)
+            execution_ms += side.execution.elapsed_ms if side.execution else 0.0
+    if actual.parsed.success:
+        _execute(actual, request.actual_result, database, database_error, config)
+        execution_ms += actual.execution.elapsed_ms if actual.execution else 0.0
+    warnings = [w for side in expected + [actual] if side.execution for w in side.execution.warnings]
+    return Validation(request, dialect, database.identifier if database else request.db, actual, expected,
+                      warnings, {"parse_ms": parse_ms, "execution_ms": execution_ms})
+
+
+def compare_candidates(validation: Validation) -> list[Candidate]:
+    """Layers 2 and 3 against every expected alternative that parsed and executed."""
+    actual = validation.actual
+    assert actual.parsed.ast is not None and actual.relation is not None
+    config = validation.request.config
+    actual_tree = canonical_tree(actual.parsed.ast, validation.dialect)
+    actual_shape = query_shape(actual_tree)
+    candidates: list[Candidate] = []
+    for index, side in enumerate(validation.expected):
+        if not side.executed_ok or side.parsed.ast is None or side.relation is None:
+            continue
+        expected_tree = canonical_tree(side.parsed.ast, validation.dialect)
+        expected_shape = query_shape(expected_tree)
+        mode = resolve_mode(config, expected_shape)
+        structure = compare_structure(side.parsed.normalized_sql or "", actual.parsed.normalized_sql or "",
+                                      expected_shape, actual_shape)
+        result = compare_results(side.relation, actual.relation, mode=mode, config=config,
+                                 order_keys=expected_shape.order_keys)
+        candidates.append(Candidate(index, mode, structure, expected_shape, actual_shape, expected_tree,
+                                    actual_tree, result))
+    return candidates
+
+
+def best_candidate(candidates: list[Candidate]) -> Candidate:
+    """The verdict is the best match: the first passing alternative, else the closest one."""
+    return max(candidates, key=lambda c: (c.result.mode_pass, c.result.row_overlap + c.result.cell_overlap,
+                                          -c.index))
+
+
+def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analysis:
+    """Layers 2-4 and performance for a case whose chosen sides parsed and executed."""
+    started = time.perf_counter()
+    candidates = compare_candidates(validation)
+    chosen = best_candidate(candidates)
+    compared = time.perf_counter()
+    probe_ms = [0.0]
+    config = validation.request.config
+    expected_side = validation.expected[chosen.index]
+
+    def probe(tree: exp.Expression) -> ResultComparison | None:
+        assert database is not None and expected_side.relation is not None
+        execution = database.execute(tree.sql(dialect=validation.dialect), timeout_ms=config.query_timeout_ms,
+                                     max_rows=config.max_result_rows)
+        probe_ms[0] += execution.elapsed_ms
+        if not execution.success or execution.relation is None:
+            return None
+        return compare_results(expected_side.relation, execution.relation, mode=chosen.mode, config=config,
+                               order_keys=chosen.expected_shape.order_keys)
+
+    can_probe = (config.enable_counterfactual_probes and database is not None
+                 and not validation.actual.pre_materialized and not expected_side.pre_materialized)
+    diagnostics = diagnose(chosen.structure, chosen.expected_shape, chosen.actual_shape, chosen.result,
+                           expected_tree=chosen.expected_tree, actual_tree=chosen.actual_tree,
+                           probe=probe if can_probe else None)
+    diagnosed = time.perf_counter()
+    performance, perf_warnings = None, []
+    actual_exec, expected_exec = validation.actual.execution, expected_side.execution
+    if config.enable_performance_metrics and actual_exec is not None and expected_exec is not None:
+        can_explain = database is not None and not validation.actual.pre_materialized
+        performance, perf_warnings = performance_metrics(
+            actual_exec.elapsed_ms, expected_exec.elapsed_ms,
+            database.explain(validation.actual.sql) if can_explain and database else None,
+            database.explain(expected_side.sql) if can_explain and database else None)
+    timings = {"comparison_ms": (compared - started) * 1000, "diagnostics_ms": (diagnosed - compared) * 1000,
+               "probe_execution_ms": probe_ms[0]}
+    return Analysis(chosen=chosen, alternatives=len(validation.expected), diagnostics=diagnostics,
+                    performance=performance, warnings=perf_warnings, timings=timings)
+
+
+def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *,
+            database_error: str | None = None) -> Report:
+    """Compare one case end to end and return its report; never raises for anything the case contains."""
+    started = time.perf_counter()
+    try:
+        validation = validate(request, database, database_error)
+        blocked = blocked_report(validation)
+        if blocked is not None:
+            report = blocked
+        else:
+            report = build_report(validation, analyze(validation, database))
+    except Exception as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
+        report = _engine_fault_report(request, error)
+    total_ms = (time.perf_counter() - started) * 1000
+    timings = report.run_metadata.setdefault("timings", {})
+    timings["total_ms"] = total_ms
+    query_ms = timings.get("execution_ms", 0.0) + timings.get("probe_execution_ms", 0.0)
+    timings["engine_overhead_ms"] = max(0.0, total_ms - query_ms)
+    return report
+
+
+class Evaluator:
+    """Evaluates many cases, opening each database once and sharing it across cases and threads.
+
+    A case's ``db`` is a URL, a SQLite path, or a db id resolved under ``db_dir``; ``default_db`` serves cases
+    that name none.
+    """
+
+    def __init__(self, *, db_dir: Path | None = None, default_db: str | None = None) -> None:
+        self.db_dir = db_dir
+        self.default_db = default_db
+        self._adapters: dict[str, ExecutionAdapter] = {}
+        self._lock = threading.Lock()
+
+    def evaluate(self, request: CompareRequest) -> Report:
+        database, error = None, None
+        needs_db = request.actual_result is None or request.expected_result is None
+        target = request.db or self.default_db
+        if needs_db:
+            if target is None:
+                error = "no database given: the case names no db and no default database is configured"
+            else:
+                try:
+                    database = self.adapter(target)
+                except (FileNotFoundError, ValueError, ImportError) as failure:
+                    error = f"cannot open database {target!r}: {failure}"
+                except Exception as failure:  # a driver's own failure to connect
+                    error = f"cannot open database {target!r}: {type(failure).__name__}: {failure}"
+        return compare(request, database, database_error=error)
+
+    def adapter(self, target: str) -> ExecutionAdapter:
+        """The shared adapter of ``target`` (timeouts and row caps come from each case's config per call)."""
+        resolved = resolve_database(target, self.db_dir)
+        with self._lock:
+            if resolved not in self._adapters:
+                self._adapters[resolved] = ExecutionAdapter(resolved)
+            return self._adapters[resolved]
+
+    def close(self) -> None:
+        for adapter in self._adapters.values():
+            adapter.close()
+        self._adapters.clear()
+
+
+def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter | None,
+             database_error: str | None, config: EvalConfig) -> None:
+    if given is not None:
+        side.pre_materialized = True
+        side.execution = Execution(True, relation_from_rows(given.columns, [tuple(r) for r in given.rows]),
+                                   None, 0.0)
+        return
+    if database is None:
+        message = database_error or "no database to execute against"
+        side.execution = Execution(False, None, ExecutionError(category="unknown_error", message=message), 0.0)
+        return
+    side.execution = database.execute(side.sql, parsed=side.parsed, timeout_ms=config.query_timeout_ms,
+                                      max_rows=config.max_result_rows)
+
+
+def _engine_fault_report(request: CompareRequest, error: Exception) -> Report:
+    detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+    return fault_report(request, f"internal engine error: {detail}")

@@ -1,0 +1,326 @@
+"""Final synthesis and the report builder (architecture.txt component H, sqlcmp-spec.md section 1).
+
+The failure precedence is applied here, in the spec's order: parse failure, then execution failure, then the
+result gate; structure and diagnostics only refine attribution and severity, and the (advisory) AI judge can
+only annotate. Every report carries every top-level key, null where it does not apply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
+
+from sqlcmp_dagster.engine.diagnostics import SCORES
+from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
+from sqlcmp_dagster.engine.parsing import canonical_tree
+from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
+from sqlcmp_dagster.engine.structure import compare_structure, query_shape
+
+if TYPE_CHECKING:
+    from sqlcmp_dagster.engine.pipeline import Candidate, Side, Validation
+
+try:
+    ENGINE_VERSION = version("sqlcmp-dagster")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    ENGINE_VERSION = "0.0.0+source"
+
+#: The twelve diagnostic metrics of the glossary, in its order.
+DIAGNOSTIC_METRICS = (*SCORES, "ordering_error_flag", "cardinality_explosion_flag", "per_column_mismatch_map",
+                      "confidence", "evidence_strength", "ambiguous_case")
+#: ``diagnostic_scores``: the six error scores and confidence, both flags, and the attribution.
+DIAGNOSTIC_SCORE_KEYS = (*SCORES, "confidence", "ordering_error_flag", "cardinality_explosion_flag",
+                         "likely_source_clause", "evidence_strength", "ambiguous_case", "evidence")
+PERFORMANCE_METRICS = ("execution_time_ratio", "resource_cost_score", "plan_complexity_score")
+
+
+@dataclass
+class Analysis:
+    """Layers 2-4 and performance of a case that was not blocked."""
+
+    chosen: Candidate
+    alternatives: int
+    diagnostics: dict[str, Any]
+    performance: dict[str, Any] | None
+    warnings: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+def blocked_report(validation: Validation) -> Report | None:
+    """The report of a case stopped by parse or execution failure, or None when neither applies."""
+    actual, expected = validation.actual, validation.expected
+    if not actual.parsed.success or not any(s.parsed.success for s in expected):
+        reason = "parse_failure"
+    elif not actual.executed_ok or not any(s.executed_ok for s in expected):
+        reason = "execution_failure"
+    else:
+        return None
+    explanations: list[str] = []
+    if not actual.parsed.success:
+        explanations.append(f"actual query does not parse: {actual.parsed.error}")
+    elif actual.execution is not None and actual.execution.error is not None:
+        error = actual.execution.error
+        explanations.append(f"actual query failed with {error.category}: {error.message}")
+    case_valid = any(s.executed_ok for s in expected)
+    if not case_valid:
+        explanations.append("no expected query runs: the case is invalid and this is not the model's error")
+    for index, side in enumerate(expected):
+        explanations += _expected_failure(index, side, len(expected))
+    structure = None
+    first_expected = next((s for s in expected if s.parsed.success), None)
+    if actual.parsed.success and first_expected is not None:
+        structure = _structure_only(validation, first_expected)
+    evidence = {"blocked_by": reason, "failed_sides": _failed_sides(validation)}
+    return _report(
+        validation,
+        verdict="fail",
+        overall=0.0,
+        severity_label="critical failure",
+        structure=structure,
+        result=None,
+        diagnostics=None,
+        performance=None,
+        explanations=explanations,
+        mismatch_map=None,
+        blocked_reason=reason,
+        warnings=list(validation.warnings),
+        evidence=evidence,
+        chosen_index=None,
+    )
+
+
+def build_report(validation: Validation, analysis: Analysis) -> Report:
+    """The report of a case that reached the result gate."""
+    chosen = analysis.chosen
+    result, diagnostics = chosen.result, analysis.diagnostics
+    passed = result.mode_pass
+    s_score, r_score = structure_score(chosen.structure), result_score(result)
+    label = severity(result, diagnostics["ordering_error_flag"])
+    headline = (f"pass: the results match under {chosen.mode} comparison ({result.matched_rows} rows)"
+                if passed else
+                f"fail ({label}): the results differ under {chosen.mode} comparison; likely source "
+                f"{diagnostics['likely_source_clause'] or 'unknown'} (confidence {diagnostics['confidence']:.2f}, "
+                f"{diagnostics['evidence_strength']} evidence{', ambiguous' if diagnostics['ambiguous_case'] else ''})")
+    explanations = [headline] + ([] if passed else list(diagnostics["evidence"]))
+    if analysis.alternatives > 1:
+        explanations.append(f"best of {analysis.alternatives} expected queries: #{chosen.index}")
+    warnings = list(validation.warnings) + result.warnings + analysis.warnings
+    for index, side in enumerate(validation.expected):
+        warnings += _expected_failure(index, side, len(validation.expected))
+    evidence = {
+        "clauses": {name: detail for name, detail in chosen.structure.clause_match.items() if not detail["match"]},
+        "attribution": diagnostics["evidence"],
+        "probes": diagnostics["probes"],
+        "matched_expected_index": chosen.index,
+        "column_mapping": result.schema_match["column_mapping"],
+    }
+    mismatch_map = {
+        "per_column": diagnostics["per_column_mismatch_map"],
+        "missing_rows_sample": result.missing_rows,
+        "extra_rows_sample": result.extra_rows,
+    }
+    return _report(
+        validation,
+        verdict="pass" if passed else "fail",
+        overall=overall_score(r_score, s_score, passed),
+        severity_label=label,
+        structure=(chosen.structure.metrics(), s_score),
+        result=(result.metrics(), r_score),
+        diagnostics=diagnostics,
+        performance=analysis.performance,
+        explanations=explanations,
+        mismatch_map=mismatch_map,
+        blocked_reason=None,
+        warnings=warnings,
+        evidence=evidence,
+        chosen_index=chosen.index,
+        timings=analysis.timings,
+        mode=chosen.mode,
+    )
+
+
+def fault_report(request: CompareRequest, message: str) -> Report:
+    """A report for a case the engine itself failed on: critical, blocked at execution, nothing lost."""
+    return Report(
+        case_id=request.case_id, deterministic_verdict="fail", ai_advisory_verdict=None,
+        verdict_consistency_flag=None, overall_score=0.0, structure_score=None, result_score=None,
+        diagnostic_scores=None, performance_scores=None, severity="critical failure", explanations=[message],
+        mismatch_map=None, error_types=["unknown_error"], blocked_reason="execution_failure", warnings=[message],
+        validity={"case_valid": False, "invalid_reason": message}, evidence={"engine_error": message},
+        run_metadata=_run_metadata(request, None, None, None, {}), metrics=_empty_metrics(),
+    )
+
+
+def render_text(report: Report) -> str:
+    """A report as a person reads it: verdict, scores, explanations, per-column map, warnings."""
+    lines = [f"case {report.case_id}: {report.deterministic_verdict.upper()} ({report.severity}), "
+             f"overall {report.overall_score:.3f}"]
+    if report.blocked_reason:
+        lines.append(f"blocked: {report.blocked_reason}")
+    scores = [f"{name} {value:.3f}" for name, value in
+              (("structure", report.structure_score), ("result", report.result_score)) if value is not None]
+    if scores:
+        lines.append("scores: " + ", ".join(scores))
+    lines += [f"  - {line}" for line in report.explanations]
+    columns = (report.mismatch_map or {}).get("per_column", {}).get("attributes", {})
+    wrong = {name: c for name, c in columns.items() if c["status"] != "match"}
+    if wrong:
+        lines.append("columns:")
+        for name, c in wrong.items():
+            detail = "missing" if c["status"] == "missing" else \
+                f"{c['mismatched_cells']}/{c['compared_cells']} cells differ ({c['severity']})"
+            lines.append(f"  {name}: {detail}")
+    for label, key in (("missing rows (sample)", "missing_rows_sample"), ("extra rows (sample)", "extra_rows_sample")):
+        rows = (report.mismatch_map or {}).get(key) or []
+        if rows:
+            lines.append(f"{label}: " + "; ".join(str(tuple(r)) for r in rows))
+    lines += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def _report(validation: Validation, *, verdict: str, overall: float, severity_label: str,
+            structure: tuple[dict[str, Any], float] | None, result: tuple[dict[str, Any], float] | None,
+            diagnostics: dict[str, Any] | None, performance: dict[str, Any] | None, explanations: list[str],
+            mismatch_map: dict[str, Any] | None, blocked_reason: str | None, warnings: list[str],
+            evidence: dict[str, Any], chosen_index: int | None, timings: dict[str, float] | None = None,
+            mode: str | None = None) -> Report:
+    request = validation.request
+    metrics = _empty_metrics()
+    metrics["validation"] = _validation_metrics(validation, chosen_index)
+    if structure is not None:
+        metrics["structure"] = structure[0]
+    if result is not None:
+        metrics["result"] = result[0]
+    if diagnostics is not None:
+        metrics["diagnostics"] = {name: diagnostics[name] for name in DIAGNOSTIC_METRICS}
+    if performance is not None:
+        metrics["performance"] = {name: performance[name] for name in PERFORMANCE_METRICS}
+    all_timings = {**validation.timings, **(timings or {})}
+    return Report(
+        case_id=request.case_id,
+        deterministic_verdict=verdict,  # type: ignore[arg-type]
+        ai_advisory_verdict=None,
+        verdict_consistency_flag=None,
+        overall_score=overall,
+        structure_score=structure[1] if structure is not None else None,
+        result_score=result[1] if result is not None else None,
+        diagnostic_scores={k: diagnostics[k] for k in DIAGNOSTIC_SCORE_KEYS} if diagnostics is not None else None,
+        performance_scores=performance,
+        severity=severity_label,  # type: ignore[arg-type]
+        explanations=explanations,
+        mismatch_map=mismatch_map,
+        error_types=_error_types(validation),
+        blocked_reason=blocked_reason,  # type: ignore[arg-type]
+        warnings=_unique(warnings),
+        validity=_validity(validation),
+        evidence=evidence,
+        run_metadata=_run_metadata(request, validation.dialect, validation.database, mode, all_timings),
+        metrics=metrics,
+    )
+
+
+def _structure_only(validation: Validation, expected: Side) -> tuple[dict[str, Any], float] | None:
+    """Layer 2 still runs when execution failed: the clause diff explains many execution errors."""
+    actual = validation.actual
+    assert actual.parsed.ast is not None and expected.parsed.ast is not None
+    comparison = compare_structure(
+        expected.parsed.normalized_sql or "", actual.parsed.normalized_sql or "",
+        query_shape(canonical_tree(expected.parsed.ast, validation.dialect)),
+        query_shape(canonical_tree(actual.parsed.ast, validation.dialect)),
+    )
+    return comparison.metrics(), structure_score(comparison)
+
+
+def _validation_metrics(validation: Validation, chosen_index: int | None) -> dict[str, Any]:
+    config = validation.request.config
+    actual = validation.actual
+    expected = validation.expected[chosen_index if chosen_index is not None else _first_expected(validation)]
+    metrics: dict[str, Any] = {}
+    for name, side in (("actual", actual), ("expected", expected)):
+        execution = side.execution
+        metrics[f"parse_success_{name}"] = side.parsed.success
+        metrics[f"normalized_sql_{name}"] = side.parsed.normalized_sql
+        metrics[f"execution_success_{name}"] = bool(execution and execution.success) if side.parsed.success \
+            else None
+        metrics[f"execution_error_{name}"] = execution.error.model_dump() if execution and execution.error else None
+        metrics[f"execution_time_{name}_ms"] = execution.elapsed_ms if execution else None
+    for name, side in (("actual", actual), ("expected", expected)):
+        if config.include_asts:
+            metrics[f"ast_{name}"] = side.parsed.ast.dump() if side.parsed.ast is not None else None
+        if config.include_result_tables:
+            relation = side.relation
+            metrics[f"{name}_result_table"] = relation.to_rows() if relation is not None else None
+            metrics[f"{name}_schema"] = relation.schema() if relation is not None else None
+    return metrics
+
+
+def _first_expected(validation: Validation) -> int:
+    """The alternative to show when none was chosen: the first that ran, else the first that parsed."""
+    for predicate in (lambda s: s.executed_ok, lambda s: s.parsed.success):
+        for index, side in enumerate(validation.expected):
+            if predicate(side):
+                return index
+    return 0
+
+
+def _validity(validation: Validation) -> dict[str, Any]:
+    actual, expected = validation.actual, validation.expected
+    case_valid = any(s.executed_ok for s in expected)
+    return {
+        "parse_success_actual": actual.parsed.success,
+        "parse_success_expected": [s.parsed.success for s in expected],
+        "execution_success_actual": actual.executed_ok if actual.parsed.success else None,
+        "execution_success_expected": [s.executed_ok if s.parsed.success else None for s in expected],
+        "case_valid": case_valid,
+        "invalid_reason": None if case_valid else "no expected query parses and executes",
+    }
+
+
+def _error_types(validation: Validation) -> list[ErrorCategory]:
+    categories: list[ErrorCategory] = []
+    for side in [validation.actual, *validation.expected]:
+        if side.execution is not None and side.execution.error is not None:
+            categories.append(side.execution.error.category)
+    return _unique(categories)
+
+
+def _failed_sides(validation: Validation) -> list[dict[str, Any]]:
+    failed = []
+    for label, side in [("actual", validation.actual)] + [(f"expected[{i}]", s)
+                                                          for i, s in enumerate(validation.expected)]:
+        if not side.parsed.success:
+            failed.append({"side": label, "stage": "parse", "message": side.parsed.error})
+        elif side.execution is not None and side.execution.error is not None:
+            failed.append({"side": label, "stage": "execution", **side.execution.error.model_dump()})
+    return failed
+
+
+def _expected_failure(index: int, side: Side, count: int) -> list[str]:
+    name = "expected query" if count == 1 else f"expected query #{index}"
+    if not side.parsed.success:
+        return [f"{name} does not parse: {side.parsed.error}"]
+    if side.execution is not None and side.execution.error is not None:
+        return [f"{name} failed with {side.execution.error.category}: {side.execution.error.message}"]
+    return []
+
+
+def _run_metadata(request: CompareRequest, dialect: str | None, database: str | None, mode: str | None,
+                  timings: dict[str, float]) -> dict[str, Any]:
+    return {
+        "engine_version": ENGINE_VERSION,
+        "dialect": dialect,
+        "database": database,
+        "config_hash": request.config.config_hash(),
+        "comparison_mode": mode,
+        "timings": dict(timings),
+        "judge": None,
+    }
+
+
+def _empty_metrics() -> dict[str, Any]:
+    return {"validation": None, "structure": None, "result": None, "diagnostics": None, "performance": None,
+            "ai_judge": None}
+
+
+def _unique(items: list[Any]) -> list[Any]:
+    return list(dict.fromkeys(items))
