@@ -63,8 +63,8 @@ def parse(sql: str, dialect: str) -> ParseOutcome:
     'select a from t'
     >>> parse("SELECT (", "sqlite").success
     False
-    >>> parse("SELEC name FORM t", "sqlite").error
-    "not a SQL statement: 'SELEC AS name' parses only as a bare expression (a misspelt keyword?)"
+    >>> parse("SELEC * FORM t", "sqlite").error
+    "not a SQL statement: 'SELEC * FORM AS t' parses only as a bare expression (a misspelt keyword?)"
     """
     if not sql or not sql.strip():
         return ParseOutcome(False, None, None, "empty query")
