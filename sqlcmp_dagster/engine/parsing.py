@@ -172,28 +172,40 @@ def unalias_tables(tree: exp.Expression) -> exp.Expression:
 
 
 def sort_commutative(tree: exp.Expression) -> exp.Expression:
-    """Order the operands of AND/OR chains and of ``=``/``<>`` by their SQL text.
+    """Order the operands of AND/OR chains and of ``=``/``<>`` by their SQL text (literals to the right).
 
     >>> sort_commutative(sqlglot.parse_one("SELECT 1 WHERE b = 2 AND 1 = a")).sql()
-    'SELECT 1 WHERE 1 = a AND b = 2'
+    'SELECT 1 WHERE a = 1 AND b = 2'
     """
 
     def rewrite(node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.EQ, exp.NEQ)):
             left, right = node.this, node.expression
-            if right.sql() < left.sql():
+            if _operand_key(right) < _operand_key(left):
                 return node.__class__(this=right, expression=left)
             return node
         if isinstance(node, exp.Connector) and not isinstance(node.parent, node.__class__):
-            operands = sorted(node.flatten(), key=lambda operand: operand.sql())
+            # Parentheses stay where they are (unnest=False): they are what keeps (p OR q) AND r intact.
+            operands = sorted(node.flatten(unnest=False), key=lambda operand: operand.sql())
             combined = operands[0]
             for operand in operands[1:]:
                 combined = node.__class__(this=combined, expression=operand)
             return combined
         return node
 
-    # Operands are sorted bottom-up so that nested chains are canonical before their parent compares them.
-    return tree.transform(rewrite, copy=False)
+    # Post-order, so that nested chains are canonical before the chain around them compares their text.
+    for node in reversed(list(tree.walk(bfs=False))):
+        replacement = rewrite(node)
+        if replacement is not node:
+            if node is tree:
+                tree = replacement
+            else:
+                node.replace(replacement)
+    return tree
+
+
+def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
+    return isinstance(operand, exp.Literal), operand.sql()
 
 
 def lowercase_keywords(sql: str, dialect: str) -> str:

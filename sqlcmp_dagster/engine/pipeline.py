@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -226,6 +228,24 @@ class Evaluator:
                 except Exception as failure:  # a driver's own failure to connect
                     error = f"cannot open database {target!r}: {type(failure).__name__}: {failure}"
         return compare(request, database, database_error=error)
+
+    def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
+                     progress: Callable[[Report], None] | None = None) -> list[Report]:
+        """Reports of ``cases`` in their order; ``workers`` threads share the adapters (SQLite and polars
+        release the GIL while they work, so threads overlap query execution and comparison)."""
+        if workers <= 1:
+            reports = []
+            for case in cases:
+                reports.append(self.evaluate(case))
+                if progress is not None:
+                    progress(reports[-1])
+            return reports
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            futures = [pool.submit(self.evaluate, case) for case in cases]
+            for future in as_completed(futures):
+                if progress is not None:
+                    progress(future.result())
+            return [future.result() for future in futures]
 
     def adapter(self, target: str) -> ExecutionAdapter:
         """The shared adapter of ``target`` (timeouts and row caps come from each case's config per call)."""

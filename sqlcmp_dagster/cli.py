@@ -1,0 +1,207 @@
+"""The ``sqlcmp`` command line: ``compare`` one pair, ``evaluate`` a suite, ``demo`` the bundled sample.
+
+Exit status (sqlcmp-spec.md section 4): 0 pass (for ``evaluate``: every valid case passed), 1 fail, 2 bad
+input or usage, with the message on stderr and no stack trace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator, compare
+from sqlcmp_dagster.engine.report import render_text
+from sqlcmp_dagster.engine.summary import render_summary, summarize
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: reported on stderr with exit status 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args))
+    except UsageError as error:
+        print(f"sqlcmp: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("sqlcmp: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sqlcmp", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    one = commands.add_parser("compare", help="compare one actual query with the expected one")
+    one.add_argument("--db", required=True, help="SQLAlchemy URL or path to a SQLite file")
+    one.add_argument("--expected-sql", required=True, action="append",
+                     help="expected query (repeat for several acceptable ones)")
+    one.add_argument("--actual-sql", required=True)
+    one.add_argument("--user-query", default="")
+    _config_options(one)
+    one.add_argument("--format", choices=("text", "json"), default="text")
+    one.set_defaults(handler=_compare)
+
+    batch = commands.add_parser("evaluate", help="evaluate a suite, one report per line")
+    batch.add_argument("suite", type=Path, help="suite file (.jsonl, .yaml, .parquet)")
+    target = batch.add_mutually_exclusive_group()
+    target.add_argument("--db-dir", type=Path, help="folder of SQLite databases, cases name them by db id")
+    target.add_argument("--db", help="database for cases that name none (URL or SQLite path)")
+    batch.add_argument("--out", type=Path, required=True, help="output JSONL file")
+    batch.add_argument("--workers", type=int, default=1)
+    batch.add_argument("--summary-out", type=Path, help="also write the summary as JSON here")
+    _config_options(batch)
+    batch.set_defaults(handler=_evaluate)
+
+    demo = commands.add_parser("demo", help="evaluate the bundled sample suite on the bundled SQLite database")
+    demo.add_argument("--out-dir", type=Path, default=Path("sqlcmp-demo"))
+    demo.set_defaults(handler=_demo)
+    return parser
+
+
+def _config_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--mode", choices=("auto", "exact", "order-insensitive", "order-sensitive"))
+    parser.add_argument("--atol", type=float, help="numeric absolute tolerance")
+    parser.add_argument("--rtol", type=float, help="numeric relative tolerance")
+    parser.add_argument("--timeout-ms", type=int, help="query timeout in milliseconds")
+    parser.add_argument("--config", type=Path, help="JSON or YAML file of configuration options")
+
+
+def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Options from --config, then the flags on top; validated here so a bad value names its option."""
+    options: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            loaded = yaml.safe_load(args.config.read_text(encoding="utf-8"))
+        except OSError as error:
+            raise UsageError(f"--config {args.config}: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise UsageError(f"--config {args.config}: not valid JSON or YAML: {error}") from error
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--config {args.config}: expected a mapping of options")
+        options.update(loaded)
+    flags = {"comparison_mode": args.mode, "numeric_abs_tolerance": args.atol,
+             "numeric_rel_tolerance": args.rtol, "query_timeout_ms": args.timeout_ms}
+    options.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        EvalConfig.model_validate(options)
+    except ValidationError as error:
+        raise UsageError("bad configuration: " + _errors(error)) from error
+    return options
+
+
+def _compare(args: argparse.Namespace) -> int:
+    options = _config_overrides(args)
+    try:
+        request = CompareRequest(case_id="cli", user_query=args.user_query, expected_sql=args.expected_sql,
+                                 actual_sql=args.actual_sql, db=args.db, config=EvalConfig(**options))
+    except ValidationError as error:
+        raise UsageError(_errors(error)) from error
+    adapter = _open(args.db)
+    try:
+        report = compare(request, adapter)
+    finally:
+        adapter.close()
+    if args.format == "json":
+        print(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    else:
+        print(render_text(report))
+    return EXIT_PASS if report.deterministic_verdict == "pass" else EXIT_FAIL
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    if not args.suite.is_file():
+        raise UsageError(f"suite not found: {args.suite}")
+    if args.db_dir is not None and not args.db_dir.is_dir():
+        raise UsageError(f"--db-dir is not a folder: {args.db_dir}")
+    if args.workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if args.db is not None:
+        _open(args.db).close()
+    try:
+        suite = load_suite(args.suite, _config_overrides(args))
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    for problem in suite.errors:
+        print(f"sqlcmp: skipped {problem}", file=sys.stderr)
+    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db)
+    reports = _run_batch(evaluator, suite.cases, args.out, args.workers)
+    summary = summarize(reports, load_errors=len(suite.errors))
+    if args.summary_out is not None:
+        args.summary_out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    print(render_summary(summary))
+    print(f"reports: {args.out}")
+    if suite.errors:
+        return EXIT_USAGE
+    return EXIT_PASS if summary["failed"] == 0 else EXIT_FAIL
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
+
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    suite = load_suite(sample_suite_path())
+    evaluator = Evaluator(db_dir=sample_db_dir())
+    out = args.out_dir / "reports.jsonl"
+    reports = _run_batch(evaluator, suite.cases, out, workers=1)
+    summary = summarize(reports, load_errors=len(suite.errors))
+    (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    print(render_summary(summary))
+    print(f"reports: {out}\nsummary: {args.out_dir / 'summary.json'}")
+    return EXIT_PASS
+
+
+def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int) -> list[Report]:
+    """Evaluate ``cases`` and write their reports to ``out`` atomically (a partial file never replaces it)."""
+    done = [0]
+    interactive = sys.stderr.isatty()
+
+    def progress(report: Report) -> None:
+        done[0] += 1
+        if interactive:
+            print(f"\r[{done[0]}/{len(cases)}] {report.case_id[:40]:40}", end="", file=sys.stderr, flush=True)
+
+    try:
+        reports = evaluator.evaluate_all(cases, workers=workers, progress=progress)
+    finally:
+        evaluator.close()
+        if interactive:
+            print(file=sys.stderr)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    with partial.open("w", encoding="utf-8") as handle:
+        for report in reports:
+            handle.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    partial.replace(out)
+    return reports
+
+
+def _open(db: str) -> ExecutionAdapter:
+    try:
+        return ExecutionAdapter(db)
+    except FileNotFoundError as error:
+        raise UsageError(f"--db: {error}") from error
+    except Exception as error:  # SQLAlchemy's URL and driver errors: bad input, not a crash
+        raise UsageError(f"--db {db!r}: {type(error).__name__}: {error}") from error
+
+
+def _errors(error: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in error.errors())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, _sqlite_read_only, resolve_database
+from sqlcmp_dagster.engine.parsing import ParseOutcome
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def adapter(sample_db: Path) -> ExecutionAdapter:
+    return ExecutionAdapter(str(sample_db), timeout_ms=2_000)
+
+
+def test_execute_materializes_names_types_and_timing(adapter: ExecutionAdapter) -> None:
+    execution = adapter.execute("SELECT name, price, discontinued FROM products ORDER BY product_id")
+    assert execution.success and execution.relation is not None
+    assert execution.relation.names == ["name", "price", "discontinued"]
+    assert [c["type"] for c in execution.relation.schema()] == ["String", "Float64", "Int64"]
+    assert execution.relation.height == 12
+    assert execution.elapsed_ms > 0
+
+
+@pytest.mark.parametrize(
+    ("sql", "category", "message"),
+    [
+        ("SELECT * FROM nope", "missing_table", "no such table: nope"),
+        ("SELECT nope FROM products", "missing_column", "no such column: nope"),
+        ("SELECT customer_id FROM orders JOIN customers ON customers.customer_id = orders.customer_id",
+         "ambiguous_reference", "ambiguous column name: customer_id"),
+        ("SELECT customer_id FROM orders WHERE count(*) > 1", "invalid_aggregation", "misuse of aggregate"),
+        ("SELECT abs(1, 2)", "invalid_aggregation", "wrong number of arguments"),
+    ],
+)
+def test_sqlite_errors_map_to_the_taxonomy_and_keep_the_raw_message(
+    adapter: ExecutionAdapter, sql: str, category: str, message: str
+) -> None:
+    execution = adapter.execute(sql)
+    assert not execution.success and execution.error is not None
+    assert execution.error.category == category
+    assert message in execution.error.message
+
+
+def test_timeout_interrupts_sqlite_and_the_database_stays_usable(adapter: ExecutionAdapter) -> None:
+    runaway = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
+    started = time.monotonic()
+    execution = adapter.execute(runaway, timeout_ms=200)
+    elapsed = time.monotonic() - started
+    assert execution.error is not None and execution.error.category == "timeout"
+    assert elapsed < 0.2 + 1.0
+    assert adapter.execute("SELECT count(*) FROM products").success
+
+
+def test_cross_join_blowup_is_interrupted(adapter: ExecutionAdapter) -> None:
+    sql = "SELECT count(*) FROM order_items a, order_items b, order_items c, order_items d"
+    execution = adapter.execute(sql, timeout_ms=150)
+    assert execution.error is not None and execution.error.category == "timeout"
+
+
+@pytest.mark.parametrize("sql", ["DELETE FROM orders", "DROP TABLE orders", "SELECT 1; DELETE FROM orders",
+                                 "UPDATE products SET price = 0", "PRAGMA user_version = 7",
+                                 "ATTACH DATABASE ':memory:' AS x"])
+def test_writes_are_refused_and_the_file_is_unchanged(adapter: ExecutionAdapter, sample_db: Path, sql: str) -> None:
+    before = _digest(sample_db)
+    execution = adapter.execute(sql)
+    assert execution.error is not None and execution.error.category == "unsafe_statement"
+    assert _digest(sample_db) == before
+
+
+def test_the_connection_itself_is_read_only_even_past_the_gate(adapter: ExecutionAdapter, sample_db: Path) -> None:
+    """Defence in depth: a write that slipped past the statement gate still fails in the engine."""
+    before = _digest(sample_db)
+    forged = ParseOutcome(True, None, None, None)  # no AST: the gate cannot see the statement
+    with pytest.raises(sqlite3.OperationalError, match="readonly|read-only"):
+        _sqlite_read_only(sample_db).execute("DELETE FROM orders")
+    execution = adapter.execute("DELETE FROM orders", parsed=forged)
+    assert not execution.success
+    assert _digest(sample_db) == before
+
+
+def test_max_result_rows_caps_materialization_with_a_warning(adapter: ExecutionAdapter) -> None:
+    execution = adapter.execute("SELECT * FROM order_items", max_rows=10)
+    assert execution.success and execution.relation is not None
+    assert execution.relation.height == 10 and execution.relation.truncated
+    assert any("max_result_rows=10" in w for w in execution.warnings)
+
+
+def test_mixed_type_column_keeps_numbers_and_text_apart(adapter: ExecutionAdapter) -> None:
+    execution = adapter.execute("SELECT 1 UNION ALL SELECT '1'")
+    assert execution.relation is not None
+    values = execution.relation.frame[:, 0].to_list()
+    assert len(set(values)) == 2
+
+
+def test_non_utf8_text_does_not_fail_the_query(tmp_path: Path) -> None:
+    path = tmp_path / "bytes.sqlite"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE t (a TEXT)")
+    connection.execute("INSERT INTO t VALUES (CAST(X'FF00FE61' AS TEXT))")
+    connection.commit()
+    connection.close()
+    execution = ExecutionAdapter(str(path)).execute("SELECT a FROM t")
+    assert execution.success and execution.relation is not None and execution.relation.height == 1
+
+
+def test_resolve_database_finds_spider_and_flat_layouts(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    sqlite3.connect(tmp_path / "a" / "a.sqlite").close()
+    sqlite3.connect(tmp_path / "b.sqlite").close()
+    assert resolve_database("a", tmp_path) == str(tmp_path / "a" / "a.sqlite")
+    assert resolve_database("b", tmp_path) == str(tmp_path / "b.sqlite")
+    with pytest.raises(FileNotFoundError, match="'c' not found"):
+        resolve_database("c", tmp_path)
+
+
+def test_missing_database_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not found"):
+        ExecutionAdapter(str(tmp_path / "absent.sqlite"))
