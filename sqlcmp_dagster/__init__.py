@@ -1,0 +1,1 @@
+"""sqlcmp: deterministic-first comparison of generated SQL with ground truth, orchestrated with Dagster."""

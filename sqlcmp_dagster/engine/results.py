@@ -374,7 +374,7 @@ def _positional_pairing(
     e: pl.DataFrame, a: pl.DataFrame, keys: list[str], numeric: set[str], tolerance: Tolerance, nulls_equal: bool
 ) -> Pairing:
     count = min(e.height, a.height)
-    joined = pl.concat([e.head(count), a.head(count).rename(lambda c: f"{c}_right")], how="horizontal")
+    joined = e.head(count).hstack(a.head(count).rename(lambda c: f"{c}_right"))
     equal = pl.all_horizontal([_cell_equal(c, c in numeric, tolerance, nulls_equal) for c in keys] or [pl.lit(True)])
     matched = joined.filter(equal).select(_ROW, f"{_ROW}_right")
     unpaired_e = e.join(matched.select(_ROW), on=_ROW, how="anti")[_ROW]
@@ -414,9 +414,12 @@ def _comparable_frames(
             numeric.add(f"k{i}")
         e_cols.append(left.alias(f"k{i}"))
         a_cols.append(right.alias(f"k{i}"))
-    e_frame = pl.DataFrame(e_cols, height=expected.height).with_row_index(_ROW).cast({_ROW: pl.Int64})
-    a_frame = pl.DataFrame(a_cols, height=actual.height).with_row_index(_ROW).cast({_ROW: pl.Int64})
-    return e_frame, a_frame, numeric
+    return _indexed(e_cols, expected.height), _indexed(a_cols, actual.height), numeric
+
+
+def _indexed(columns: list[pl.Series], height: int) -> pl.DataFrame:
+    """A frame of ``columns`` behind a ``__row`` number column (a frame even when no column is paired)."""
+    return pl.DataFrame({_ROW: pl.int_range(0, height, eager=True, dtype=pl.Int64)}).with_columns(columns)
 
 
 def _unify(left: pl.Series, right: pl.Series) -> tuple[pl.Series, pl.Series]:

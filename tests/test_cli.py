@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sqlcmp_dagster.cli import main
+
+
+def test_compare_pass_text(sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--db", str(sample_db), "--expected-sql", "SELECT name FROM products",
+                 "--actual-sql", "select NAME from products"])
+    assert code == 0
+    assert capsys.readouterr().out.startswith("case cli: PASS (pass)")
+
+
+def test_compare_fail_json_is_machine_readable(sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["compare", "--db", f"sqlite:///{sample_db}", "--expected-sql", "SELECT name FROM products",
+                 "--actual-sql", "SELECT name, price FROM products", "--format", "json"])
+    assert code == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["deterministic_verdict"] == "fail"
+    assert report["diagnostic_scores"]["likely_source_clause"] == "projection"
+
+
+def test_compare_options_reach_the_config(sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["compare", "--db", str(sample_db), "--expected-sql", "SELECT 1.0 AS v", "--actual-sql", "SELECT 1.05 AS v",
+            "--format", "json"]
+    assert main(args) == 1
+    capsys.readouterr()
+    assert main(args + ["--atol", "0.1", "--mode", "exact"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["metrics"]["result"]["result_equality_family"]["comparison_mode"] == "exact"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--db", "/no/such.sqlite"], "--db: SQLite database not found"),
+        (["--db", "{db}", "--atol", "-1"], "numeric_abs_tolerance"),
+        (["--db", "{db}", "--config", "/no/such.yaml"], "--config /no/such.yaml"),
+        (["--db", "nosuchdriver://x"], "--db 'nosuchdriver://x'"),
+    ],
+)
+def test_compare_bad_input_exits_2_with_a_message(sample_db: Path, capsys: pytest.CaptureFixture[str],
+                                                  args: list[str], message: str) -> None:
+    argv = ["compare", "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1"]
+    argv += [a.replace("{db}", str(sample_db)) for a in args]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+
+
+def test_evaluate_writes_one_report_per_case_and_reports_bad_lines(
+    tmp_path: Path, sample_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(
+        '{"case_id": "a", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n'
+        '{"case_id": "b", "expected_sql": "SELECT 1", "actual_sql": "SELECT 2", "db": "shop"}\n'
+        '{"case_id": "c", "expected_sql": 5}\n', encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    code = main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--workers", "2",
+                 "--summary-out", str(tmp_path / "summary.json")])
+    assert code == 2  # a suite line could not be loaded; the others were still evaluated
+    captured = capsys.readouterr()
+    assert f"{suite}:3: case 'c'" in captured.err
+    reports = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["case_id"], r["deterministic_verdict"]) for r in reports] == [("a", "pass"), ("b", "fail")]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert (summary["passed"], summary["failed"], summary["load_errors"], summary["pass_rate"]) == (1, 1, 1, 0.5)
+    assert "2 cases: 1 passed, 1 failed (pass rate 50.0%)" in captured.out
+
+
+def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SQLCMP_SAMPLE_DIR", str(sample_dir))
+    assert main(["demo", "--out-dir", str(tmp_path / "demo")]) == 0
+    summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    assert summary["cases"] == 32 and summary["passed"] == 10
+    assert len((tmp_path / "demo" / "reports.jsonl").read_text().splitlines()) == 32

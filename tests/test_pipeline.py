@@ -1,0 +1,228 @@
+"""The engine end to end on the bundled sample: verdicts, attribution, precedence, invariants, robustness."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sqlcmp_dagster.cases.sample import INVALID_SUITE, sample_suite_path
+from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
+
+TOP_LEVEL_KEYS = {
+    "case_id", "deterministic_verdict", "ai_advisory_verdict", "verdict_consistency_flag", "overall_score",
+    "structure_score", "result_score", "diagnostic_scores", "performance_scores", "severity", "explanations",
+    "mismatch_map", "error_types", "blocked_reason", "warnings", "validity", "evidence", "run_metadata", "metrics",
+}
+
+# case_id -> (verdict, severity, likely_source_clause or error category)
+EXPECTED_OUTCOMES: dict[str, tuple[str, str, str | None]] = {
+    "pass_identical": ("pass", "pass", None),
+    "pass_reformatted": ("pass", "pass", None),
+    "pass_column_permutation": ("pass", "pass", None),
+    "pass_row_order_free": ("pass", "pass", None),
+    "pass_equivalent_rewrite": ("pass", "pass", None),
+    "pass_float_tolerance": ("pass", "pass", None),
+    "pass_ties": ("pass", "pass", None),
+    "pass_vacuous_empty": ("pass", "pass", None),
+    "pass_multiple_expected": ("pass", "pass", None),
+    "pass_pre_materialized": ("pass", "pass", None),
+    "fail_ordering_only": ("fail", "minor issue", "ordering"),
+    "fail_extra_columns": ("fail", "moderate issue", "projection"),
+    "fail_missing_column": ("fail", "moderate issue", "projection"),
+    "fail_filter": ("fail", "moderate issue", "selection_predicate"),
+    "fail_join_type": ("fail", "moderate issue", "join"),
+    "fail_join_fanout": ("fail", "major issue", "join"),
+    "fail_grouping": ("fail", "major issue", "aggregation_grain"),
+    "fail_aggregate_function": ("fail", "major issue", "aggregate_function"),
+    "fail_top_k": ("fail", "moderate issue", "top_k"),
+    "fail_rounding": ("fail", "minor issue", "projection"),
+    "fail_null_handling": ("fail", "moderate issue", "projection"),
+    "fail_duplicates": ("fail", "major issue", "projection"),
+    "fail_having": ("fail", "moderate issue", "selection_predicate"),
+    "fail_date_filter": ("fail", "moderate issue", "selection_predicate"),
+    "fail_wrong_text": ("fail", "major issue", "projection"),
+    "parse_failure": ("fail", "critical failure", "parse_failure"),
+    "exec_missing_table": ("fail", "critical failure", "missing_table"),
+    "exec_missing_column": ("fail", "critical failure", "missing_column"),
+    "exec_ambiguous_reference": ("fail", "critical failure", "ambiguous_reference"),
+    "exec_invalid_aggregation": ("fail", "critical failure", "invalid_aggregation"),
+    "exec_unsafe_statement": ("fail", "critical failure", "unsafe_statement"),
+    "exec_timeout": ("fail", "critical failure", "timeout"),
+}
+
+
+@pytest.fixture(scope="module")
+def suite_reports(evaluator: Evaluator) -> dict[str, Report]:
+    suite = load_suite(sample_suite_path())
+    assert not suite.errors
+    return {case.case_id: evaluator.evaluate(case) for case in suite.cases}
+
+
+def test_the_suite_covers_every_listed_outcome(suite_reports: dict[str, Report]) -> None:
+    assert set(suite_reports) == set(EXPECTED_OUTCOMES)
+
+
+@pytest.mark.parametrize("case_id", sorted(EXPECTED_OUTCOMES))
+def test_sample_case_outcome(suite_reports: dict[str, Report], case_id: str) -> None:
+    report = suite_reports[case_id]
+    verdict, severity, source = EXPECTED_OUTCOMES[case_id]
+    assert set(report.model_dump()) == TOP_LEVEL_KEYS
+    assert (report.deterministic_verdict, report.severity) == (verdict, severity)
+    if report.blocked_reason is not None:
+        assert report.overall_score == 0.0
+        assert source == report.blocked_reason or source in report.error_types
+        assert report.metrics["result"] is None and report.diagnostic_scores is None
+    elif verdict == "pass":
+        assert report.overall_score > 0.5 and report.diagnostic_scores["likely_source_clause"] is None
+    else:
+        assert report.overall_score <= 0.5
+        assert report.diagnostic_scores["likely_source_clause"] == source
+        assert report.explanations[1:], "a failure is explained"
+
+
+def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> None:
+    metrics = suite_reports["fail_filter"].metrics
+    assert {"parse_success_actual", "parse_success_expected", "normalized_sql_actual", "normalized_sql_expected",
+            "execution_success_actual", "execution_success_expected", "execution_error_actual",
+            "execution_error_expected", "execution_time_actual_ms", "execution_time_expected_ms"} \
+        <= set(metrics["validation"])
+    assert set(metrics["structure"]) == {"normalized_sql_match", "clause_match", "clause_weighted_distance"}
+    assert set(metrics["structure"]["clause_match"]) == {
+        "projection", "selection_predicate", "post_aggregation_predicate", "join", "aggregation_grain", "ordering",
+        "top_k", "distinct", "window", "set_operators"}
+    assert set(metrics["result"]) == {"result_equality_family", "schema_match", "row_overlap", "cell_overlap",
+                                      "cardinality_match", "numeric_tolerance_match", "null_handling_match"}
+    assert set(metrics["diagnostics"]) == {
+        "projection_error_score", "filter_error_score", "join_error_score", "grouping_error_score",
+        "aggregate_function_error_score", "ordering_error_flag", "limit_topk_error_score",
+        "cardinality_explosion_flag", "per_column_mismatch_map", "confidence", "evidence_strength", "ambiguous_case"}
+
+
+def test_attribution_is_confirmed_by_re_execution(suite_reports: dict[str, Report]) -> None:
+    report = suite_reports["fail_extra_columns"]
+    probes = report.diagnostic_scores and report.evidence["probes"]
+    assert probes and probes[0] == {**probes[0], "clause": "projection", "passed": True}
+    assert report.diagnostic_scores["evidence_strength"] == "high"
+    assert "actual returns 2 extra columns (city, email)" in report.explanations
+
+
+def test_plain_language_evidence_names_the_wrong_column(suite_reports: dict[str, Report]) -> None:
+    report = suite_reports["fail_aggregate_function"]
+    per_column = report.mismatch_map["per_column"]["attributes"]
+    wrong = [name for name, column in per_column.items() if column["status"] == "mismatch"]
+    assert wrong == ["sum(quantity)"]
+    assert any(line.startswith("column sum(quantity) differs in") for line in report.explanations)
+
+
+def test_join_fanout_sets_the_cardinality_explosion_flag(suite_reports: dict[str, Report]) -> None:
+    assert suite_reports["fail_join_fanout"].diagnostic_scores["cardinality_explosion_flag"] is True
+    assert suite_reports["fail_filter"].diagnostic_scores["cardinality_explosion_flag"] is False
+
+
+def test_auto_mode_resolves_from_the_expected_top_level_order_by(suite_reports: dict[str, Report]) -> None:
+    modes = {cid: r.metrics["result"]["result_equality_family"]["comparison_mode"]
+             for cid, r in suite_reports.items() if r.metrics["result"]}
+    assert modes["fail_ordering_only"] == "order-sensitive"
+    assert modes["pass_row_order_free"] == "order-insensitive"
+    assert modes["pass_equivalent_rewrite"] == "order-insensitive"  # ORDER BY only inside a subquery: none here
+
+
+def test_multiple_expected_names_the_matching_one(suite_reports: dict[str, Report]) -> None:
+    assert suite_reports["pass_multiple_expected"].evidence["matched_expected_index"] == 1
+
+
+def test_vacuous_match_warns(suite_reports: dict[str, Report]) -> None:
+    assert any("vacuous" in w for w in suite_reports["pass_vacuous_empty"].warnings)
+
+
+def test_every_expected_query_compared_with_itself_scores_one(evaluator: Evaluator) -> None:
+    for case in load_suite(sample_suite_path()).cases:
+        for sql in case.expected_sql:
+            report = evaluator.evaluate(CompareRequest(case_id=case.case_id, expected_sql=sql, actual_sql=sql,
+                                                       db=case.db))
+            assert (report.deterministic_verdict, report.overall_score) == ("pass", 1.0), case.case_id
+
+
+def test_a_failing_expected_query_makes_the_case_invalid_not_the_model_wrong(evaluator: Evaluator) -> None:
+    (case,) = load_suite(sample_suite_path(INVALID_SUITE)).cases
+    report = evaluator.evaluate(case)
+    assert report.blocked_reason == "execution_failure"
+    assert report.validity["case_valid"] is False and report.validity["execution_success_actual"] is True
+    assert any("expected query failed with missing_table" in line for line in report.explanations)
+
+
+def test_parse_failure_takes_precedence_over_execution(run: Callable[..., Report]) -> None:
+    report = run("SELECT name FROM nope", "SELECT (")
+    assert report.blocked_reason == "parse_failure" and report.severity == "critical failure"
+
+
+def test_missing_database_is_a_report_not_a_crash() -> None:
+    report = Evaluator().evaluate(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1", db="/no/such.db"))
+    assert report.blocked_reason == "execution_failure"
+    assert report.explanations[0].startswith("actual query failed with unknown_error: cannot open database")
+
+
+def test_performance_metrics_when_enabled(run: Callable[..., Report]) -> None:
+    report = run("SELECT name FROM products ORDER BY price", "SELECT name FROM products ORDER BY price",
+                 enable_performance_metrics=True)
+    performance = report.metrics["performance"]
+    assert performance["execution_time_ratio"] > 0 and performance["plan_complexity_score"] >= 3.0
+    assert performance["resource_cost_score"] is None
+    assert any("indicative" in w for w in report.warnings)
+    assert run("SELECT 1", "SELECT 1").metrics["performance"] is None
+
+
+def test_asts_and_tables_only_when_asked(run: Callable[..., Report]) -> None:
+    plain = run("SELECT 1 AS a", "SELECT 1 AS a").metrics["validation"]
+    assert "ast_actual" not in plain and "actual_result_table" not in plain
+    full = run("SELECT 1 AS a", "SELECT 1 AS a", include_asts=True, include_result_tables=True).metrics["validation"]
+    assert full["actual_result_table"] == {"columns": ["a"], "rows": [[1]]}
+    assert full["expected_schema"] == [{"name": "a", "type": "Int64"}] and full["ast_actual"]
+
+
+WEIRD_SQL = [
+    "", ";", "SELECT", "SELECT 'unterminated", "SELECT \x00", "SELECT '\udcff'", "SELECT * FROM products; --",
+    "SELECT " + " + ".join(["1"] * 3000), "SELECT " + "(" * 400 + "1" + ")" * 400,
+    "SELECT name FROM products WHERE name = '" + "é" * 10_000 + "'",
+    "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x FROM r) SELECT * FROM r",
+]
+
+
+@pytest.mark.parametrize("sql", WEIRD_SQL, ids=range(len(WEIRD_SQL)))
+def test_any_sql_yields_a_report(run: Callable[..., Report], sql: str) -> None:
+    report = run("SELECT name FROM products", sql, query_timeout_ms=300)
+    assert report.deterministic_verdict == "fail"
+    assert report.severity == "critical failure" or report.blocked_reason is None
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(sql=st.text(max_size=80))
+def test_random_text_never_crashes_the_engine(run: Callable[..., Report], sql: str) -> None:
+    report = run("SELECT 1", sql, query_timeout_ms=300)
+    assert set(report.model_dump()) == TOP_LEVEL_KEYS
+    assert "internal engine error" not in " ".join(report.warnings)
+
+
+def test_batch_keeps_going_past_broken_cases(tmp_path: Path, sample_dir: Path) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(
+        '{"case_id": "ok", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n'
+        "not json\n"
+        '{"case_id": "nosql", "db": "shop"}\n'
+        '{"case_id": "nodb", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "missing"}\n'
+        '{"case_id": "badcfg", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "config": {"query_timeout_ms": -5}}\n',
+        encoding="utf-8")
+    loaded = load_suite(suite)
+    assert [c.case_id for c in loaded.cases] == ["ok", "nodb"]
+    assert [(e.line, e.message.split(":")[0]) for e in loaded.errors] == [
+        (2, "invalid JSON"), (3, "case 'nosql'"), (5, "case 'badcfg'")]
+    assert "config.query_timeout_ms" in loaded.errors[2].message
+    reports = Evaluator(db_dir=sample_dir).evaluate_all(loaded.cases, workers=2)
+    assert [r.deterministic_verdict for r in reports] == ["pass", "fail"]
+    assert "database 'missing' not found" in str(reports[1].evidence)

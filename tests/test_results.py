@@ -1,0 +1,136 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sqlcmp_dagster.engine.execution import relation_from_rows
+from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
+from sqlcmp_dagster.engine.results import ResultComparison, compare_results
+
+
+def cmp(expected: tuple[list[str], list[tuple[Any, ...]]], actual: tuple[list[str], list[tuple[Any, ...]]],
+        mode: ResolvedMode = "order-insensitive", order_keys: list[int] | None = None,
+        **config: Any) -> ResultComparison:
+    return compare_results(relation_from_rows(*expected), relation_from_rows(*actual), mode=mode,
+                           config=EvalConfig(**config), order_keys=order_keys)
+
+
+AB = ["a", "b"]
+
+
+def test_bag_semantics_counts_duplicates() -> None:
+    result = cmp((AB, [(1, "x"), (1, "x"), (2, "y")]), (AB, [(1, "x"), (2, "y"), (2, "y")]))
+    assert not result.mode_pass
+    assert result.bag_matched_rows == 2
+    assert result.missing_rows == [[1, "x"]] and result.extra_rows == [[2, "y"]]
+    assert result.row_overlap == pytest.approx(2 * 2 / 6)
+
+
+def test_rows_stay_intact_when_columns_are_matched() -> None:
+    """Sorting values within a row or matching columns independently would call these equal; they are not."""
+    result = cmp((AB, [(1, 2), (3, 4)]), (AB, [(1, 4), (3, 2)]))
+    assert not result.mode_pass
+
+
+def test_one_consistent_column_permutation_is_found() -> None:
+    result = cmp((["a", "b", "c"], [(1, "x", 0.5), (2, "y", 1.5)]), (["c", "a", "b"], [(1.5, 2, "y"), (0.5, 1, "x")]))
+    assert result.mode_pass
+    assert result.schema_match["column_mapping"] == {"a": "a", "b": "b", "c": "c"}
+    assert not result.schema_match["order_match"]
+
+
+def test_columns_with_equal_value_sets_are_resolved_by_whole_rows() -> None:
+    # Both columns hold {1, 2}: only the swapped mapping makes the rows equal.
+    result = cmp((AB, [(1, 2), (2, 1), (1, 1)]), (AB, [(2, 1), (1, 2), (1, 1)]))
+    assert result.mode_pass
+    swapped = cmp((AB, [(1, 2), (2, 2)]), (AB, [(2, 1), (2, 2)]))
+    assert swapped.mode_pass and swapped.schema_match["column_mapping"] == {"a": "b", "b": "a"}
+
+
+def test_require_column_order_and_names() -> None:
+    expected, actual = (AB, [(1, "x")]), (["b", "a"], [("x", 1)])
+    assert cmp(expected, actual).mode_pass
+    assert not cmp(expected, actual, require_column_order_match=True).mode_pass
+    assert cmp(expected, actual, require_column_name_match=True).mode_pass
+    assert not cmp(expected, (["p", "q"], [(1, "x")]), require_column_name_match=True).mode_pass
+
+
+def test_numeric_tolerance_is_abs_plus_rel_and_does_not_depend_on_sorting() -> None:
+    expected = (["v"], [(0.1 + 0.2,), (1e12,), (-5.0,)])
+    actual = (["v"], [(1e12 + 1e-4,), (-5.0 + 1e-12,), (0.3,)])
+    assert cmp(expected, actual).mode_pass
+    assert not cmp(expected, actual, numeric_rel_tolerance=0.0, numeric_abs_tolerance=0.0).mode_pass
+    off = cmp((["v"], [(100.0,)]), (["v"], [(100.5,)]), numeric_abs_tolerance=0.1, numeric_rel_tolerance=0.003)
+    assert not off.mode_pass
+    ok = cmp((["v"], [(100.0,)]), (["v"], [(100.5,)]), numeric_abs_tolerance=0.1, numeric_rel_tolerance=0.005)
+    assert ok.mode_pass and ok.numeric_tolerance_match["within_tolerance_cells"] == 1
+
+
+def test_tolerance_pairs_rows_with_several_near_equal_numbers() -> None:
+    # Numeric order of the first column differs between the sides; the greedy pass still pairs them.
+    expected = (["x", "y"], [(1.0, 5.0), (1.0 + 1e-12, 6.0)])
+    actual = (["x", "y"], [(1.0 + 2e-12, 5.0), (1.0, 6.0)])
+    assert cmp(expected, actual, numeric_abs_tolerance=1e-9).mode_pass
+
+
+def test_int_float_and_decimal_compare_numerically() -> None:
+    from decimal import Decimal
+
+    assert cmp((["v"], [(1,), (2,)]), (["v"], [(2.0,), (Decimal("1.000"),)])).mode_pass
+
+
+def test_exact_mode_uses_zero_tolerance_and_positions() -> None:
+    expected, actual = (["v"], [(0.1 + 0.2,)]), (["v"], [(0.3,)])
+    assert not cmp(expected, actual, mode="exact").mode_pass
+    assert cmp(expected, actual, mode="exact", numeric_abs_tolerance=1e-9).mode_pass
+    assert not cmp((["v"], [(1,), (2,)]), (["v"], [(2,), (1,)]), mode="exact").mode_pass
+
+
+def test_null_equals_null_and_nothing_else() -> None:
+    assert cmp((["v"], [(None,), (1,)]), (["v"], [(1,), (None,)])).mode_pass
+    for other in (0, "", "NULL", 0.0):
+        result = cmp((["v"], [(None,)]), (["v"], [(other,)]))
+        assert not result.mode_pass and not result.null_handling_match
+
+
+def test_sql_semantic_nulls_match_nothing() -> None:
+    assert not cmp((["v"], [(None,)]), (["v"], [(None,)]), null_equality_mode="sql_semantic").mode_pass
+
+
+def test_both_empty_is_a_vacuous_pass_with_a_warning() -> None:
+    result = cmp((["v"], []), (["v"], []))
+    assert result.mode_pass and result.vacuous
+    assert any("vacuous" in w for w in result.warnings)
+
+
+def test_order_sensitive_accepts_permutations_within_ties_only() -> None:
+    expected = (["k", "v"], [(1, "a"), (1, "b"), (2, "c")])
+    assert cmp(expected, (["k", "v"], [(1, "b"), (1, "a"), (2, "c")]), mode="order-sensitive", order_keys=[0]).mode_pass
+    wrong = cmp(expected, (["k", "v"], [(2, "c"), (1, "a"), (1, "b")]), mode="order-sensitive", order_keys=[0])
+    assert not wrong.mode_pass and wrong.bag_pass
+    strict = cmp(expected, (["k", "v"], [(1, "b"), (1, "a"), (2, "c")]), mode="order-sensitive", order_keys=None)
+    assert not strict.mode_pass
+
+
+def test_per_column_counts_locate_the_wrong_attribute() -> None:
+    expected = (["id", "name", "total"], [(i, f"n{i}", float(i)) for i in range(10)])
+    actual = (["id", "name", "total"], [(i, f"n{i}", float(i) + (1.0 if i < 3 else 0.0)) for i in range(10)])
+    result = cmp(expected, actual)
+    by_name = {c.name: c for c in result.columns}
+    assert (by_name["id"].mismatched, by_name["name"].mismatched, by_name["total"].mismatched) == (0, 0, 3)
+    assert by_name["total"].compared == 10 and by_name["total"].max_abs_diff == pytest.approx(1.0)
+    assert result.cell_overlap == pytest.approx(27 / 30)
+
+
+def test_extra_and_missing_columns_are_reported() -> None:
+    extra = cmp((["a"], [(1,), (2,)]), (["a", "b"], [(1, 9), (2, 9)]))
+    assert not extra.mode_pass and extra.schema_match["extra_attributes"] == ["b"] and extra.row_overlap == 1.0
+    missing = cmp((["a", "b"], [(1, 9), (2, 9)]), (["a"], [(1,), (2,)]))
+    assert not missing.mode_pass and missing.schema_match["missing_attributes"] == ["b"]
+
+
+def test_cardinality_delta_and_ratio() -> None:
+    result = cmp((["a"], [(1,), (2,)]), (["a"], [(1,), (2,), (3,), (4,), (5,), (6,)]))
+    assert result.cardinality_match == {"expected_rows": 2, "actual_rows": 6, "delta": 4, "ratio": 3.0,
+                                        "match": False}
