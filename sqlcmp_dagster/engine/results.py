@@ -255,13 +255,17 @@ def align_columns(
     scores = _column_similarity(expected, actual)
     greedy = _assign(scores, k, j)
     candidates = [greedy]
-    if k == j and 1 < k <= 6 and expected.height * k <= _PERMUTATION_CELL_BUDGET:
-        ranked = sorted(
-            (p for p in itertools.permutations(range(j)) if all(scores[i][p[i]] > 0 for i in range(k))),
-            key=lambda p: (-sum(scores[i][p[i]] for i in range(k)), sum(abs(i - p[i]) for i in range(k))),
-        )
-        candidates += [list(p) for p in ranked[:_MAX_PERMUTATIONS] if list(p) != greedy]
+    if k == j and expected.height * k <= _PERMUTATION_CELL_BUDGET:
+        # Only columns that values cannot tell apart (tied best similarity) are permuted among themselves.
+        ties = [[c for c in range(j) if scores[i][c] > 0 and scores[i][c] >= max(scores[i]) - 1e-9]
+                for i in range(k)]
+        options = itertools.islice(
+            (list(p) for p in itertools.product(*ties) if len(set(p)) == k), _MAX_PERMUTATIONS)
+        candidates += sorted((p for p in options if p != greedy),
+                             key=lambda p: sum(abs(i - c) for i, c in enumerate(p)))
     for candidate in candidates:
+        if candidate == identity and k == j:
+            continue  # already tried first
         if _rows_match(expected, actual, candidate, tolerance, nulls_equal):
             return candidate
     return greedy
@@ -321,14 +325,27 @@ def _occurrence_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], nulls_eq
     if not keys:
         count = min(e.height, a.height)
         return pl.DataFrame({_ROW: e[_ROW].head(count), f"{_ROW}_right": a[_ROW].head(count)})
-    occurrence = pl.int_range(pl.len()).over(keys).alias(_OCC)
-    left = e.with_columns(occurrence)
-    right = a.with_columns(occurrence)
+    left, right = _with_occurrence(e, keys), _with_occurrence(a, keys)
     if not nulls_equal:
         has_null = pl.any_horizontal([pl.col(c).is_null() for c in keys])
         left, right = left.filter(~has_null), right.filter(~has_null)
     joined = left.join(right, on=keys + [_OCC], how="inner", nulls_equal=nulls_equal)
     return joined.select(_ROW, f"{_ROW}_right")
+
+
+def _with_occurrence(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Number each row among the rows identical to it (0, 1, ...), so that a join pairs copies one to one.
+
+    The window over all keys is the costly part, so it runs only on the rows that have a duplicate.
+    """
+    duplicated = pl.struct(keys).is_duplicated()
+    if not frame.select(duplicated.any()).item():
+        return frame.with_columns(pl.lit(0, dtype=pl.Int64).alias(_OCC))
+    marked = frame.with_columns(duplicated.alias("__dup"))
+    unique = marked.filter(~pl.col("__dup")).with_columns(pl.lit(0, dtype=pl.Int64).alias(_OCC))
+    repeated = marked.filter(pl.col("__dup")).with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias(_OCC))
+    return pl.concat([unique, repeated]).drop("__dup")
 
 
 def _ordered_tolerance_pairs(
