@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlglot import exp
 
@@ -39,6 +40,7 @@ class Side:
     parsed: ParseOutcome
     execution: Execution | None = None
     pre_materialized: bool = False
+    _canonical: exp.Expression | None = field(default=None, repr=False)
 
     @property
     def relation(self) -> Relation | None:
@@ -47,6 +49,16 @@ class Side:
     @property
     def executed_ok(self) -> bool:
         return self.execution is not None and self.execution.success
+
+    def tree(self, dialect: str) -> exp.Expression:
+        """The canonical AST (computed once; layers 2 and 4 both read it)."""
+        if self._canonical is None:
+            assert self.parsed.ast is not None, "only a parsed query has a tree"
+            self._canonical = canonical_tree(self.parsed.ast, dialect)
+        return self._canonical
+
+    def shape(self, dialect: str) -> QueryShape:
+        return query_shape(self.tree(dialect))
 
 
 @dataclass
@@ -61,19 +73,9 @@ class Validation:
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
-
-@dataclass
-class Candidate:
-    """Layers 2 and 3 against one expected alternative."""
-
-    index: int
-    mode: ResolvedMode
-    structure: StructuralComparison
-    expected_shape: QueryShape
-    actual_shape: QueryShape
-    expected_tree: exp.Expression
-    actual_tree: exp.Expression
-    result: ResultComparison
+    def runnable(self) -> list[int]:
+        """Indexes of the expected alternatives that parsed and executed: the ones results can compare with."""
+        return [i for i, side in enumerate(self.expected) if side.executed_ok and side.parsed.ast is not None]
 
 
 def resolve_mode(config: EvalConfig, expected_shape: QueryShape | None) -> ResolvedMode:
@@ -110,73 +112,92 @@ def validate(request: CompareRequest, database: ExecutionAdapter | None, databas
                       warnings, {"parse_ms": parse_ms, "execution_ms": execution_ms})
 
 
-def compare_candidates(validation: Validation) -> list[Candidate]:
-    """Layers 2 and 3 against every expected alternative that parsed and executed."""
-    actual = validation.actual
-    assert actual.parsed.ast is not None and actual.relation is not None
-    config = validation.request.config
-    actual_tree = canonical_tree(actual.parsed.ast, validation.dialect)
-    actual_shape = query_shape(actual_tree)
-    candidates: list[Candidate] = []
-    for index, side in enumerate(validation.expected):
-        if not side.executed_ok or side.parsed.ast is None or side.relation is None:
-            continue
-        expected_tree = canonical_tree(side.parsed.ast, validation.dialect)
-        expected_shape = query_shape(expected_tree)
-        mode = resolve_mode(config, expected_shape)
-        structure = compare_structure(side.parsed.normalized_sql or "", actual.parsed.normalized_sql or "",
-                                      expected_shape, actual_shape)
-        result = compare_results(side.relation, actual.relation, mode=mode, config=config,
-                                 order_keys=expected_shape.order_keys)
-        candidates.append(Candidate(index, mode, structure, expected_shape, actual_shape, expected_tree,
-                                    actual_tree, result))
-    return candidates
+def structural_layer(validation: Validation) -> dict[int, StructuralComparison]:
+    """Layer 2 against every runnable expected alternative, by alternative index."""
+    dialect, actual = validation.dialect, validation.actual
+    return {
+        index: compare_structure(validation.expected[index].parsed.normalized_sql or "",
+                                 actual.parsed.normalized_sql or "",
+                                 validation.expected[index].shape(dialect), actual.shape(dialect))
+        for index in validation.runnable()
+    }
 
 
-def best_candidate(candidates: list[Candidate]) -> Candidate:
+def result_layer(validation: Validation) -> dict[int, ResultComparison]:
+    """Layer 3 against every runnable expected alternative, each under its own resolved mode."""
+    config, actual = validation.request.config, validation.actual
+    assert actual.relation is not None
+    results: dict[int, ResultComparison] = {}
+    for index in validation.runnable():
+        side = validation.expected[index]
+        shape = side.shape(validation.dialect)
+        assert side.relation is not None
+        results[index] = compare_results(side.relation, actual.relation, mode=resolve_mode(config, shape),
+                                         config=config, order_keys=shape.order_keys)
+    return results
+
+
+def choose(results: dict[int, ResultComparison]) -> int:
     """The verdict is the best match: the first passing alternative, else the closest one."""
-    return max(candidates, key=lambda c: (c.result.mode_pass, c.result.row_overlap + c.result.cell_overlap,
-                                          -c.index))
+    return max(results, key=lambda i: (results[i].mode_pass, results[i].row_overlap + results[i].cell_overlap, -i))
+
+
+def diagnostic_layer(validation: Validation, index: int, structure: StructuralComparison,
+                     result: ResultComparison, database: ExecutionAdapter | None) -> tuple[dict[str, Any], float]:
+    """Layer 4 for the chosen alternative, with counterfactual probes when a database is at hand.
+
+    Returns the diagnostics and the milliseconds the probes spent executing queries.
+    """
+    config, dialect = validation.request.config, validation.dialect
+    expected_side = validation.expected[index]
+    expected_shape = expected_side.shape(dialect)
+    probe_ms = [0.0]
+
+    def probe(tree: exp.Expression) -> ResultComparison | None:
+        assert database is not None and expected_side.relation is not None
+        execution = database.execute(tree.sql(dialect=dialect), timeout_ms=config.query_timeout_ms,
+                                     max_rows=config.max_result_rows)
+        probe_ms[0] += execution.elapsed_ms
+        if not execution.success or execution.relation is None:
+            return None
+        return compare_results(expected_side.relation, execution.relation, mode=result.comparison_mode,
+                               config=config, order_keys=expected_shape.order_keys)
+
+    can_probe = (config.enable_counterfactual_probes and database is not None
+                 and not validation.actual.pre_materialized and not expected_side.pre_materialized)
+    diagnostics = diagnose(structure, expected_shape, validation.actual.shape(dialect), result,
+                           expected_tree=expected_side.tree(dialect), actual_tree=validation.actual.tree(dialect),
+                           probe=probe if can_probe else None)
+    return diagnostics, probe_ms[0]
+
+
+def performance_layer(validation: Validation, index: int, database: ExecutionAdapter | None) \
+        -> tuple[dict[str, Any] | None, list[str]]:
+    """Optional performance metrics of the chosen alternative (null unless enabled)."""
+    actual, expected = validation.actual, validation.expected[index]
+    if not validation.request.config.enable_performance_metrics or not (actual.execution and expected.execution):
+        return None, []
+    can_explain = database is not None and not actual.pre_materialized and not expected.pre_materialized
+    return performance_metrics(actual.execution.elapsed_ms, expected.execution.elapsed_ms,
+                               database.explain(actual.sql) if can_explain and database else None,
+                               database.explain(expected.sql) if can_explain and database else None)
 
 
 def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analysis:
     """Layers 2-4 and performance for a case whose chosen sides parsed and executed."""
     started = time.perf_counter()
-    candidates = compare_candidates(validation)
-    chosen = best_candidate(candidates)
+    structures = structural_layer(validation)
+    results = result_layer(validation)
+    index = choose(results)
     compared = time.perf_counter()
-    probe_ms = [0.0]
-    config = validation.request.config
-    expected_side = validation.expected[chosen.index]
-
-    def probe(tree: exp.Expression) -> ResultComparison | None:
-        assert database is not None and expected_side.relation is not None
-        execution = database.execute(tree.sql(dialect=validation.dialect), timeout_ms=config.query_timeout_ms,
-                                     max_rows=config.max_result_rows)
-        probe_ms[0] += execution.elapsed_ms
-        if not execution.success or execution.relation is None:
-            return None
-        return compare_results(expected_side.relation, execution.relation, mode=chosen.mode, config=config,
-                               order_keys=chosen.expected_shape.order_keys)
-
-    can_probe = (config.enable_counterfactual_probes and database is not None
-                 and not validation.actual.pre_materialized and not expected_side.pre_materialized)
-    diagnostics = diagnose(chosen.structure, chosen.expected_shape, chosen.actual_shape, chosen.result,
-                           expected_tree=chosen.expected_tree, actual_tree=chosen.actual_tree,
-                           probe=probe if can_probe else None)
+    diagnostics, probe_ms = diagnostic_layer(validation, index, structures[index], results[index], database)
     diagnosed = time.perf_counter()
-    performance, perf_warnings = None, []
-    actual_exec, expected_exec = validation.actual.execution, expected_side.execution
-    if config.enable_performance_metrics and actual_exec is not None and expected_exec is not None:
-        can_explain = database is not None and not validation.actual.pre_materialized
-        performance, perf_warnings = performance_metrics(
-            actual_exec.elapsed_ms, expected_exec.elapsed_ms,
-            database.explain(validation.actual.sql) if can_explain and database else None,
-            database.explain(expected_side.sql) if can_explain and database else None)
+    performance, warnings = performance_layer(validation, index, database)
     timings = {"comparison_ms": (compared - started) * 1000, "diagnostics_ms": (diagnosed - compared) * 1000,
-               "probe_execution_ms": probe_ms[0]}
-    return Analysis(chosen=chosen, alternatives=len(validation.expected), diagnostics=diagnostics,
-                    performance=performance, warnings=perf_warnings, timings=timings)
+               "probe_execution_ms": probe_ms}
+    return Analysis(index=index, structure=structures[index], result=results[index],
+                    alternatives=len(validation.expected), diagnostics=diagnostics, performance=performance,
+                    warnings=warnings, timings=timings)
 
 
 def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *,
@@ -185,19 +206,19 @@ def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *
     started = time.perf_counter()
     try:
         validation = validate(request, database, database_error)
-        blocked = blocked_report(validation)
-        if blocked is not None:
-            report = blocked
-        else:
-            report = build_report(validation, analyze(validation, database))
+        report = blocked_report(validation) or build_report(validation, analyze(validation, database))
     except Exception as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
         report = _engine_fault_report(request, error)
-    total_ms = (time.perf_counter() - started) * 1000
+    finish_timings(report, (time.perf_counter() - started) * 1000)
+    return report
+
+
+def finish_timings(report: Report, total_ms: float) -> None:
+    """Record the total and the engine's own share of it (total minus query execution) in run_metadata."""
     timings = report.run_metadata.setdefault("timings", {})
     timings["total_ms"] = total_ms
     query_ms = timings.get("execution_ms", 0.0) + timings.get("probe_execution_ms", 0.0)
     timings["engine_overhead_ms"] = max(0.0, total_ms - query_ms)
-    return report
 
 
 class Evaluator:

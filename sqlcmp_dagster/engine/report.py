@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.diagnostics import SCORES
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
-from sqlcmp_dagster.engine.parsing import canonical_tree
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
-from sqlcmp_dagster.engine.structure import compare_structure, query_shape
+from sqlcmp_dagster.engine.results import ResultComparison
+from sqlcmp_dagster.engine.structure import StructuralComparison, compare_structure
 
 if TYPE_CHECKING:
-    from sqlcmp_dagster.engine.pipeline import Candidate, Side, Validation
+    from sqlcmp_dagster.engine.pipeline import Side, Validation
 
 try:
     ENGINE_VERSION = version("sqlcmp-dagster")
@@ -38,7 +38,9 @@ PERFORMANCE_METRICS = ("execution_time_ratio", "resource_cost_score", "plan_comp
 class Analysis:
     """Layers 2-4 and performance of a case that was not blocked."""
 
-    chosen: Candidate
+    index: int  # the expected alternative the verdict is against
+    structure: StructuralComparison
+    result: ResultComparison
     alternatives: int
     diagnostics: dict[str, Any]
     performance: dict[str, Any] | None
@@ -91,27 +93,27 @@ def blocked_report(validation: Validation) -> Report | None:
 
 def build_report(validation: Validation, analysis: Analysis) -> Report:
     """The report of a case that reached the result gate."""
-    chosen = analysis.chosen
-    result, diagnostics = chosen.result, analysis.diagnostics
+    result, diagnostics, structure = analysis.result, analysis.diagnostics, analysis.structure
+    mode = result.comparison_mode
     passed = result.mode_pass
-    s_score, r_score = structure_score(chosen.structure), result_score(result)
+    s_score, r_score = structure_score(structure), result_score(result)
     label = severity(result, diagnostics["ordering_error_flag"])
-    headline = (f"pass: the results match under {chosen.mode} comparison ({result.matched_rows} rows)"
+    headline = (f"pass: the results match under {mode} comparison ({result.matched_rows} rows)"
                 if passed else
-                f"fail ({label}): the results differ under {chosen.mode} comparison; likely source "
+                f"fail ({label}): the results differ under {mode} comparison; likely source "
                 f"{diagnostics['likely_source_clause'] or 'unknown'} (confidence {diagnostics['confidence']:.2f}, "
                 f"{diagnostics['evidence_strength']} evidence{', ambiguous' if diagnostics['ambiguous_case'] else ''})")
     explanations = [headline] + ([] if passed else list(diagnostics["evidence"]))
     if analysis.alternatives > 1:
-        explanations.append(f"best of {analysis.alternatives} expected queries: #{chosen.index}")
+        explanations.append(f"best of {analysis.alternatives} expected queries: #{analysis.index}")
     warnings = list(validation.warnings) + result.warnings + analysis.warnings
     for index, side in enumerate(validation.expected):
         warnings += _expected_failure(index, side, len(validation.expected))
     evidence = {
-        "clauses": {name: detail for name, detail in chosen.structure.clause_match.items() if not detail["match"]},
+        "clauses": {name: detail for name, detail in structure.clause_match.items() if not detail["match"]},
         "attribution": diagnostics["evidence"],
         "probes": diagnostics["probes"],
-        "matched_expected_index": chosen.index,
+        "matched_expected_index": analysis.index,
         "column_mapping": result.schema_match["column_mapping"],
     }
     mismatch_map = {
@@ -124,7 +126,7 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
         verdict="pass" if passed else "fail",
         overall=overall_score(r_score, s_score, passed),
         severity_label=label,
-        structure=(chosen.structure.metrics(), s_score),
+        structure=(structure.metrics(), s_score),
         result=(result.metrics(), r_score),
         diagnostics=diagnostics,
         performance=analysis.performance,
@@ -133,9 +135,9 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
         blocked_reason=None,
         warnings=warnings,
         evidence=evidence,
-        chosen_index=chosen.index,
+        chosen_index=analysis.index,
         timings=analysis.timings,
-        mode=chosen.mode,
+        mode=mode,
     )
 
 
@@ -221,13 +223,9 @@ def _report(validation: Validation, *, verdict: str, overall: float, severity_la
 
 def _structure_only(validation: Validation, expected: Side) -> tuple[dict[str, Any], float] | None:
     """Layer 2 still runs when execution failed: the clause diff explains many execution errors."""
-    actual = validation.actual
-    assert actual.parsed.ast is not None and expected.parsed.ast is not None
-    comparison = compare_structure(
-        expected.parsed.normalized_sql or "", actual.parsed.normalized_sql or "",
-        query_shape(canonical_tree(expected.parsed.ast, validation.dialect)),
-        query_shape(canonical_tree(actual.parsed.ast, validation.dialect)),
-    )
+    actual, dialect = validation.actual, validation.dialect
+    comparison = compare_structure(expected.parsed.normalized_sql or "", actual.parsed.normalized_sql or "",
+                                   expected.shape(dialect), actual.shape(dialect))
     return comparison.metrics(), structure_score(comparison)
 
 

@@ -487,9 +487,9 @@ def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]
     a_counts = [counts(actual, j) for j in range(actual.width)]
     total = expected.height + actual.height
     scores: list[list[float]] = []
-    for i, left in enumerate(e_counts):
+    for left in e_counts:
         row: list[float] = []
-        for j, right in enumerate(a_counts):
+        for right in a_counts:
             if left["v"].dtype != right["v"].dtype:
                 row.append(0.0)
                 continue
