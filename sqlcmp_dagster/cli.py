@@ -151,18 +151,55 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
+    """Materialize every asset on the bundled sample in-process, into a local DAGSTER_HOME under --out-dir.
 
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    suite = load_suite(sample_suite_path())
-    evaluator = Evaluator(db_dir=sample_db_dir())
-    out = args.out_dir / "reports.jsonl"
-    reports = _run_batch(evaluator, suite.cases, out, workers=1)
-    summary = summarize(reports, load_errors=len(suite.errors))
-    (args.out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    The sensor cursor is kept beside it, so running the demo again re-materializes only cases that changed.
+    """
+    import os
+
+    out_dir = args.out_dir.resolve()
+    home = out_dir / "dagster_home"
+    home.mkdir(parents=True, exist_ok=True)
+    os.environ["DAGSTER_HOME"] = str(home)
+    import dagster as dg
+
+    from sqlcmp_dagster.definitions import build_definitions
+    from sqlcmp_dagster.local import materialize_summary, sensor_tick
+
+    storage = out_dir / "storage"
+    defs = build_definitions(storage_dir=str(storage))
+    cursor_file = out_dir / "sensor_cursor.json"
+    cursor = cursor_file.read_text(encoding="utf-8") if cursor_file.is_file() else None
+    with dg.DagsterInstance.get() as instance:
+        tick = sensor_tick(defs, instance, cursor)
+        if not all(run.success for run in tick.runs):
+            print("sqlcmp: a run failed; see the Dagster UI (dagster dev) for its logs", file=sys.stderr)
+            return EXIT_FAIL
+        cursor_file.write_text(tick.cursor or "", encoding="utf-8")
+        summary_run = materialize_summary(defs, instance)
+        if not summary_run.success:
+            print("sqlcmp: evaluation_summary failed", file=sys.stderr)
+            return EXIT_FAIL
+    summary = summary_run.output_for_node("evaluation_summary")
+    reports_file = out_dir / "reports.jsonl"
+    _export_reports(storage / "case_reports", reports_file)
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    print(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s); "
+          f"DAGSTER_HOME={home}")
     print(render_summary(summary))
-    print(f"reports: {out}\nsummary: {args.out_dir / 'summary.json'}")
+    print(f"reports: {reports_file} (per-case Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
     return EXIT_PASS
+
+
+def _export_reports(folder: Path, out: Path) -> None:
+    """Every stored case report as one JSONL file, in case-id order."""
+    import polars as pl
+
+    frames = [pl.read_parquet(p) for p in sorted(folder.glob("*.parquet"))]
+    with out.open("w", encoding="utf-8") as handle:
+        for frame in frames:
+            for text in frame["report"]:
+                handle.write(text + "\n")
 
 
 def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int) -> list[Report]:

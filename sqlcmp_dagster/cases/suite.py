@@ -5,6 +5,7 @@ A broken case is reported with its file and line and skipped; it never stops the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -122,3 +123,16 @@ def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str,
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'case'}: {e['msg']}" for e in error.errors())
             errors.append(SuiteError(str(path), number, f"case {item.get('case_id')!r}: {problems}"))
     return Suite(cases, errors)
+
+
+def case_version(request: CompareRequest, database_fingerprint: str) -> str:
+    """The data version of a case: a hash of everything that decides its report.
+
+    That is the case itself (queries, config, context, pre-materialized results), the database's content and
+    the engine version; editing any of them makes exactly this case stale.
+    """
+    from sqlcmp_dagster.engine.report import ENGINE_VERSION
+
+    payload = json.dumps({"case": request.model_dump(mode="json"), "database": database_fingerprint,
+                          "engine": ENGINE_VERSION}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()

@@ -86,30 +86,44 @@ def resolve_mode(config: EvalConfig, expected_shape: QueryShape | None) -> Resol
         else "order-insensitive"
 
 
-def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None) \
-        -> Validation:
-    """Layer 1: parse both sides, then execute expected alternatives first and the actual query last.
-
-    Expected queries run even when the actual query fails to parse, because whether the *case* is valid (its
-    expected query runs) is reported apart from whether the model's query is right.
-    """
-    config = request.config
-    dialect = config.dialect or (database.dialect if database is not None else "sqlite")
+def parse_layer(request: CompareRequest, dialect: str) -> Validation:
+    """Layer 1, first half: parse and canonicalize every query of the case (nothing is executed)."""
     started = time.perf_counter()
     actual = Side(request.actual_sql, parse(request.actual_sql, dialect))
     expected = [Side(sql, parse(sql, dialect)) for sql in request.expected_sql]
-    parse_ms = (time.perf_counter() - started) * 1000
+    return Validation(request, dialect, request.db, actual, expected,
+                      timings={"parse_ms": (time.perf_counter() - started) * 1000})
+
+
+def execute_layer(validation: Validation, database: ExecutionAdapter | None,
+                  database_error: str | None = None) -> Validation:
+    """Layer 1, second half: execute the expected alternatives first, then the actual query, each on its own
+    connection. Expected queries run even when the actual query does not parse: whether the *case* is valid is
+    reported apart from whether the model's query is right."""
+    config = validation.request.config
     execution_ms = 0.0
-    for side in expected:
+    for side in [*validation.expected, validation.actual]:
         if side.parsed.success:
-            _execute(side, request.expected_result, database, database_error, config)
+            given = validation.request.actual_result if side is validation.actual \
+                else validation.request.expected_result
+            _execute(side, given, database, database_error, config)
             execution_ms += side.execution.elapsed_ms if side.execution else 0.0
-    if actual.parsed.success:
-        _execute(actual, request.actual_result, database, database_error, config)
-        execution_ms += actual.execution.elapsed_ms if actual.execution else 0.0
-    warnings = [w for side in expected + [actual] if side.execution for w in side.execution.warnings]
-    return Validation(request, dialect, database.identifier if database else request.db, actual, expected,
-                      warnings, {"parse_ms": parse_ms, "execution_ms": execution_ms})
+    validation.database = database.identifier if database is not None else validation.request.db
+    validation.warnings = [w for side in [*validation.expected, validation.actual] if side.execution
+                           for w in side.execution.warnings]
+    validation.timings["execution_ms"] = execution_ms
+    return validation
+
+
+def resolve_dialect(request: CompareRequest, database: ExecutionAdapter | None) -> str:
+    """The case's configured dialect, else the database's, else SQLite (the embedded default)."""
+    return request.config.dialect or (database.dialect if database is not None else "sqlite")
+
+
+def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None) \
+        -> Validation:
+    """Layer 1: parse, then execute."""
+    return execute_layer(parse_layer(request, resolve_dialect(request, database)), database, database_error)
 
 
 def structural_layer(validation: Validation) -> dict[int, StructuralComparison]:
@@ -235,20 +249,22 @@ class Evaluator:
         self._lock = threading.Lock()
 
     def evaluate(self, request: CompareRequest) -> Report:
-        database, error = None, None
-        needs_db = request.actual_result is None or request.expected_result is None
-        target = request.db or self.default_db
-        if needs_db:
-            if target is None:
-                error = "no database given: the case names no db and no default database is configured"
-            else:
-                try:
-                    database = self.adapter(target)
-                except (FileNotFoundError, ValueError, ImportError) as failure:
-                    error = f"cannot open database {target!r}: {failure}"
-                except Exception as failure:  # a driver's own failure to connect
-                    error = f"cannot open database {target!r}: {type(failure).__name__}: {failure}"
+        database, error = self.open(request)
         return compare(request, database, database_error=error)
+
+    def open(self, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
+        """The case's database adapter, or None and the reason it cannot be opened (a report, not a raise)."""
+        if request.actual_result is not None and request.expected_result is not None:
+            return None, None
+        target = request.db or self.default_db
+        if target is None:
+            return None, "no database given: the case names no db and no default database is configured"
+        try:
+            return self.adapter(target), None
+        except (FileNotFoundError, ValueError, ImportError) as failure:
+            return None, f"cannot open database {target!r}: {failure}"
+        except Exception as failure:  # a driver's own failure to connect
+            return None, f"cannot open database {target!r}: {type(failure).__name__}: {failure}"
 
     def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
                      progress: Callable[[Report], None] | None = None) -> list[Report]:

@@ -48,14 +48,21 @@ class Analysis:
     timings: dict[str, float] = field(default_factory=dict)
 
 
+def blocked_by(validation: Validation) -> str | None:
+    """The precedence rule that blocks the case: parse failure first, then execution failure, else None."""
+    actual, expected = validation.actual, validation.expected
+    if not actual.parsed.success or not any(s.parsed.success for s in expected):
+        return "parse_failure"
+    if not actual.executed_ok or not any(s.executed_ok for s in expected):
+        return "execution_failure"
+    return None
+
+
 def blocked_report(validation: Validation) -> Report | None:
     """The report of a case stopped by parse or execution failure, or None when neither applies."""
     actual, expected = validation.actual, validation.expected
-    if not actual.parsed.success or not any(s.parsed.success for s in expected):
-        reason = "parse_failure"
-    elif not actual.executed_ok or not any(s.executed_ok for s in expected):
-        reason = "execution_failure"
-    else:
+    reason = blocked_by(validation)
+    if reason is None:
         return None
     explanations: list[str] = []
     if not actual.parsed.success:

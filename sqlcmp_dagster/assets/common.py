@@ -1,0 +1,99 @@
+"""What every layer asset shares: the case partitions, the asset decorator, and per-case fault isolation."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from sqlcmp_dagster.contracts import contract_check, contract_spec
+from sqlcmp_dagster.engine.pipeline import Validation
+from sqlcmp_dagster.engine.records import validation_from_record
+from sqlcmp_dagster.engine.report import ENGINE_VERSION
+
+#: One partition per case id, added and removed by the case sensor as suite files change.
+cases_partitions = dg.DynamicPartitionsDefinition(name="cases")
+#: IO manager key of the per-partition Parquet store.
+CASE_STORE = "case_store"
+
+LAYER_ASSETS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics",
+                "judgments", "case_reports")
+
+
+def layer_asset(name: str, **kwargs: Any) -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
+    """Declare a layer asset: case-partitioned, one run per backfill, stored per case, and blocked on its
+    contract check (the frame the function returns is validated before downstream layers may run)."""
+
+    def decorate(compute: Callable[..., pl.DataFrame]) -> dg.AssetsDefinition:
+        @functools.wraps(compute)
+        def run(*args: Any, **inner: Any) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
+            frame = compute(*args, **inner)
+            faults = frame.filter(pl.col("fault").is_not_null()).height if "fault" in frame.columns else 0
+            yield dg.Output(frame, metadata={"cases": frame.height, "faults": faults})
+            yield contract_check(name, frame)
+
+        run.__signature__ = inspect.signature(compute).replace(  # type: ignore[attr-defined]
+            return_annotation=inspect.Signature.empty)
+        return dg.asset(
+            name=name,
+            partitions_def=cases_partitions,
+            backfill_policy=dg.BackfillPolicy.single_run(),
+            io_manager_key=CASE_STORE,
+            check_specs=[contract_spec(name)],
+            code_version=ENGINE_VERSION,
+            group_name="evaluation",
+            kinds={"polars", "sql"},
+            **kwargs,
+        )(run)
+
+    return decorate
+
+
+def per_case(frame: pl.DataFrame, compute: Callable[[dict[str, Any]], dict[str, Any]],
+             schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Apply ``compute`` to each case row; a case whose upstream row carries a fault, or whose own computation
+    raises, keeps a row with the fault's message instead, so one broken case never sinks the others."""
+    rows = []
+    for row in frame.iter_rows(named=True):
+        started = time.perf_counter()
+        fault = row.get("fault")
+        if fault is None:
+            try:
+                out = compute(row)
+            except Exception as error:
+                fault = "".join(traceback.format_exception_only(type(error), error)).strip()
+                out = {}
+        else:
+            out = {}
+        rows.append({**{k: None for k in schema}, **out, "case_id": row["case_id"], "fault": fault,
+                     "layer_ms": (time.perf_counter() - started) * 1000})
+    full = {"case_id": pl.Utf8, **schema, "fault": pl.Utf8, "layer_ms": pl.Float64}
+    return pl.DataFrame(rows, schema=full, orient="row") if rows else pl.DataFrame(schema=full)
+
+
+def joined(*frames: pl.DataFrame) -> pl.DataFrame:
+    """Upstream layer frames side by side by case; their faults merge into one ``fault`` column."""
+    base = frames[0]
+    for index, frame in enumerate(frames[1:], 1):
+        base = base.join(frame, on="case_id", how="left", suffix=f"__{index}")
+    fault_columns = [c for c in base.columns if c == "fault" or c.startswith("fault__")]
+    return base.with_columns(pl.coalesce(fault_columns).alias("fault")).drop(
+        [c for c in fault_columns if c != "fault"])
+
+
+def validation_of(row: dict[str, Any]) -> Validation:
+    return validation_from_record(row["validation"], list(row["relations"] or []))
+
+
+def to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+case_reports_key = dg.AssetKey("case_reports")

@@ -1,0 +1,51 @@
+"""The unpartitioned summary over every case report: pass rate, severities, attributions, invalid cases."""
+
+import json
+from typing import Any
+
+import dagster as dg
+import polars as pl
+
+from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.summary import summarize
+
+
+@dg.asset(io_manager_key=CASE_STORE, group_name="evaluation", kinds={"polars"},
+          ins={"case_reports": dg.AssetIn(key=case_reports_key)},
+          automation_condition=dg.AutomationCondition.eager(),
+          description="Pass rate, severity, attribution and invalid-case counts over all case reports.")
+def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataFrame) -> dict[str, Any]:
+    reports = [Report.model_validate_json(text) for text in case_reports["report"]] if case_reports.height else []
+    summary = summarize(reports)
+    context.add_output_metadata({
+        "pass_rate": summary["pass_rate"] if summary["pass_rate"] is not None else float("nan"),
+        "cases": summary["cases"],
+        "invalid_cases": summary["invalid_cases"],
+        "severity": dg.MetadataValue.md(bar_chart("Severity", summary["severity_counts"])),
+        "attribution": dg.MetadataValue.md(bar_chart("Likely source clause", summary["attribution_counts"])),
+        "errors": dg.MetadataValue.md(bar_chart("Execution error types", summary["error_type_counts"])),
+        "validity": dg.MetadataValue.md(bar_chart("Cases", {
+            "passed": summary["passed"], "failed": summary["failed"], "invalid": summary["invalid_cases"]})),
+        "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
+    })
+    return summary
+
+
+def bar_chart(title: str, counts: dict[str, int], width: int = 30) -> str:
+    """A Markdown table with a text bar per row: readable in the Dagster UI and in a terminal.
+
+    >>> print(bar_chart("T", {"a": 2, "b": 1}, width=4))
+    **T**
+    <BLANKLINE>
+    | label | count | |
+    |---|---:|---|
+    | a | 2 | `████` |
+    | b | 1 | `██` |
+    """
+    top = max(counts.values(), default=0)
+    lines = [f"**{title}**", "", "| label | count | |", "|---|---:|---|"]
+    for label, count in counts.items():
+        bar = "█" * (round(width * count / top) if top else 0)
+        lines.append(f"| {label} | {count} | `{bar}` |")
+    return "\n".join(lines)

@@ -1,0 +1,34 @@
+"""Layer 1b asset: expected and actual queries executed read-only, results materialized."""
+
+from typing import Any
+
+import polars as pl
+
+from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
+from sqlcmp_dagster.engine.pipeline import execute_layer
+from sqlcmp_dagster.engine.records import validation_record
+from sqlcmp_dagster.engine.report import blocked_by
+from sqlcmp_dagster.resources import DatabaseResource
+
+SCHEMA = {"validation": pl.Utf8, "relations": pl.List(pl.Binary), "execution_success_actual": pl.Boolean,
+          "execution_success_expected": pl.Boolean, "execution_time_actual_ms": pl.Float64,
+          "error_category_actual": pl.Utf8, "blocked_reason": pl.Utf8}
+
+
+@layer_asset("executions", description="Results, timings, schemas and mapped errors of both queries.")
+def executions(parsed_cases: pl.DataFrame, database: DatabaseResource) -> pl.DataFrame:
+    def execute_case(row: dict[str, Any]) -> dict[str, Any]:
+        validation = validation_of(row)
+        adapter, error = database.open(validation.request)
+        execute_layer(validation, adapter, error)
+        text, frames = validation_record(validation)
+        actual = validation.actual.execution
+        return {"validation": text, "relations": frames,
+                "execution_success_actual": actual.success if actual else None,
+                "execution_success_expected": any(s.executed_ok for s in validation.expected)
+                if any(s.execution for s in validation.expected) else None,
+                "execution_time_actual_ms": actual.elapsed_ms if actual else None,
+                "error_category_actual": actual.error.category if actual and actual.error else None,
+                "blocked_reason": blocked_by(validation)}
+
+    return per_case(parsed_cases, execute_case, SCHEMA)

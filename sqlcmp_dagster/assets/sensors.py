@@ -1,0 +1,72 @@
+"""The case sensor: keeps the partitions in step with the suite folder and re-runs only what changed."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+import dagster as dg
+
+from sqlcmp_dagster.assets.common import LAYER_ASSETS, cases_partitions
+from sqlcmp_dagster.cases.suite import case_version
+from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+
+
+def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, existing: Sequence[str],
+                      cursor: str | None) -> dg.SensorResult:
+    """Compare the suite folder with the cursor (case id -> data version) and say what to add, delete and run.
+
+    New and edited cases are materialized through every layer; consecutive ones (in partition order) share one
+    run, so a first load of 1,000 cases is a single run. An unchanged re-scan requests nothing.
+    """
+    suite = cases.load()
+    previous: dict[str, str] = json.loads(cursor) if cursor else {}
+    versions = {case.case_id: case_version(case, database.fingerprint(database.with_defaults(case)))
+                for case in suite.cases}
+    known = set(existing)
+    added = [case_id for case_id in versions if case_id not in known]
+    deleted = [case_id for case_id in existing if case_id not in versions]
+    stale = {case_id for case_id, version in versions.items() if previous.get(case_id) != version}
+    order = [k for k in existing if k in versions] + added
+    runs = [_run_request(block) for block in _consecutive(order, stale)]
+    requests = []
+    if added:
+        requests.append(cases_partitions.build_add_request(added))
+    if deleted:
+        requests.append(cases_partitions.build_delete_request(deleted))
+    skip = None if runs or requests else "no case changed"
+    return dg.SensorResult(run_requests=runs, dynamic_partitions_requests=requests,
+                           cursor=json.dumps(versions, sort_keys=True), skip_reason=skip)
+
+
+def _consecutive(order: list[str], wanted: set[str]) -> list[list[str]]:
+    blocks: list[list[str]] = []
+    current: list[str] = []
+    for key in order:
+        if key in wanted:
+            current.append(key)
+        elif current:
+            blocks.append(current)
+            current = []
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def _run_request(block: list[str]) -> dg.RunRequest:
+    selection = [dg.AssetKey(name) for name in LAYER_ASSETS]
+    if len(block) == 1:
+        return dg.RunRequest(asset_selection=selection, partition_key=block[0], run_key=None)
+    return dg.RunRequest(asset_selection=selection, tags={RANGE_START: block[0], RANGE_END: block[-1]})
+
+
+@dg.sensor(name="case_sensor", minimum_interval_seconds=60, asset_selection=list(LAYER_ASSETS),
+           default_status=dg.DefaultSensorStatus.STOPPED,
+           description="Adds/removes case partitions as suite files change and materializes changed cases.")
+def case_sensor(context: dg.SensorEvaluationContext, cases: CaseSuiteResource,
+                database: DatabaseResource) -> dg.SensorResult:
+    existing = context.instance.get_dynamic_partitions(cases_partitions.name)
+    return changed_case_runs(cases, database, existing, context.cursor)

@@ -1,0 +1,48 @@
+"""The Dagster code location: ``dagster dev`` in the project root loads ``defs`` from here (workspace.yaml).
+
+Defaults evaluate the bundled sample (its suite folder and SQLite database); environment variables point it
+elsewhere: ``SQLCMP_CASES_DIR`` (suite folder), ``SQLCMP_DB_DIR`` (SQLite folder), ``SQLCMP_DB_URL``
+(a SQLAlchemy URL for cases that name no database), ``SQLCMP_STORAGE_DIR`` (per-case Parquet store).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from sqlcmp_dagster.assets import LAYERS, evaluation_summary
+from sqlcmp_dagster.assets.common import CASE_STORE
+from sqlcmp_dagster.assets.jobs import evaluation_job, nightly_evaluation, summary_job
+from sqlcmp_dagster.assets.sensors import case_sensor
+from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
+from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource, LLMJudgeResource, \
+    PartitionedParquetIOManager
+
+
+def default_storage_dir() -> str:
+    home = os.environ.get("DAGSTER_HOME")
+    return os.environ.get("SQLCMP_STORAGE_DIR") or str(Path(home or ".", "sqlcmp_storage"))
+
+
+def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None, db_url: str | None = None,
+                      storage_dir: str | None = None) -> dg.Definitions:
+    """The definitions with explicit locations (tests and the demo) or the environment's defaults."""
+    cases_dir = cases_dir or os.environ.get("SQLCMP_CASES_DIR") or str(sample_suite_path().parent)
+    db_dir = db_dir or os.environ.get("SQLCMP_DB_DIR") or str(sample_db_dir())
+    return dg.Definitions(
+        assets=[*LAYERS, evaluation_summary],
+        jobs=[evaluation_job, summary_job],
+        schedules=[nightly_evaluation],
+        sensors=[case_sensor],
+        resources={
+            "cases": CaseSuiteResource(folder=cases_dir),
+            "database": DatabaseResource(db_dir=db_dir, url=db_url or os.environ.get("SQLCMP_DB_URL")),
+            "judge": LLMJudgeResource(),
+            CASE_STORE: PartitionedParquetIOManager(base_dir=storage_dir or default_storage_dir()),
+        },
+    )
+
+
+defs = build_definitions()

@@ -1,0 +1,52 @@
+"""DatabaseResource: where cases execute (a SQLAlchemy URL, or a folder of SQLite files keyed by db id)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+from pydantic import PrivateAttr
+
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import CompareRequest
+from sqlcmp_dagster.engine.pipeline import Evaluator
+
+
+class DatabaseResource(dg.ConfigurableResource):
+    """Read-only access to the evaluation databases.
+
+    ``db_dir`` resolves a case's ``db`` id (``DIR/<id>/<id>.sqlite`` or ``DIR/<id>.sqlite``); ``url`` serves cases
+    that name no database. ``query_timeout_ms`` and ``max_result_rows`` are defaults for cases whose own config
+    does not set them. Every field can come from the launchpad or an environment variable
+    (``dg.EnvVar("SQLCMP_DB_DIR")``).
+    """
+
+    db_dir: str | None = None
+    url: str | None = None
+    query_timeout_ms: int | None = None
+    max_result_rows: int | None = None
+
+    _evaluator: Evaluator | None = PrivateAttr(default=None)
+
+    def open(self, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
+        """The adapter for ``request`` (shared across the run's cases), or None and why it cannot be opened."""
+        if self._evaluator is None:
+            self._evaluator = Evaluator(db_dir=Path(self.db_dir) if self.db_dir else None, default_db=self.url)
+        return self._evaluator.open(request)
+
+    def with_defaults(self, request: CompareRequest) -> CompareRequest:
+        """``request`` with this resource's timeout and row cap where the case's config leaves them unset."""
+        defaults = {"query_timeout_ms": self.query_timeout_ms, "max_result_rows": self.max_result_rows}
+        update = {k: v for k, v in defaults.items() if v is not None and k not in request.config.model_fields_set}
+        if not update:
+            return request
+        return request.model_copy(update={"config": request.config.model_copy(update=update)})
+
+    def fingerprint(self, request: CompareRequest) -> str:
+        """The database's content hash, part of a case's data version; 'unavailable' when it cannot be opened."""
+        adapter, error = self.open(request)
+        return adapter.fingerprint() if adapter is not None else f"unavailable:{error}"
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._evaluator is not None:
+            self._evaluator.close()
