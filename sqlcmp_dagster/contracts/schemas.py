@@ -12,22 +12,24 @@ _BLOCKED = ["parse_failure", "execution_failure"]
 
 
 class _CaseRows(pa.DataFrameModel):
-    """Every layer stores exactly one row per case."""
+    """Every layer stores exactly one row per case. A case the layer could not process keeps its row with
+    the reason in ``fault`` and nulls elsewhere, which is why the layer's own columns are nullable."""
 
     case_id: str = pa.Field(unique=True, str_length={"min_value": 1})
+    fault: str = pa.Field(nullable=True)
 
 
 class ParsedCases(_CaseRows):
-    case_hash: str = pa.Field(str_length={"min_value": 16})
-    dialect: str
-    validation: str
-    parse_success_actual: bool
-    parse_success_expected: bool
+    case_hash: str = pa.Field(str_length={"min_value": 16}, nullable=True)
+    dialect: str = pa.Field(nullable=True)
+    validation: str = pa.Field(nullable=True)
+    parse_success_actual: bool = pa.Field(nullable=True)
+    parse_success_expected: bool = pa.Field(nullable=True)
     normalized_sql_actual: str = pa.Field(nullable=True)
 
 
 class Executions(_CaseRows):
-    validation: str
+    validation: str = pa.Field(nullable=True)
     execution_success_actual: bool = pa.Field(nullable=True)
     execution_success_expected: bool = pa.Field(nullable=True)
     execution_time_actual_ms: float = pa.Field(ge=0, nullable=True)
@@ -57,7 +59,7 @@ class Diagnostics(_CaseRows):
 
 
 class Judgments(_CaseRows):
-    status: str = pa.Field(isin=["disabled", "skipped", "judged", "failed"])
+    status: str = pa.Field(isin=["disabled", "skipped", "judged", "failed"], nullable=True)
     judgment: str = pa.Field(nullable=True)
 
 

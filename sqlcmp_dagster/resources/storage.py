@@ -44,9 +44,13 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         folder = Path(self.base_dir, *context.asset_key.path)
         if not context.has_asset_partitions:
             return json.loads((folder / "value.json").read_text())
-        frames = [pl.read_parquet(folder / f"{_file_name(key)}.parquet") for key in context.asset_partition_keys
-                  if (folder / f"{_file_name(key)}.parquet").exists()]
-        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame()
+        paths = {key: folder / f"{_file_name(key)}.parquet" for key in context.asset_partition_keys}
+        missing = [key for key, path in paths.items() if not path.exists()]
+        if missing:
+            raise FileNotFoundError(f"{context.asset_key.to_user_string()} has no stored row for cases "
+                                    f"{missing[:5]}: materialize them first")
+        frames = [pl.read_parquet(path) for path in paths.values()]
+        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"case_id": pl.Utf8})
 
 
 def _file_name(case_id: str) -> str:

@@ -1,0 +1,191 @@
+"""The Dagster pipeline: partitions follow the suite folder, only changed cases re-run, contracts block."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from sqlcmp_dagster.assets import LAYERS
+from sqlcmp_dagster.assets.common import cases_partitions
+from sqlcmp_dagster.cases.sample import sample_suite_path
+from sqlcmp_dagster.cases.suite import load_suites
+from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
+from sqlcmp_dagster.definitions import build_definitions
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.local import materialize_summary, sensor_tick
+
+
+@pytest.fixture
+def instance() -> Iterator[dg.DagsterInstance]:
+    with dg.instance_for_test() as test_instance:
+        yield test_instance
+
+
+def _materialized_partitions(instance: dg.DagsterInstance, asset: str) -> Counter[str]:
+    records = instance.fetch_materializations(dg.AssetKey(asset), limit=10_000).records
+    return Counter(r.asset_materialization.partition for r in records if r.asset_materialization)
+
+
+def _reports(storage: Path) -> dict[str, Report]:
+    frames = [pl.read_parquet(p) for p in (storage / "case_reports").glob("*.parquet")]
+    return {r.case_id: r for f in frames for r in (Report.model_validate_json(t) for t in f["report"])}
+
+
+def _write_cases(folder: Path, count: int) -> list[dict[str, object]]:
+    """``count`` cases cycling over the bundled suite's, each with an id of its own."""
+    source = [json.loads(line) for line in sample_suite_path().read_text().splitlines()]
+    cases = [{**source[i % len(source)], "case_id": f"c{i:02d}"} for i in range(count)]
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "suite.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    return cases
+
+
+def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: Path,
+                                                    instance: dg.DagsterInstance) -> None:
+    defs = build_definitions(cases_dir=str(sample_suite_path().parent), db_dir=str(sample_dir),
+                             storage_dir=str(tmp_path / "store"))
+    tick = sensor_tick(defs, instance, None)
+    assert len(tick.added) == 33 and len(tick.runs) == 1 and tick.runs[0].success
+    reports = _reports(tmp_path / "store")
+    library = Evaluator(db_dir=sample_dir)
+    for case in load_suites(sample_suite_path().parent).cases:
+        expected = library.evaluate(case)
+        got = reports[case.case_id]
+        assert (got.deterministic_verdict, got.severity, got.overall_score, got.blocked_reason, got.error_types) == (
+            expected.deterministic_verdict, expected.severity, expected.overall_score, expected.blocked_reason,
+            expected.error_types), case.case_id
+        assert got.diagnostic_scores == expected.diagnostic_scores, case.case_id
+        assert got.metrics["result"] == expected.metrics["result"], case.case_id
+    summary = materialize_summary(defs, instance)
+    assert summary.success
+    value = summary.output_for_node("evaluation_summary")
+    assert (value["cases"], value["passed"], value["invalid_cases"]) == (33, 10, 1)
+    metadata = summary.get_asset_materialization_events()[0].materialization.metadata
+    assert "█" in metadata["severity"].value and metadata["pass_rate"].value == pytest.approx(10 / 32)
+
+
+def test_only_the_edited_case_re_materializes(tmp_path: Path, sample_dir: Path,
+                                              instance: dg.DagsterInstance) -> None:
+    folder = tmp_path / "cases"
+    cases = _write_cases(folder, 50)
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    first = sensor_tick(defs, instance, None)
+    assert len(first.added) == 50 and len(first.runs) == 1 and first.runs[0].success  # one run, in batch
+    before = {a.key.path[-1]: _materialized_partitions(instance, a.key.path[-1]) for a in LAYERS}
+    assert all(counts == Counter({f"c{i:02d}": 1 for i in range(50)}) for counts in before.values())
+
+    unchanged = sensor_tick(defs, instance, first.cursor)
+    assert (unchanged.added, unchanged.deleted, unchanged.runs) == ([], [], [])
+
+    cases[17] = {**cases[17], "actual_sql": "SELECT 42"}
+    (folder / "suite.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    edited = sensor_tick(defs, instance, unchanged.cursor)
+    assert [r.dagster_run.tags.get("dagster/partition") for r in edited.runs] == ["c17"]
+    for asset in LAYERS:
+        counts = _materialized_partitions(instance, asset.key.path[-1])
+        assert counts == before[asset.key.path[-1]] + Counter({"c17": 1}), asset.key
+    assert _reports(tmp_path / "store")["c17"].metrics["validation"]["normalized_sql_actual"] == "select 42"
+
+    (folder / "suite.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases[:49]), encoding="utf-8")
+    removed = sensor_tick(defs, instance, edited.cursor)
+    assert removed.deleted == ["c49"] and removed.runs == []
+    assert "c49" not in instance.get_dynamic_partitions(cases_partitions.name)
+
+
+def test_a_broken_case_gets_its_own_report_and_the_others_complete(tmp_path: Path, sample_dir: Path,
+                                                                   instance: dg.DagsterInstance) -> None:
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text(
+        '{"case_id": "good", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n'
+        '{"case_id": "nodb", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "missing"}\n'
+        "this line is not JSON\n", encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    instance.add_dynamic_partitions(cases_partitions.name, ["ghost"])  # a partition whose case is gone
+    tick = sensor_tick(defs, instance, None)
+    assert tick.deleted == ["ghost"]
+    instance.add_dynamic_partitions(cases_partitions.name, ["ghost"])
+    run = dg.materialize(LAYERS, instance=instance, resources=defs.resources,
+                         tags={"dagster/asset_partition_range_start": "good",
+                               "dagster/asset_partition_range_end": "ghost"})
+    assert run.success
+    reports = _reports(tmp_path / "store")
+    assert reports["good"].deterministic_verdict == "pass"
+    assert reports["nodb"].blocked_reason == "execution_failure"
+    assert "database 'missing' not found" in reports["nodb"].explanations[0]
+    assert reports["ghost"].blocked_reason == "execution_failure"
+    assert "case not found in the suite folder" in reports["ghost"].explanations[0]
+
+
+def test_contract_violations_name_case_and_column() -> None:
+    frame = pl.DataFrame({"case_id": ["a", "b"], "report": ["{}", "{}"], "deterministic_verdict": ["pass", "maybe"],
+                          "severity": ["pass", "pass"], "overall_score": [1.0, 1.7], "blocked_reason": [None, None],
+                          "case_valid": [True, True], "fault": [None, None]},
+                         schema_overrides={"blocked_reason": pl.Utf8, "fault": pl.Utf8})
+    result = contract_check("case_reports", frame)
+    assert not result.passed
+    assert "case 'b', column 'deterministic_verdict'" in (result.description or "")
+    assert "case 'b', column 'overall_score'" in (result.description or "")
+    assert contract_check("case_reports", frame.head(1)).passed
+
+
+def test_layer_assets_are_single_run_backfills_with_blocking_contracts() -> None:
+    for asset in LAYERS:
+        assert asset.backfill_policy == dg.BackfillPolicy.single_run()
+        (spec,) = asset.check_specs
+        assert spec.name == CONTRACT_CHECK and spec.blocking
+
+
+def test_a_failed_contract_blocks_downstream_layers(tmp_path: Path, sample_dir: Path,
+                                                    instance: dg.DagsterInstance,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module("sqlcmp_dagster.assets.structural_diffs")  # the package exports the asset
+    folder = tmp_path / "cases"
+    _write_cases(folder, 2)
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    instance.add_dynamic_partitions(cases_partitions.name, ["c00", "c01"])
+    monkeypatch.setattr(module, "structural_layer", lambda validation: {0: _distance_out_of_range()})
+    run = dg.materialize(LAYERS, instance=instance, resources=defs.resources, partition_key="c00",
+                         raise_on_error=False)
+    assert not run.success
+    checks = [e for e in run.get_asset_check_evaluations() if not e.passed]
+    assert checks and "clause_weighted_distance" in (checks[0].description or "")
+    assert _materialized_partitions(instance, "case_reports") == Counter()
+
+
+def _distance_out_of_range() -> object:
+    from sqlcmp_dagster.engine.structure import StructuralComparison
+
+    return StructuralComparison(normalized_sql_match=False, clause_match={}, clause_weighted_distance=7.0)
+
+
+def test_code_location_has_assets_jobs_schedule_and_sensor(tmp_path: Path) -> None:
+    """What workspace.yaml loads: every asset, the on-demand and summary jobs, the nightly schedule, the sensor."""
+    shutil.copytree(sample_suite_path().parent, tmp_path / "cases")
+    defs = build_definitions(cases_dir=str(tmp_path / "cases"), storage_dir=str(tmp_path / "store"))
+    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert keys == {"parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics",
+                    "judgments", "case_reports", "evaluation_summary"}
+    assert defs.get_schedule_def("nightly_evaluation").cron_schedule == "0 2 * * *"
+    assert defs.get_sensor_def("case_sensor").name == "case_sensor"
+    assert defs.resolve_job_def("evaluation_job").partitions_def == cases_partitions
+
+
+def test_nightly_schedule_runs_all_cases_in_one_run(instance: dg.DagsterInstance) -> None:
+    from sqlcmp_dagster.assets.jobs import nightly_evaluation
+
+    context = dg.build_schedule_context(instance=instance)
+    assert isinstance(nightly_evaluation(context), dg.SkipReason)
+    instance.add_dynamic_partitions(cases_partitions.name, ["a", "b", "c"])
+    request = nightly_evaluation(dg.build_schedule_context(instance=instance))
+    assert request.tags["dagster/asset_partition_range_start"] == "a"
+    assert request.tags["dagster/asset_partition_range_end"] == "c"
