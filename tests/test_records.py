@@ -32,7 +32,7 @@ def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
             assert before.relation.frame.equals(after.relation.frame) and before.relation.names == after.relation.names
     if not restored.runnable() or not validation.actual.executed_ok:
         return
-    for index, structure in structural_layer(restored).items():
+    for structure in structural_layer(restored).values():
         assert structure_from_record(structure_record(structure)) == structure
     results = result_layer(restored)
     assert choose(results) == choose(result_layer(validation))
