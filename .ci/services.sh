@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs and starts what the tests need beyond Python, from Debian's packages: a PostgreSQL server on
+# loopback (Dagster run/event storage, and the PostgreSQL engine) and Chromium (the UI test).
+# Prints the environment the tests read; CI sources it. Safe to run again: each step is idempotent.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+if ! command -v pg_ctlcluster >/dev/null || ! command -v chromium >/dev/null; then
+  apt-get update -qq
+  apt-get install -y -qq postgresql chromium >/dev/null
+fi
+version=$(ls /etc/postgresql | sort -n | tail -n 1)
+if [ -z "$version" ]; then
+  version=$(ls /usr/lib/postgresql | sort -n | tail -n 1)
+  pg_createcluster "$version" main >/dev/null
+fi
+sed -i "s/^#\?listen_addresses.*/listen_addresses = '127.0.0.1'/" "/etc/postgresql/$version/main/postgresql.conf"
+pg_ctlcluster "$version" main start >&2 2>/dev/null || pg_ctlcluster "$version" main status >&2
+for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -q && break; sleep 1; done
+su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp'\"" | grep -q 1 ||
+  su postgres -c "psql -qc \"CREATE ROLE sqlcmp LOGIN SUPERUSER PASSWORD 'sqlcmp'\""
+su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname = 'sqlcmp_dagster'\"" | grep -q 1 ||
+  su postgres -c "createdb -O sqlcmp sqlcmp_dagster"
+echo "export SQLCMP_TEST_PG_URL=postgresql+psycopg2://sqlcmp:sqlcmp@127.0.0.1:5432/sqlcmp_dagster"
+echo "export SQLCMP_TEST_CHROMIUM=$(command -v chromium)"
