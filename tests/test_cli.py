@@ -78,7 +78,7 @@ def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypa
     monkeypatch.setenv("SQLCMP_SAMPLE_DIR", str(sample_dir))
     assert main(["demo", "--out-dir", str(tmp_path / "demo")]) == 0
     summary = json.loads((tmp_path / "demo" / "summary.json").read_text())
-    # Both bundled suite files: 32 cases plus the one whose expected query is broken on purpose.
-    assert (summary["cases"], summary["passed"], summary["invalid_cases"]) == (33, 10, 1)
-    assert len((tmp_path / "demo" / "reports.jsonl").read_text().splitlines()) == 33
+    # Both bundled suite files: 33 cases plus the one whose expected query is broken on purpose.
+    assert (summary["cases"], summary["passed"], summary["invalid_cases"]) == (34, 11, 1)
+    assert len((tmp_path / "demo" / "reports.jsonl").read_text().splitlines()) == 34
     assert (tmp_path / "demo" / "storage" / "case_reports" / "fail_filter.parquet").is_file()

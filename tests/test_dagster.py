@@ -54,7 +54,7 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     defs = build_definitions(cases_dir=str(sample_suite_path().parent), db_dir=str(sample_dir),
                              storage_dir=str(tmp_path / "store"))
     tick = sensor_tick(defs, instance, None)
-    assert len(tick.added) == 33 and len(tick.runs) == 1 and tick.runs[0].success
+    assert len(tick.added) == 34 and len(tick.runs) == 1 and tick.runs[0].success
     reports = _reports(tmp_path / "store")
     library = Evaluator(db_dir=sample_dir)
     for case in load_suites(sample_suite_path().parent).cases:
@@ -68,9 +68,9 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     summary = materialize_summary(defs, instance)
     assert summary.success
     value = summary.output_for_node("evaluation_summary")
-    assert (value["cases"], value["passed"], value["invalid_cases"]) == (33, 10, 1)
+    assert (value["cases"], value["passed"], value["invalid_cases"]) == (34, 11, 1)
     metadata = summary.get_asset_materialization_events()[0].materialization.metadata
-    assert "█" in metadata["severity"].value and metadata["pass_rate"].value == pytest.approx(10 / 32)
+    assert "█" in metadata["severity"].value and metadata["pass_rate"].value == pytest.approx(11 / 33)
 
 
 def test_only_the_edited_case_re_materializes(tmp_path: Path, sample_dir: Path,

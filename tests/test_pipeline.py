@@ -29,6 +29,7 @@ EXPECTED_OUTCOMES: dict[str, tuple[str, str, str | None]] = {
     "pass_equivalent_rewrite": ("pass", "pass", None),
     "pass_float_tolerance": ("pass", "pass", None),
     "pass_ties": ("pass", "pass", None),
+    "pass_tie_at_limit": ("pass", "pass", None),
     "pass_vacuous_empty": ("pass", "pass", None),
     "pass_multiple_expected": ("pass", "pass", None),
     "pass_pre_materialized": ("pass", "pass", None),
@@ -135,6 +136,21 @@ def test_auto_mode_resolves_from_the_expected_top_level_order_by(suite_reports: 
 
 def test_multiple_expected_names_the_matching_one(suite_reports: dict[str, Report]) -> None:
     assert suite_reports["pass_multiple_expected"].evidence["matched_expected_index"] == 1
+
+
+def test_limit_cut_inside_a_tie_is_tie_ambiguous_not_a_mismatch(suite_reports: dict[str, Report],
+                                                                run: Callable[..., Report]) -> None:
+    report = suite_reports["pass_tie_at_limit"]
+    assert report.metrics["result"]["result_equality_family"]["mode_details"]["tie_ambiguous"] is True
+    assert any("tie-ambiguous" in w for w in report.warnings)
+    # A cut between different keys is no tie: a wrong row there is a plain mismatch.
+    wrong = run("SELECT name, price FROM products ORDER BY price DESC LIMIT 5",
+                "SELECT name, price FROM products ORDER BY price ASC LIMIT 5")
+    assert wrong.deterministic_verdict == "fail"
+    # Rows before the tied group must still match in order.
+    swapped = run("SELECT name, price FROM products ORDER BY price DESC LIMIT 6",
+                  "SELECT name, price FROM products ORDER BY price DESC, name LIMIT 6 OFFSET 1")
+    assert swapped.deterministic_verdict == "fail"
 
 
 def test_vacuous_match_warns(suite_reports: dict[str, Report]) -> None:

@@ -9,6 +9,7 @@ end in a report.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import traceback
@@ -28,7 +29,7 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionEr
 from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
-from sqlcmp_dagster.engine.results import ResultComparison, compare_results
+from sqlcmp_dagster.engine.results import ResultComparison, compare_results, cut_inside_tie
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
 
 
@@ -137,8 +138,12 @@ def structural_layer(validation: Validation) -> dict[int, StructuralComparison]:
     }
 
 
-def result_layer(validation: Validation) -> dict[int, ResultComparison]:
-    """Layer 3 against every runnable expected alternative, each under its own resolved mode."""
+def result_layer(validation: Validation, database: ExecutionAdapter | None = None) -> dict[int, ResultComparison]:
+    """Layer 3 against every runnable expected alternative, each under its own resolved mode.
+
+    An order-sensitive mismatch of a query with ORDER BY ... LIMIT is re-checked against the expected query
+    without its LIMIT (when a database is at hand): a cut inside a tie is tie-ambiguous, not a mismatch.
+    """
     config, actual = validation.request.config, validation.actual
     assert actual.relation is not None
     results: dict[int, ResultComparison] = {}
@@ -146,9 +151,31 @@ def result_layer(validation: Validation) -> dict[int, ResultComparison]:
         side = validation.expected[index]
         shape = side.shape(validation.dialect)
         assert side.relation is not None
-        results[index] = compare_results(side.relation, actual.relation, mode=resolve_mode(config, shape),
-                                         config=config, order_keys=shape.order_keys)
+        result = compare_results(side.relation, actual.relation, mode=resolve_mode(config, shape), config=config,
+                                 order_keys=shape.order_keys)
+        if (not result.mode_pass and result.comparison_mode == "order-sensitive" and shape.limit is not None
+                and shape.order_keys and database is not None and not side.pre_materialized
+                and _cut_inside_tie(validation, side, shape, database)):
+            result = dataclasses.replace(result, mode_pass=True, tie_ambiguous=True, warnings=[
+                *result.warnings, "LIMIT cuts inside a tie of the ORDER BY keys: the actual rows at the cut are an "
+                "equally valid choice (tie-ambiguous)"])
+        results[index] = result
     return results
+
+
+def _cut_inside_tie(validation: Validation, side: Side, shape: QueryShape, database: ExecutionAdapter) -> bool:
+    assert side.parsed.ast is not None and side.relation is not None and validation.actual.relation is not None
+    uncut_tree = side.parsed.ast.copy()
+    uncut_tree.set("limit", None)
+    uncut_tree.set("offset", None)
+    config = validation.request.config
+    uncut = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=config.query_timeout_ms,
+                             max_rows=config.max_result_rows)
+    validation.timings["execution_ms"] = validation.timings.get("execution_ms", 0.0) + uncut.elapsed_ms
+    if not uncut.success or uncut.relation is None or shape.order_keys is None:
+        return False
+    return cut_inside_tie(side.relation, validation.actual.relation, uncut.relation, offset=shape.offset or 0,
+                          order_keys=shape.order_keys, config=config)
 
 
 def choose(results: dict[int, ResultComparison]) -> int:
@@ -201,7 +228,7 @@ def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analys
     """Layers 2-4 and performance for a case whose chosen sides parsed and executed."""
     started = time.perf_counter()
     structures = structural_layer(validation)
-    results = result_layer(validation)
+    results = result_layer(validation, database)
     index = choose(results)
     compared = time.perf_counter()
     diagnostics, probe_ms = diagnostic_layer(validation, index, structures[index], results[index], database)

@@ -105,7 +105,8 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     passed = result.mode_pass
     s_score, r_score = structure_score(structure), result_score(result)
     label = severity(result, diagnostics["ordering_error_flag"])
-    headline = (f"pass: the results match under {mode} comparison ({result.matched_rows} rows)"
+    tie = ", tie-ambiguous at the LIMIT" if result.tie_ambiguous else ""
+    headline = (f"pass: the results match under {mode} comparison ({result.matched_rows} rows{tie})"
                 if passed else
                 f"fail ({label}): the results differ under {mode} comparison; likely source "
                 f"{diagnostics['likely_source_clause'] or 'unknown'} (confidence {diagnostics['confidence']:.2f}, "

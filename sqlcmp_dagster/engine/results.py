@@ -86,6 +86,7 @@ class ResultComparison:
     extra_columns: list[str]
     vacuous: bool
     ties_checked: bool
+    tie_ambiguous: bool = False  # LIMIT cut inside an ORDER BY tie; the actual rows are an equally valid choice
     warnings: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, Any]:
@@ -99,6 +100,7 @@ class ResultComparison:
                     "order-sensitive": self.ordered_pass,
                     "vacuous_match": self.vacuous,
                     "ties_checked": self.ties_checked,
+                    "tie_ambiguous": self.tie_ambiguous,
                     "matched_rows": self.matched_rows,
                 },
             },
@@ -220,6 +222,33 @@ def compare_results(
         ties_checked=ties_checked,
         warnings=warnings,
     )
+
+
+def cut_inside_tie(expected: Relation, actual: Relation, uncut: Relation, *, offset: int, order_keys: list[int],
+                   config: EvalConfig) -> bool:
+    """Whether the expected query's LIMIT cuts inside a tie of its ORDER BY keys and ``actual`` is an equally
+    valid answer: the same rows before the tied group, and rows at the cut drawn from that group.
+
+    ``uncut`` is the expected query's result without LIMIT and OFFSET; ``order_keys`` index its projection.
+    """
+    n = expected.height
+    if n == 0 or actual.height != n or uncut.height <= offset + n or not order_keys:
+        return False
+    keys = uncut.frame.select([pl.col(f"c{k}") for k in order_keys])
+    boundary = keys.row(offset + n - 1)
+    if keys.row(offset + n) != boundary:
+        return False  # the cut falls between two different keys: no tie, nothing ambiguous
+    in_group = pl.all_horizontal([pl.col(f"c{k}").eq_missing(v) for k, v in zip(order_keys, boundary)])
+    start = int(expected.frame.with_row_index("__i").filter(in_group)["__i"].min())  # type: ignore[arg-type]
+    head = compare_results(_rows(expected, 0, start), _rows(actual, 0, start), mode="order-sensitive",
+                           config=config, order_keys=order_keys)
+    group = Relation(uncut.frame.filter(in_group), uncut.names)
+    tail = compare_results(group, _rows(actual, start, n - start), mode="order-insensitive", config=config)
+    return head.mode_pass and tail.schema_match["attribute_count_match"] and tail.bag_matched_rows == n - start
+
+
+def _rows(relation: Relation, start: int, length: int) -> Relation:
+    return Relation(relation.frame.slice(start, length), relation.names)
 
 
 def align_columns(
