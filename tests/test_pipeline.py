@@ -215,6 +215,8 @@ def test_any_sql_yields_a_report(run: Callable[..., Report], sql: str) -> None:
     report = run("SELECT name FROM products", sql, query_timeout_ms=300)
     assert report.deterministic_verdict == "fail"
     assert report.severity == "critical failure" or report.blocked_reason is None
+    assert "internal engine error" not in " ".join(report.warnings)
+    report.model_dump_json().encode("utf-8")  # the report itself is always writable
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

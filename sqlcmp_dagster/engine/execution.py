@@ -212,6 +212,9 @@ class ExecutionAdapter:
             return Execution(False, None, execution_error(_db_message(failure)), (time.perf_counter() - started) * 1000)
         except sa.exc.SQLAlchemyError as failure:
             return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
+        except (ValueError, OverflowError, UnicodeError, sqlite3.Error) as failure:  # driver-side conversions
+            message = f"{type(failure).__name__}: {failure}"
+            return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
         warnings: list[str] = []
         truncated = len(rows) > limit
         if truncated:

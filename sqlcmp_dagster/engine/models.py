@@ -115,12 +115,25 @@ class CompareRequest(_Strict):
             return [value]
         return value
 
+    @field_validator("user_query", "actual_sql", "expected_sql")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        """Text that cannot be encoded as UTF-8 (lone surrogates) has its bad characters replaced by U+FFFD:
+        no database driver, Parquet file or JSON report could carry it otherwise."""
+        if isinstance(value, list):
+            return [_encodable(v) for v in value]
+        return _encodable(value)
+
     @field_validator("expected_sql")
     @classmethod
     def _at_least_one(cls, value: list[str]) -> list[str]:
         if not value:
             raise ValueError("at least one expected query is required")
         return value
+
+
+def _encodable(text: str) -> str:
+    return text.encode("utf-8", errors="replace").decode("utf-8") if isinstance(text, str) else text
 
 
 class ExecutionError(_Strict):
