@@ -22,6 +22,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.diagnostics import diagnose
+from sqlcmp_dagster.engine.judge import JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
     resolve_database
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
@@ -242,16 +243,40 @@ def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analys
 
 
 def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *,
-            database_error: str | None = None) -> Report:
-    """Compare one case end to end and return its report; never raises for anything the case contains."""
+            database_error: str | None = None, judge: JudgeConfig | None = None) -> Report:
+    """Compare one case end to end and return its report; never raises for anything the case contains.
+
+    With ``judge`` (and ``enable_ai_judge`` in the case's config) the advisory judgment is added last.
+    """
+    report, pending = _deterministic(request, database, database_error, judge)
+    if pending is None or judge is None:
+        return report
+    return apply_judgment(report, judge_reports([pending], judge)[0])
+
+
+def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None,
+                   judge: JudgeConfig | None) -> tuple[Report, PendingJudgment | None]:
+    """Layers 1-4 and the report; with a judge configured, also the judge's prompt (while results are here)."""
     started = time.perf_counter()
+    validation = None
     try:
         validation = validate(request, database, database_error)
         report = blocked_report(validation) or build_report(validation, analyze(validation, database))
     except Exception as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
         report = _engine_fault_report(request, error)
     finish_timings(report, (time.perf_counter() - started) * 1000)
-    return report
+    if judge is None:
+        return report, None
+    return report, prepare(request, report, *_judge_samples(validation, report), judge)
+
+
+def _judge_samples(validation: Validation | None, report: Report) -> tuple[Relation | None, Relation | None]:
+    """The expected result the verdict used and the actual result, for the judge's bounded samples."""
+    if validation is None:
+        return None, None
+    index = report.evidence.get("matched_expected_index")
+    expected = validation.expected[index].relation if isinstance(index, int) else None
+    return expected, validation.actual.relation
 
 
 def finish_timings(report: Report, total_ms: float) -> None:
@@ -269,15 +294,21 @@ class Evaluator:
     that name none.
     """
 
-    def __init__(self, *, db_dir: Path | None = None, default_db: str | None = None) -> None:
+    def __init__(self, *, db_dir: Path | None = None, default_db: str | None = None,
+                 judge: JudgeConfig | None = None) -> None:
         self.db_dir = db_dir
         self.default_db = default_db
+        self.judge = judge
         self._adapters: dict[str, ExecutionAdapter] = {}
         self._lock = threading.Lock()
 
     def evaluate(self, request: CompareRequest) -> Report:
         database, error = self.open(request)
-        return compare(request, database, database_error=error)
+        return compare(request, database, database_error=error, judge=self.judge)
+
+    def _deterministic(self, request: CompareRequest) -> tuple[Report, PendingJudgment | None]:
+        database, error = self.open(request)
+        return _deterministic(request, database, error, self.judge)
 
     def open(self, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
         """The case's database adapter, or None and the reason it cannot be opened (a report, not a raise)."""
@@ -295,21 +326,28 @@ class Evaluator:
 
     def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
                      progress: Callable[[Report], None] | None = None) -> list[Report]:
-        """Reports of ``cases`` in their order; ``workers`` threads share the adapters (SQLite and polars
-        release the GIL while they work, so threads overlap query execution and comparison)."""
+        """Reports of ``cases`` in their order. ``workers`` threads share the adapters (SQLite and polars
+        release the GIL while they work, so threads overlap query execution and comparison); the advisory
+        judge, when configured, then runs over the batch with its own bounded concurrency and budget."""
         if workers <= 1:
-            reports = []
+            done = []
             for case in cases:
-                reports.append(self.evaluate(case))
+                done.append(self._deterministic(case))
                 if progress is not None:
-                    progress(reports[-1])
+                    progress(done[-1][0])
+        else:
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                futures = [pool.submit(self._deterministic, case) for case in cases]
+                for future in as_completed(futures):
+                    if progress is not None:
+                        progress(future.result()[0])
+                done = [future.result() for future in futures]
+        reports = [report for report, _ in done]
+        if self.judge is None:
             return reports
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(self.evaluate, case) for case in cases]
-            for future in as_completed(futures):
-                if progress is not None:
-                    progress(future.result())
-            return [future.result() for future in futures]
+        pending = [item for _, item in done if item is not None]
+        outcomes = iter(judge_reports(pending, self.judge))
+        return [apply_judgment(report, next(outcomes)) if item is not None else report for report, item in done]
 
     def adapter(self, target: str) -> ExecutionAdapter:
         """The shared adapter of ``target`` (timeouts and row caps come from each case's config per call)."""

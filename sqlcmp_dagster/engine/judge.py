@@ -1,0 +1,345 @@
+"""Layer 5: the optional, advisory LLM judge (architecture.txt component I and the AI Judge Guardrails).
+
+The judge reads the deterministic report (metrics, evidence), the schema/context and bounded samples of both
+results, and answers with the ten AI-judge metrics as JSON validated by pydantic. The guardrails are code, not
+prompt: :func:`apply_judgment` can set ``ai_advisory_verdict`` and ``verdict_consistency_flag`` but never
+``deterministic_verdict``; disagreement adds a consistency warning. Every failure of the model (bad JSON,
+missing fields, timeouts, rate limits, provider errors) is retried a bounded number of times and then leaves
+the judgment null with a warning: the deterministic report is untouched in every case.
+
+litellm is the only client (any provider, or any OpenAI-compatible server through ``api_base``). It is imported
+on first use, with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that importing it never reaches the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sqlcmp_dagster.engine.execution import Relation
+from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Report, Severity
+
+PROMPT_VERSION = "sqlcmp-judge/1"
+
+_FALSE_POSITIVE_TASK = (
+    "The deterministic checks PASSED this case. Look for a false positive: does the actual query only match "
+    "on this database by accident (for example a filter that happens to select the same rows, or an "
+    "unrequested ordering or limit), and would it fail the user's intent?")
+_FALSE_NEGATIVE_TASK = (
+    "The deterministic checks FAILED this case. Look for an acceptable deviation (a false negative): is the "
+    "mismatch harmless (ordering only), acceptable (minor rounding, an extra informative column the question "
+    "allows) or critical (wrong data)?")
+
+
+class Judgment(BaseModel):
+    """The ten AI-judge metrics of the glossary, plus the advisory verdict they lead to. Nothing else: no
+    reasoning trace is accepted or exposed."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    intent_adequacy_judgment: Literal["adequate", "partially_adequate", "inadequate"]
+    database_scoped_equivalence_judgment: Literal["equivalent", "not_equivalent", "inconclusive"]
+    acceptable_deviation_judgment: Literal["none", "harmless", "acceptable", "critical"]
+    short_rationale: str = Field(max_length=600)
+    evidence_bullets: list[str] = Field(max_length=10)
+    decision_summary: str = Field(max_length=600)
+    severity_classification: Severity
+    confidence: float = Field(ge=0, le=1)
+    evidence_strength: EvidenceStrength
+    ambiguous_case: bool
+    advisory_verdict: Literal["pass", "fail"]
+
+
+class JudgeConfig(BaseModel):
+    """How to call the judge and when not to. ``model``/``api_base`` follow litellm's conventions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout_s: float = Field(default=30.0, gt=0)
+    max_retries: int = Field(default=2, ge=0, le=10)
+    max_sample_rows: int = Field(default=10, ge=0, le=200)
+    skip_confident_pass: bool = True
+    confident_pass_threshold: float = Field(default=0.95, ge=0, le=1)
+    max_total_tokens: int | None = Field(default=None, gt=0)
+    max_total_cost_usd: float | None = Field(default=None, gt=0)
+    concurrency: int = Field(default=4, ge=1, le=64)
+    cache_dir: str | None = None
+    #: Passed through to ``litellm.acompletion`` (provider options; ``mock_response`` for offline tests).
+    litellm_params: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class JudgeOutcome:
+    """One call's result: the judgment (or None), what it cost, and why it is missing when it is."""
+
+    judgment: Judgment | None
+    metadata: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    skipped: str | None = None
+
+
+class Budget:
+    """A per-run token and cost budget shared by concurrent calls; once spent, further calls are skipped."""
+
+    def __init__(self, max_tokens: int | None, max_cost_usd: float | None) -> None:
+        self.max_tokens, self.max_cost = max_tokens, max_cost_usd
+        self.tokens, self.cost = 0, 0.0
+        self._lock = threading.Lock()
+
+    def exhausted(self) -> str | None:
+        with self._lock:
+            if self.max_tokens is not None and self.tokens >= self.max_tokens:
+                return f"token budget of {self.max_tokens} reached"
+            if self.max_cost is not None and self.cost >= self.max_cost:
+                return f"cost budget of ${self.max_cost} reached"
+        return None
+
+    def spend(self, tokens: int, cost: float | None) -> None:
+        with self._lock:
+            self.tokens += tokens
+            self.cost += cost or 0.0
+
+
+class ResponseCache:
+    """Raw model answers keyed by (model, prompt version, prompt hash): an unchanged case costs nothing twice.
+
+    In memory, and in ``folder`` (one JSON file per key) when given, so that it survives between runs.
+    """
+
+    def __init__(self, folder: str | None = None) -> None:
+        self.folder = Path(folder) if folder else None
+        self._memory: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(model: str, prompt: str) -> str:
+        digest = hashlib.sha256(prompt.encode()).hexdigest()
+        return hashlib.sha256(f"{model}\n{PROMPT_VERSION}\n{digest}".encode()).hexdigest()[:32]
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock:
+            if key in self._memory:
+                return self._memory[key]
+        if self.folder is not None and (self.folder / f"{key}.json").is_file():
+            return json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8"))
+        return None
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._memory[key] = entry
+        if self.folder is not None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            partial = self.folder / f"{key}.json.partial"
+            partial.write_text(json.dumps(entry), encoding="utf-8")
+            partial.replace(self.folder / f"{key}.json")
+
+
+def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, budget: Budget) -> str | None:
+    """Why the judge is not called for this case (policy), or None."""
+    if not request.config.enable_ai_judge:
+        return "judge disabled by policy (enable_ai_judge is false)"
+    if report.blocked_reason is not None:
+        return f"deterministic result blocked ({report.blocked_reason}): nothing for the judge to weigh"
+    confidence = (report.diagnostic_scores or {}).get("confidence") or 0.0
+    if config.skip_confident_pass and report.deterministic_verdict == "pass" and not report.warnings \
+            and confidence >= config.confident_pass_threshold:
+        return "deterministic pass with high confidence"
+    return budget.exhausted()
+
+
+def build_prompt(request: CompareRequest, report: Report, expected: Relation | None, actual: Relation | None,
+                 max_rows: int) -> str:
+    """The grounded prompt: the task for this verdict, the question, both queries, the deterministic evidence,
+    the context and bounded samples of both results (with the truncation stated)."""
+    task = _FALSE_POSITIVE_TASK if report.deterministic_verdict == "pass" else _FALSE_NEGATIVE_TASK
+    evidence = {
+        "deterministic_verdict": report.deterministic_verdict,
+        "severity": report.severity,
+        "overall_score": report.overall_score,
+        "result_metrics": _without_rows(report.metrics.get("result")),
+        "diagnostics": {k: v for k, v in (report.diagnostic_scores or {}).items() if k != "evidence"},
+        "explanations": report.explanations,
+        "warnings": report.warnings,
+    }
+    expected_sql = report.metrics["validation"]["normalized_sql_expected"] if report.metrics.get("validation") \
+        else None
+    parts = [
+        f"You are the advisory judge of a text-to-SQL evaluation (prompt {PROMPT_VERSION}). The deterministic "
+        "verdict below is authoritative and will not change; your judgment is advisory. Judge equivalence only "
+        "as observed on this database, never universally.",
+        f"Task: {task}",
+        f"User question: {request.user_query or '(not given)'}",
+        f"Expected SQL: {expected_sql or request.expected_sql[0]}",
+        f"Actual SQL: {request.actual_sql}",
+        f"Schema and business context: {json.dumps(request.context, default=str) if request.context else '(none)'}",
+        f"Deterministic evidence (JSON): {json.dumps(evidence, default=str)}",
+        _sample("Expected result", expected, max_rows),
+        _sample("Actual result", actual, max_rows),
+        "Answer with one JSON object and nothing else, with exactly these keys: "
+        "intent_adequacy_judgment (adequate|partially_adequate|inadequate), database_scoped_equivalence_judgment "
+        "(equivalent|not_equivalent|inconclusive), acceptable_deviation_judgment (none|harmless|acceptable|"
+        "critical), short_rationale (one or two sentences), evidence_bullets (list of the deterministic signals "
+        "you used, most important first), decision_summary (final label and justification, no reasoning "
+        "steps), severity_classification (pass|minor issue|moderate issue|major issue|critical failure), "
+        "confidence (0 to 1), evidence_strength (low|medium|high), ambiguous_case (true|false), "
+        "advisory_verdict (pass|fail).",
+    ]
+    return "\n\n".join(parts)
+
+
+async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, budget: Budget) -> JudgeOutcome:
+    """Ask the model (or the cache); bounded retries; never raises."""
+    key = ResponseCache.key(config.model, prompt)
+    cached = cache.get(key)
+    if cached is not None:
+        judgment = Judgment.model_validate(cached["judgment"])
+        return JudgeOutcome(judgment, {**cached["metadata"], "cached": True, "cost_usd": 0.0})
+    litellm = _litellm()
+    warnings: list[str] = []
+    started = time.perf_counter()
+    for attempt in range(config.max_retries + 1):
+        try:
+            response = await litellm.acompletion(
+                model=config.model, messages=[{"role": "user", "content": prompt}], api_base=config.api_base,
+                api_key=config.api_key, timeout=config.timeout_s, temperature=0, num_retries=0,
+                response_format={"type": "json_object"}, **config.litellm_params)
+        except Exception as error:  # litellm maps every provider failure to an exception of its own
+            warnings.append(f"judge call {attempt + 1} failed: {type(error).__name__}: {_short(error)}")
+            await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
+            continue
+        usage = getattr(response, "usage", None)
+        tokens = {"prompt_tokens": getattr(usage, "prompt_tokens", None),
+                  "completion_tokens": getattr(usage, "completion_tokens", None),
+                  "total_tokens": getattr(usage, "total_tokens", None)}
+        cost = _cost(litellm, response)
+        budget.spend(tokens["total_tokens"] or 0, cost)
+        content = response.choices[0].message.content or ""
+        try:
+            judgment = Judgment.model_validate(json.loads(_json_text(content)))
+        except (json.JSONDecodeError, ValidationError) as error:
+            warnings.append(f"judge answer {attempt + 1} is not a valid judgment: {_short(error)}")
+            continue
+        metadata = {"model": config.model, "prompt_version": PROMPT_VERSION, "token_usage": tokens,
+                    "cost_usd": cost, "latency_ms": (time.perf_counter() - started) * 1000,
+                    "attempts": attempt + 1, "cached": False}
+        cache.put(key, {"judgment": judgment.model_dump(), "metadata": metadata})
+        return JudgeOutcome(judgment, metadata, warnings)
+    metadata = {"model": config.model, "prompt_version": PROMPT_VERSION, "token_usage": None, "cost_usd": None,
+                "latency_ms": (time.perf_counter() - started) * 1000, "attempts": config.max_retries + 1,
+                "cached": False}
+    return JudgeOutcome(None, metadata, [*warnings, "AI judge gave no valid judgment; judgment is null"])
+
+
+def apply_judgment(report: Report, outcome: JudgeOutcome) -> Report:
+    """The report with the advisory judgment added: ``deterministic_verdict`` and every deterministic field
+    stay as they were, whatever the judgment says."""
+    updated = report.model_copy(deep=True)
+    updated.run_metadata["judge"] = {**outcome.metadata, "skipped": outcome.skipped}
+    updated.warnings = [*updated.warnings, *outcome.warnings]
+    judgment = outcome.judgment
+    if judgment is None:
+        return updated
+    updated.metrics["ai_judge"] = judgment.model_dump(exclude={"advisory_verdict"})
+    updated.ai_advisory_verdict = judgment.advisory_verdict
+    updated.verdict_consistency_flag = judgment.advisory_verdict == report.deterministic_verdict
+    if not updated.verdict_consistency_flag:
+        updated.warnings.append(f"consistency warning: the advisory AI verdict ({judgment.advisory_verdict}) "
+                                f"disagrees with the deterministic verdict ({report.deterministic_verdict}); "
+                                "the deterministic verdict stands")
+    assert updated.deterministic_verdict == report.deterministic_verdict  # the guardrail, enforced
+    return updated
+
+
+@dataclass
+class PendingJudgment:
+    """A case ready for the judge: its deterministic report and the prompt, built while the results were at
+    hand (so that a batch keeps prompts, not result tables, until the judge runs)."""
+
+    request: CompareRequest
+    report: Report
+    prompt: str | None
+
+
+def prepare(request: CompareRequest, report: Report, expected: Relation | None, actual: Relation | None,
+            config: JudgeConfig) -> PendingJudgment:
+    """The prompt for a case the policy lets through (no prompt when it is skipped anyway)."""
+    prompt = None
+    if skip_reason(report, request, config, Budget(None, None)) is None:
+        prompt = build_prompt(request, report, expected, actual, config.max_sample_rows)
+    return PendingJudgment(request, report, prompt)
+
+
+def judge_reports(pending: list[PendingJudgment], config: JudgeConfig, *, cache: ResponseCache | None = None,
+                  budget: Budget | None = None) -> list[JudgeOutcome]:
+    """Judge many cases with at most ``config.concurrency`` calls in flight; outcomes come back in order."""
+    cache = cache or ResponseCache(config.cache_dir)
+    budget = budget or Budget(config.max_total_tokens, config.max_total_cost_usd)
+
+    async def run_all() -> list[JudgeOutcome]:
+        gate = asyncio.Semaphore(config.concurrency)
+
+        async def one(item: PendingJudgment) -> JudgeOutcome:
+            async with gate:
+                reason = skip_reason(item.report, item.request, config, budget)
+                if reason is not None or item.prompt is None:
+                    return JudgeOutcome(None, {"model": config.model, "prompt_version": PROMPT_VERSION},
+                                        skipped=reason or "skipped by policy")
+                return await judge_case(item.prompt, config, cache, budget)
+
+        return list(await asyncio.gather(*(one(item) for item in pending)))
+
+    return asyncio.run(run_all())
+
+
+def _litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm
+
+
+def _cost(litellm: Any, response: Any) -> float | None:
+    try:
+        return float(litellm.completion_cost(completion_response=response))
+    except Exception:  # a model litellm has no price for (a local server): cost unknown, not an error
+        return None
+
+
+def _json_text(content: str) -> str:
+    """The JSON object in ``content``, tolerating a Markdown code fence around it."""
+    text = content.strip()
+    if text.startswith("```"):
+        text = text.strip("`")
+        text = text[text.find("{"):]
+    start, end = text.find("{"), text.rfind("}")
+    return text[start:end + 1] if start != -1 and end > start else text
+
+
+def _sample(label: str, relation: Relation | None, max_rows: int) -> str:
+    if relation is None:
+        return f"{label}: (not available)"
+    shown = relation.to_rows(limit=max_rows)
+    note = (f" (first {max_rows} of {relation.height} rows; the rest are truncated)"
+            if relation.height > max_rows else f" ({relation.height} rows, all shown)")
+    return f"{label}{note}: {json.dumps(shown, default=str)}"
+
+
+def _without_rows(result: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if result is None else {k: v for k, v in result.items() if k != "schema_match"} | {
+        "schema_match": {k: v for k, v in result["schema_match"].items() if k != "column_mapping"}}
+
+
+def _short(error: Exception) -> str:
+    return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__

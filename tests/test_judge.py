@@ -1,0 +1,225 @@
+"""The advisory judge: offline with litellm's mock responses, and over real HTTP against a local
+OpenAI-compatible server on loopback that answers well, answers garbage, rate-limits or hangs."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
+    judge_reports, prepare
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
+
+GOOD = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalence_judgment": "equivalent",
+        "acceptable_deviation_judgment": "harmless", "short_rationale": "Only the order differs.",
+        "evidence_bullets": ["bag results equal", "ordering_error_flag"], "decision_summary": "harmless: order only",
+        "severity_classification": "minor issue", "confidence": 0.8, "evidence_strength": "high",
+        "ambiguous_case": False, "advisory_verdict": "pass"}
+
+FAILING = ("SELECT name, price FROM products ORDER BY price DESC, name", "SELECT name, price FROM products ORDER BY price, name")
+
+
+def _case(expected: str, actual: str, **config: Any) -> CompareRequest:
+    return CompareRequest(case_id="j", user_query="Products by price", expected_sql=expected, actual_sql=actual,
+                          db="shop", config=EvalConfig(enable_ai_judge=True, **config))
+
+
+def _mock(answer: dict[str, Any] | str, **options: Any) -> JudgeConfig:
+    content = answer if isinstance(answer, str) else json.dumps(answer)
+    return JudgeConfig(model="openai/gpt-4o-mini", litellm_params={"mock_response": content}, **options)
+
+
+def test_disagreement_annotates_but_never_changes_the_deterministic_verdict(sample_dir: Path) -> None:
+    report = Evaluator(db_dir=sample_dir, judge=_mock(GOOD)).evaluate(_case(*FAILING))
+    assert report.deterministic_verdict == "fail"
+    assert report.ai_advisory_verdict == "pass" and report.verdict_consistency_flag is False
+    assert any(w.startswith("consistency warning") for w in report.warnings)
+    assert set(report.metrics["ai_judge"]) == {
+        "intent_adequacy_judgment", "database_scoped_equivalence_judgment", "acceptable_deviation_judgment",
+        "short_rationale", "evidence_bullets", "decision_summary", "severity_classification", "confidence",
+        "evidence_strength", "ambiguous_case"}
+    judge = report.run_metadata["judge"]
+    assert judge["model"] == "openai/gpt-4o-mini" and judge["prompt_version"] == PROMPT_VERSION
+    assert judge["token_usage"]["total_tokens"] > 0 and judge["latency_ms"] >= 0
+
+
+def test_agreement_sets_the_consistency_flag(sample_dir: Path) -> None:
+    report = Evaluator(db_dir=sample_dir, judge=_mock({**GOOD, "advisory_verdict": "fail"})).evaluate(_case(*FAILING))
+    assert (report.ai_advisory_verdict, report.verdict_consistency_flag) == ("fail", True)
+
+
+@pytest.mark.parametrize("answer", ["not json at all", json.dumps({"confidence": 0.5}),
+                                    json.dumps({**GOOD, "confidence": 7})])
+def test_invalid_answers_leave_the_judgment_null_with_a_warning(sample_dir: Path, answer: str) -> None:
+    plain = Evaluator(db_dir=sample_dir).evaluate(_case(*FAILING))
+    report = Evaluator(db_dir=sample_dir, judge=_mock(answer, max_retries=1)).evaluate(_case(*FAILING))
+    assert report.ai_advisory_verdict is None and report.metrics["ai_judge"] is None
+    assert any("no valid judgment" in w for w in report.warnings)
+    assert report.run_metadata["judge"]["attempts"] == 2
+    for key in ("deterministic_verdict", "overall_score", "severity", "diagnostic_scores", "explanations"):
+        assert getattr(report, key) == getattr(plain, key)
+
+
+def test_policy_skips(sample_dir: Path) -> None:
+    disabled = Evaluator(db_dir=sample_dir, judge=_mock(GOOD)).evaluate(
+        _case(*FAILING).model_copy(update={"config": EvalConfig(enable_ai_judge=False)}))
+    assert disabled.ai_advisory_verdict is None and "disabled" in disabled.run_metadata["judge"]["skipped"]
+    confident = Evaluator(db_dir=sample_dir, judge=_mock(GOOD)).evaluate(_case(FAILING[0], FAILING[0]))
+    assert "high confidence" in confident.run_metadata["judge"]["skipped"]
+
+
+def test_prompt_is_grounded_bounded_and_split_by_verdict(sample_dir: Path) -> None:
+    evaluator = Evaluator(db_dir=sample_dir)
+    failing = _case("SELECT * FROM order_items", "SELECT * FROM order_items WHERE quantity > 1")
+    report = evaluator.evaluate(failing)
+    pending = prepare(failing, report, None, None, _mock(GOOD))
+    assert pending.prompt is not None and "false negative" in pending.prompt
+    from sqlcmp_dagster.engine.execution import ExecutionAdapter
+
+    relation = ExecutionAdapter(str(sample_dir / "shop.sqlite")).execute("SELECT * FROM order_items").relation
+    prompt = build_prompt(failing, report, relation, relation, max_rows=3)
+    assert f"first 3 of {relation.height} rows; the rest are truncated" in prompt
+    assert prompt.count("[") < 60  # three rows of samples, not the table
+    assert "filter_error_score" in prompt and report.explanations[0] in prompt
+    passing = _case("SELECT 1", "SELECT 1")
+    assert "false positive" in build_prompt(passing, evaluator.evaluate(passing), None, None, 3)
+
+
+class _Server:
+    """A tiny OpenAI-compatible chat-completions server on loopback, scripted per request."""
+
+    def __init__(self, script: Callable[[int], tuple[int, Any, float]]) -> None:
+        self.calls = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                with server._lock:
+                    server.calls += 1
+                    number = server.calls
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                status, content, delay = script(number)
+                time.sleep(delay)
+                body = {"id": f"c{number}", "object": "chat.completion", "created": 0, "model": "local-test",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                                     "message": {"role": "assistant", "content": content}}],
+                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+                payload = json.dumps(body if status == 200 else {"error": {"message": "slow down"}}).encode()
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[int], tuple[int, Any, float]]], _Server]]:
+    servers: list[_Server] = []
+
+    def start(script: Callable[[int], tuple[int, Any, float]]) -> _Server:
+        server = _Server(script)
+        server.thread.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+
+def _http(server: _Server, **options: Any) -> JudgeConfig:
+    return JudgeConfig(model="openai/local-test", api_base=server.base, api_key="test", **options)
+
+
+def _failing_cases(count: int) -> list[CompareRequest]:
+    return [_case(FAILING[0], f"SELECT name, price FROM products ORDER BY price, name LIMIT {12 - i}")
+            .model_copy(update={"case_id": f"j{i}"}) for i in range(count)]
+
+
+def test_real_http_judgment_retries_a_rate_limit_and_caches(serve: Any, sample_dir: Path, tmp_path: Path) -> None:
+    server = serve(lambda n: (429, None, 0.0) if n == 1 else (200, json.dumps(GOOD), 0.0))
+    config = _http(server, max_retries=2, cache_dir=str(tmp_path / "cache"))
+    report = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
+    assert report.ai_advisory_verdict == "pass"
+    assert report.run_metadata["judge"]["attempts"] == 2 and server.calls == 2
+    assert any("RateLimitError" in w for w in report.warnings)
+    again = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
+    assert again.run_metadata["judge"]["cached"] is True and server.calls == 2  # the cache answered
+
+
+def test_garbage_from_the_server_is_retried_then_null(serve: Any, sample_dir: Path) -> None:
+    server = serve(lambda n: (200, "<html>oops</html>", 0.0))
+    report = Evaluator(db_dir=sample_dir, judge=_http(server, max_retries=2)).evaluate(_case(*FAILING))
+    assert report.ai_advisory_verdict is None and server.calls == 3
+    assert report.deterministic_verdict == "fail"
+
+
+def test_a_hanging_server_times_out_within_the_bound(serve: Any, sample_dir: Path) -> None:
+    server = serve(lambda n: (200, json.dumps(GOOD), 5.0))
+    started = time.monotonic()
+    report = Evaluator(db_dir=sample_dir, judge=_http(server, timeout_s=0.5, max_retries=1)).evaluate(
+        _case(*FAILING))
+    assert time.monotonic() - started < 4.5
+    assert report.ai_advisory_verdict is None and any("Timeout" in w for w in report.warnings)
+
+
+def test_batch_concurrency_and_token_budget(serve: Any, sample_dir: Path) -> None:
+    server = serve(lambda n: (200, json.dumps(GOOD), 0.2))
+    reports = Evaluator(db_dir=sample_dir, judge=_http(server, concurrency=2)).evaluate_all(_failing_cases(6))
+    assert all(r.ai_advisory_verdict == "pass" for r in reports) and server.max_in_flight <= 2
+    budget_server = serve(lambda n: (200, json.dumps(GOOD), 0.0))
+    limited = Evaluator(db_dir=sample_dir, judge=_http(budget_server, concurrency=1, max_total_tokens=200))
+    reports = limited.evaluate_all(_failing_cases(5))
+    assert budget_server.calls == 2  # 120 tokens each: the third call would pass the budget of 200
+    assert [r.ai_advisory_verdict for r in reports].count("pass") == 2
+    assert sum("budget" in (r.run_metadata["judge"]["skipped"] or "") for r in reports) == 3
+
+
+def test_budget_and_cache_primitives() -> None:
+    budget = Budget(max_tokens=10, max_cost_usd=None)
+    assert budget.exhausted() is None
+    budget.spend(10, None)
+    assert "token budget" in (budget.exhausted() or "")
+    assert ResponseCache.key("m", "p") != ResponseCache.key("m2", "p") != ResponseCache.key("m", "p2")
+
+
+def test_judge_reports_keeps_order_and_reports() -> None:
+    report = Report.model_validate_json(json.dumps({
+        "case_id": "x", "deterministic_verdict": "fail", "ai_advisory_verdict": None,
+        "verdict_consistency_flag": None, "overall_score": 0.3, "structure_score": 0.5, "result_score": 0.4,
+        "diagnostic_scores": {"confidence": 0.5}, "performance_scores": None, "severity": "major issue",
+        "explanations": ["e"], "mismatch_map": None, "error_types": [], "blocked_reason": None, "warnings": [],
+        "validity": {}, "evidence": {}, "run_metadata": {}, "metrics": {"validation": None, "result": None}}))
+    request = _case("SELECT 1", "SELECT 2")
+    outcomes = judge_reports([prepare(request, report, None, None, _mock(GOOD))] * 3, _mock(GOOD))
+    assert [o.judgment.advisory_verdict for o in outcomes if o.judgment] == ["pass"] * 3
