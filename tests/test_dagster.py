@@ -8,6 +8,7 @@ import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -189,3 +190,36 @@ def test_nightly_schedule_runs_all_cases_in_one_run(instance: dg.DagsterInstance
     request = nightly_evaluation(dg.build_schedule_context(instance=instance))
     assert request.tags["dagster/asset_partition_range_start"] == "a"
     assert request.tags["dagster/asset_partition_range_end"] == "c"
+
+
+def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, sample_dir: Path, serve: Any,
+                                                            instance: dg.DagsterInstance) -> None:
+    from sqlcmp_dagster.resources import LLMJudgeResource
+
+    answer = {"intent_adequacy_judgment": "inadequate", "database_scoped_equivalence_judgment": "not_equivalent",
+              "acceptable_deviation_judgment": "critical", "short_rationale": "Wrong rows.",
+              "evidence_bullets": ["row_overlap low"], "decision_summary": "critical: wrong data",
+              "severity_classification": "major issue", "confidence": 0.9, "evidence_strength": "high",
+              "ambiguous_case": False, "advisory_verdict": "pass"}
+    server = serve(lambda n: (200, json.dumps(answer), 0.0))
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text(
+        '{"case_id": "same", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n'
+        '{"case_id": "wrong", "expected_sql": "SELECT name FROM products", "actual_sql": "SELECT name FROM '
+        'customers", "db": "shop"}\n', encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    resources = {**defs.resources, "judge": LLMJudgeResource(enabled=True, model="openai/local-test",
+                                                             api_base=f"{server.base}", api_key="test")}
+    instance.add_dynamic_partitions(cases_partitions.name, ["same", "wrong"])
+    run = dg.materialize(LAYERS, instance=instance, resources=resources,
+                         tags={"dagster/asset_partition_range_start": "same",
+                               "dagster/asset_partition_range_end": "wrong"})
+    assert run.success
+    reports = _reports(tmp_path / "store")
+    assert server.calls == 1, reports["wrong"].run_metadata["judge"]  # the confident pass was skipped
+    assert reports["same"].ai_advisory_verdict is None
+    assert "high confidence" in reports["same"].run_metadata["judge"]["skipped"]
+    wrong = reports["wrong"]
+    assert wrong.deterministic_verdict == "fail" and wrong.ai_advisory_verdict == "pass"
+    assert wrong.verdict_consistency_flag is False and wrong.metrics["ai_judge"]["confidence"] == 0.9

@@ -4,15 +4,13 @@ OpenAI-compatible server on loopback that answers well, answers garbage, rate-li
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from conftest import ChatServer
 from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
     judge_reports, prepare
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
@@ -93,71 +91,7 @@ def test_prompt_is_grounded_bounded_and_split_by_verdict(sample_dir: Path) -> No
     assert "false positive" in build_prompt(passing, evaluator.evaluate(passing), None, None, 3)
 
 
-class _Server:
-    """A tiny OpenAI-compatible chat-completions server on loopback, scripted per request."""
-
-    def __init__(self, script: Callable[[int], tuple[int, Any, float]]) -> None:
-        self.calls = 0
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self._lock = threading.Lock()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                with server._lock:
-                    server.calls += 1
-                    number = server.calls
-                    server.in_flight += 1
-                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
-                status, content, delay = script(number)
-                time.sleep(delay)
-                body = {"id": f"c{number}", "object": "chat.completion", "created": 0, "model": "local-test",
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": content}}],
-                        "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
-                payload = json.dumps(body if status == 200 else {"error": {"message": "slow down"}}).encode()
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-                finally:
-                    with server._lock:
-                        server.in_flight -= 1
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[int], tuple[int, Any, float]]], _Server]]:
-    servers: list[_Server] = []
-
-    def start(script: Callable[[int], tuple[int, Any, float]]) -> _Server:
-        server = _Server(script)
-        server.thread.start()
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.httpd.shutdown()
-        server.httpd.server_close()
-
-
-def _http(server: _Server, **options: Any) -> JudgeConfig:
+def _http(server: ChatServer, **options: Any) -> JudgeConfig:
     return JudgeConfig(model="openai/local-test", api_base=server.base, api_key="test", **options)
 
 

@@ -14,14 +14,17 @@ import dagster as dg
 import polars as pl
 
 from sqlcmp_dagster.contracts import contract_check, contract_spec
-from sqlcmp_dagster.engine.pipeline import Validation
-from sqlcmp_dagster.engine.records import validation_from_record
-from sqlcmp_dagster.engine.report import ENGINE_VERSION
+from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
+from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.pipeline import Validation, finish_timings
+from sqlcmp_dagster.engine.records import result_from_record, structure_from_record, validation_from_record
+from sqlcmp_dagster.engine.report import ENGINE_VERSION, Analysis, blocked_report, build_report, fault_report
 
 #: One partition per case id, added and removed by the case sensor as suite files change.
 cases_partitions = dg.DynamicPartitionsDefinition(name="cases")
 #: IO manager key of the per-partition Parquet store.
 CASE_STORE = "case_store"
+case_reports_key = dg.AssetKey("case_reports")
 
 LAYER_ASSETS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics",
                 "judgments", "case_reports")
@@ -96,4 +99,47 @@ def to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-case_reports_key = dg.AssetKey("case_reports")
+
+def report_from_layers(row: dict[str, Any]) -> Report:
+    """The deterministic report from the stored layers (a row of executions, structural_diffs,
+    result_comparisons and diagnostics joined by case); a case with a fault upstream gets a fault report."""
+    if row["fault"] is not None or row["validation"] is None:
+        request = CompareRequest(case_id=row["case_id"], expected_sql=["-"], actual_sql="")
+        return fault_report(request, row["fault"] or "no stored execution for this case")
+    validation = validation_of(row)
+    report = blocked_report(validation)
+    if report is None:
+        index = row["chosen_index"]
+        timings = {"comparison_ms": (row["layer_ms__1"] or 0.0) + (row["layer_ms__2"] or 0.0),
+                   "diagnostics_ms": row["layer_ms__3"] or 0.0, "probe_execution_ms": row["probe_execution_ms"]}
+        # layer_ms__1..3: the layer times of structural_diffs, result_comparisons and diagnostics, in the
+        # order the frames are joined (see joined()).
+        analysis = Analysis(
+            index=index,
+            structure=structure_from_record(json.loads(row["structures"])[str(index)]),
+            result=result_from_record(json.loads(row["results"])[str(index)]),
+            alternatives=len(validation.expected),
+            diagnostics=json.loads(row["diagnostics"]),
+            performance=json.loads(row["performance"]) if row["performance"] else None,
+            warnings=json.loads(row["performance_warnings"] or "[]"),
+            timings=timings,
+        )
+        report = build_report(validation, analysis)
+    timings = report.run_metadata["timings"]
+    finish_timings(report, sum(timings.get(k, 0.0) for k in ("parse_ms", "execution_ms", "comparison_ms",
+                                                              "diagnostics_ms")))
+    return report
+
+
+def outcome_to_text(outcome: JudgeOutcome) -> str:
+    return to_json({"judgment": outcome.judgment.model_dump() if outcome.judgment else None,
+                    "metadata": outcome.metadata, "warnings": outcome.warnings, "skipped": outcome.skipped})
+
+
+def outcome_from_text(text: str | None) -> JudgeOutcome:
+    """The stored judgment; a case without one (judge disabled) reads as skipped by policy."""
+    if not text:
+        return JudgeOutcome(None, {}, skipped="judge disabled for this deployment")
+    data = json.loads(text)
+    judgment = Judgment.model_validate(data["judgment"]) if data["judgment"] else None
+    return JudgeOutcome(judgment, data["metadata"], data["warnings"], data["skipped"])

@@ -27,7 +27,7 @@ def validation_record(validation: Validation) -> tuple[str, list[bytes]]:
     """A validation as JSON text plus one IPC blob per side (actual first; empty bytes where no relation)."""
     sides = [validation.actual, *validation.expected]
     payload = {
-        "request": validation.request.model_dump(mode="json"),
+        "request": validation.request.model_dump(mode="json", exclude_unset=True),  # keeps which options were set
         "dialect": validation.dialect,
         "database": validation.database,
         "warnings": validation.warnings,
