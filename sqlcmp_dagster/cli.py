@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator, compare
 from sqlcmp_dagster.engine.report import render_text
@@ -79,29 +80,50 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtol", type=float, help="numeric relative tolerance")
     parser.add_argument("--timeout-ms", type=int, help="query timeout in milliseconds")
     parser.add_argument("--config", type=Path, help="JSON or YAML file of configuration options")
+    parser.add_argument("--judge-model", help="litellm model of the advisory AI judge (enables the judge)")
+    parser.add_argument("--judge-api-base", help="base URL of an OpenAI-compatible judge server")
+    parser.add_argument("--judge-config", type=Path, help="JSON or YAML file of judge options (JudgeConfig)")
+
+
+def _judge(args: argparse.Namespace) -> JudgeConfig | None:
+    """The judge configuration from --judge-config and the --judge-* flags, or None when no judge is asked."""
+    options: dict[str, Any] = _options_file(args.judge_config, "--judge-config") if args.judge_config else {}
+    if args.judge_model:
+        options["model"] = args.judge_model
+    if args.judge_api_base:
+        options["api_base"] = args.judge_api_base
+    if not options:
+        return None
+    try:
+        return JudgeConfig.model_validate(options)
+    except ValidationError as error:
+        raise UsageError("bad judge configuration: " + _errors(error)) from error
 
 
 def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Options from --config, then the flags on top; validated here so a bad value names its option."""
-    options: dict[str, Any] = {}
-    if args.config is not None:
-        try:
-            loaded = yaml.safe_load(args.config.read_text(encoding="utf-8"))
-        except OSError as error:
-            raise UsageError(f"--config {args.config}: {error.strerror}") from error
-        except yaml.YAMLError as error:
-            raise UsageError(f"--config {args.config}: not valid JSON or YAML: {error}") from error
-        if not isinstance(loaded, dict):
-            raise UsageError(f"--config {args.config}: expected a mapping of options")
-        options.update(loaded)
+    options: dict[str, Any] = _options_file(args.config, "--config") if args.config is not None else {}
     flags = {"comparison_mode": args.mode, "numeric_abs_tolerance": args.atol,
-             "numeric_rel_tolerance": args.rtol, "query_timeout_ms": args.timeout_ms}
+             "numeric_rel_tolerance": args.rtol, "query_timeout_ms": args.timeout_ms,
+             "enable_ai_judge": True if (args.judge_model or args.judge_config) else None}
     options.update({k: v for k, v in flags.items() if v is not None})
     try:
         EvalConfig.model_validate(options)
     except ValidationError as error:
         raise UsageError("bad configuration: " + _errors(error)) from error
     return options
+
+
+def _options_file(path: Path, flag: str) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise UsageError(f"{flag} {path}: {error.strerror}") from error
+    except yaml.YAMLError as error:
+        raise UsageError(f"{flag} {path}: not valid JSON or YAML: {error}") from error
+    if not isinstance(loaded, dict):
+        raise UsageError(f"{flag} {path}: expected a mapping of options")
+    return loaded
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -113,7 +135,7 @@ def _compare(args: argparse.Namespace) -> int:
         raise UsageError(_errors(error)) from error
     adapter = _open(args.db)
     try:
-        report = compare(request, adapter)
+        report = compare(request, adapter, judge=_judge(args))
     finally:
         adapter.close()
     if args.format == "json":
@@ -138,7 +160,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from error
     for problem in suite.errors:
         print(f"sqlcmp: skipped {problem}", file=sys.stderr)
-    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db)
+    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args))
     reports = _run_batch(evaluator, suite.cases, args.out, args.workers)
     summary = summarize(reports, load_errors=len(suite.errors))
     if args.summary_out is not None:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,21 @@ def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypa
     assert (summary["cases"], summary["passed"], summary["invalid_cases"]) == (34, 11, 1)
     assert len((tmp_path / "demo" / "reports.jsonl").read_text().splitlines()) == 34
     assert (tmp_path / "demo" / "storage" / "case_reports" / "fail_filter.parquet").is_file()
+
+
+def test_compare_with_a_judge_server(sample_db: Path, serve: Any, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")  # the provider's usual variable; the local server ignores it
+    answer = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalence_judgment": "equivalent",
+              "acceptable_deviation_judgment": "harmless", "short_rationale": "Order only.",
+              "evidence_bullets": ["ordering_error_flag"], "decision_summary": "harmless",
+              "severity_classification": "minor issue", "confidence": 0.7, "evidence_strength": "high",
+              "ambiguous_case": False, "advisory_verdict": "pass"}
+    server = serve(lambda n: (200, json.dumps(answer), 0.0))
+    code = main(["compare", "--db", str(sample_db), "--expected-sql", "SELECT name FROM products ORDER BY price",
+                 "--actual-sql", "SELECT name FROM products ORDER BY price DESC", "--format", "json",
+                 "--judge-model", "openai/local-test", "--judge-api-base", server.base])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1  # the advisory pass never changes the exit status: the deterministic verdict is fail
+    assert (report["deterministic_verdict"], report["ai_advisory_verdict"]) == ("fail", "pass")
+    assert server.calls == 1

@@ -307,6 +307,7 @@ def _litellm() -> Any:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     import litellm
 
+    litellm.suppress_debug_info = True  # its help banner would otherwise go to stdout, into JSON output
     return litellm
 
 
