@@ -17,6 +17,14 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 
+#: A valid answer of the advisory judge (every AI-judge metric), advising "pass".
+JUDGE_PASS = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalence_judgment": "equivalent",
+              "acceptable_deviation_judgment": "harmless", "short_rationale": "Only the order differs.",
+              "evidence_bullets": ["bag results equal", "ordering_error_flag"],
+              "decision_summary": "harmless: order only", "severity_classification": "minor issue",
+              "confidence": 0.8, "evidence_strength": "high", "ambiguous_case": False, "advisory_verdict": "pass"}
+
+
 @pytest.fixture(scope="session")
 def sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("sample")

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from conftest import JUDGE_PASS
 from sqlcmp_dagster.cli import main
 
 
@@ -88,12 +89,7 @@ def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypa
 def test_compare_with_a_judge_server(sample_db: Path, serve: Any, capsys: pytest.CaptureFixture[str],
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")  # the provider's usual variable; the local server ignores it
-    answer = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalence_judgment": "equivalent",
-              "acceptable_deviation_judgment": "harmless", "short_rationale": "Order only.",
-              "evidence_bullets": ["ordering_error_flag"], "decision_summary": "harmless",
-              "severity_classification": "minor issue", "confidence": 0.7, "evidence_strength": "high",
-              "ambiguous_case": False, "advisory_verdict": "pass"}
-    server = serve(lambda n: (200, json.dumps(answer), 0.0))
+    server = serve(lambda n: (200, json.dumps(JUDGE_PASS), 0.0))
     code = main(["compare", "--db", str(sample_db), "--expected-sql", "SELECT name FROM products ORDER BY price",
                  "--actual-sql", "SELECT name FROM products ORDER BY price DESC", "--format", "json",
                  "--judge-model", "openai/local-test", "--judge-api-base", server.base])

@@ -14,6 +14,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import sample_suite_path
@@ -196,11 +197,7 @@ def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, samp
                                                             instance: dg.DagsterInstance) -> None:
     from sqlcmp_dagster.resources import LLMJudgeResource
 
-    answer = {"intent_adequacy_judgment": "inadequate", "database_scoped_equivalence_judgment": "not_equivalent",
-              "acceptable_deviation_judgment": "critical", "short_rationale": "Wrong rows.",
-              "evidence_bullets": ["row_overlap low"], "decision_summary": "critical: wrong data",
-              "severity_classification": "major issue", "confidence": 0.9, "evidence_strength": "high",
-              "ambiguous_case": False, "advisory_verdict": "pass"}
+    answer = {**JUDGE_PASS, "acceptable_deviation_judgment": "critical", "confidence": 0.9}
     server = serve(lambda n: (200, json.dumps(answer), 0.0))
     folder = tmp_path / "cases"
     folder.mkdir()

@@ -10,17 +10,13 @@ from typing import Any
 
 import pytest
 
-from conftest import ChatServer
+from conftest import JUDGE_PASS, ChatServer
 from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
     judge_reports, prepare
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
-GOOD = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalence_judgment": "equivalent",
-        "acceptable_deviation_judgment": "harmless", "short_rationale": "Only the order differs.",
-        "evidence_bullets": ["bag results equal", "ordering_error_flag"], "decision_summary": "harmless: order only",
-        "severity_classification": "minor issue", "confidence": 0.8, "evidence_strength": "high",
-        "ambiguous_case": False, "advisory_verdict": "pass"}
+GOOD = JUDGE_PASS
 
 FAILING = ("SELECT name, price FROM products ORDER BY price DESC, name", "SELECT name, price FROM products ORDER BY price, name")
 

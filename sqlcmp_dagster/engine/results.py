@@ -33,6 +33,8 @@ _GREEDY_PAIR_BUDGET = 1_000_000
 #: Candidate column permutations tried when values cannot tell columns apart, and the cells they may cost.
 _MAX_PERMUTATIONS = 120
 _PERMUTATION_CELL_BUDGET = 2_000_000
+#: Below this many rows a frame operation costs its fixed overhead, so fewer operations beat cleverer ones.
+_SMALL_FRAME = 10_000
 
 
 @dataclass(frozen=True)
@@ -365,8 +367,11 @@ def _occurrence_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], nulls_eq
 def _with_occurrence(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Number each row among the rows identical to it (0, 1, ...), so that a join pairs copies one to one.
 
-    The window over all keys is the costly part, so it runs only on the rows that have a duplicate.
+    The window over all keys is the costly part on large frames, so there it runs only on the rows that have a
+    duplicate; on small frames one window is cheaper than the extra passes.
     """
+    if frame.height < _SMALL_FRAME:
+        return frame.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over(keys).alias(_OCC))
     duplicated = pl.struct(keys).is_duplicated()
     if not frame.select(duplicated.any()).item():
         return frame.with_columns(pl.lit(0, dtype=pl.Int64).alias(_OCC))
