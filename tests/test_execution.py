@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, _sqlite_read_only, resolve_database
-from sqlcmp_dagster.engine.parsing import ParseOutcome
+from sqlcmp_dagster.engine.parsing import parse
 
 
 def _digest(path: Path) -> str:
@@ -78,11 +78,11 @@ def test_writes_are_refused_and_the_file_is_unchanged(adapter: ExecutionAdapter,
 def test_the_connection_itself_is_read_only_even_past_the_gate(adapter: ExecutionAdapter, sample_db: Path) -> None:
     """Defence in depth: a write that slipped past the statement gate still fails in the engine."""
     before = _digest(sample_db)
-    forged = ParseOutcome(True, None, None, None)  # no AST: the gate cannot see the statement
+    forged = parse("SELECT 1", "sqlite")  # the gate sees SELECT 1; the engine is handed the DELETE
     with pytest.raises(sqlite3.OperationalError, match="readonly|read-only"):
         _sqlite_read_only(sample_db).execute("DELETE FROM orders")
     execution = adapter.execute("DELETE FROM orders", parsed=forged)
-    assert not execution.success
+    assert execution.error is not None and execution.error.category == "permission_error", execution.error
     assert _digest(sample_db) == before
 
 

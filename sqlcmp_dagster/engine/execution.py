@@ -30,6 +30,8 @@ from sqlcmp_dagster.engine.taxonomy import execution_error
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
+#: File suffixes opened with DuckDB when a path (not a URL) is given.
+DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 #: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
 _SQLITE_PROGRESS_STEPS = 10_000
 
@@ -160,6 +162,8 @@ class ExecutionAdapter:
         self.timeout_ms = timeout_ms
         self.max_result_rows = max_result_rows
         self._sqlite_path: Path | None = None
+        if "://" not in target and Path(target).suffix.lower() in DUCKDB_SUFFIXES:
+            target = f"duckdb:///{Path(target).resolve()}"
         if "://" in target:
             url = sa.make_url(target)
             self.identifier = url.render_as_string(hide_password=True)
@@ -168,7 +172,12 @@ class ExecutionAdapter:
         else:
             self._sqlite_path = Path(target)
             self.identifier = str(self._sqlite_path)
-        if self._sqlite_path is not None:
+        if "://" in target and sa.make_url(target).get_backend_name() == "duckdb":
+            database = sa.make_url(target).database
+            if database and database != ":memory:" and not Path(database).is_file():
+                raise FileNotFoundError(f"DuckDB database not found: {database}")
+            self.engine = sa.create_engine(target, poolclass=NullPool, connect_args={"read_only": True})
+        elif self._sqlite_path is not None:
             path = self._sqlite_path.resolve()
             if not path.is_file():
                 raise FileNotFoundError(f"SQLite database not found: {path}")
@@ -181,6 +190,12 @@ class ExecutionAdapter:
             self.engine = sa.create_engine(target, poolclass=NullPool)
         backend = self.engine.dialect.name
         self.dialect = _DIALECTS.get(backend, backend)
+        dbapi = self.engine.dialect.loaded_dbapi
+        self._driver_errors: tuple[type[BaseException], ...] = (dbapi.Error,) if hasattr(dbapi, "Error") else ()
+        if self.dialect == "duckdb":
+            import duckdb
+
+            self._driver_errors += (duckdb.Error,)
 
     def execute(
         self,
@@ -199,17 +214,21 @@ class ExecutionAdapter:
         started = time.perf_counter()
         try:
             with self._session(self.timeout_ms if timeout_ms is None else timeout_ms) as connection:
-                result = connection.exec_driver_sql(_strip_terminator(sql))
-                if not result.returns_rows:
+                # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
+                cursor = connection.connection.cursor()
+                cursor.execute(_strip_terminator(sql))
+                if cursor.description is None:
                     raise _NoRows()
-                names = list(result.keys())
-                rows = result.fetchmany(limit + 1)
+                names = [str(column[0]) for column in cursor.description]
+                rows = cursor.fetchmany(limit + 1)
                 elapsed = (time.perf_counter() - started) * 1000
         except _NoRows:
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
             return Execution(False, None, error, (time.perf_counter() - started) * 1000)
         except sa.exc.DBAPIError as failure:
             return Execution(False, None, execution_error(_db_message(failure)), (time.perf_counter() - started) * 1000)
+        except self._driver_errors as failure:
+            return Execution(False, None, execution_error(str(failure).strip()), (time.perf_counter() - started) * 1000)
         except sa.exc.SQLAlchemyError as failure:
             return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
         except (ValueError, OverflowError, UnicodeError, sqlite3.Error) as failure:  # driver-side conversions
@@ -223,7 +242,8 @@ class ExecutionAdapter:
         return Execution(True, relation_from_rows(names, rows, truncated), None, elapsed, warnings)
 
     def explain(self, sql: str) -> Plan | None:
-        """The engine's plan for ``sql``: SQLite's ``EXPLAIN QUERY PLAN`` operators (SQLite reports no cost)."""
+        """The engine's plan for ``sql``: SQLite's ``EXPLAIN QUERY PLAN`` operators (SQLite reports no cost);
+        other engines' plans are not read yet (None)."""
         if self.dialect != "sqlite":
             return None
         try:
@@ -244,11 +264,22 @@ class ExecutionAdapter:
 
     @contextmanager
     def _session(self, timeout_ms: int) -> Iterator[sa.Connection]:
+        """A fresh connection in a read-only transaction that is always rolled back, with the engine's own
+        interruption armed: SQLite's progress handler, PostgreSQL's statement_timeout, DuckDB's interrupt."""
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
-            with _deadline(driver, timeout_ms) if isinstance(driver, sqlite3.Connection) else _noop():
+            if isinstance(driver, sqlite3.Connection):
+                guard = _deadline(driver, timeout_ms)
+            elif self.dialect == "duckdb":
+                guard = _interrupt_after(driver, timeout_ms)
+            else:
+                guard = _noop()
+            with guard:
                 transaction = connection.begin()
                 try:
+                    if self.dialect == "postgres":
+                        connection.exec_driver_sql("SET TRANSACTION READ ONLY")
+                        connection.exec_driver_sql(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
                     yield connection
                 finally:
                     transaction.rollback()
@@ -257,13 +288,15 @@ class ExecutionAdapter:
 def resolve_database(db: str, db_dir: Path | None) -> str:
     """Turn a suite's ``db`` (a URL, a SQLite path, or a db id under ``db_dir``) into an adapter target.
 
-    A db id looks for ``DIR/<id>/<id>.sqlite`` (the Spider and BIRD layout), then ``DIR/<id>.sqlite`` and
-    ``DIR/<id>.db``.
+    A db id looks for ``DIR/<id>/<id>.sqlite`` (the Spider and BIRD layout), then ``DIR/<id>.sqlite``,
+    ``DIR/<id>.db`` and ``DIR/<id>.duckdb``.
     """
     if "://" in db:
         return db
     if db_dir is not None:
-        for candidate in (db_dir / db / f"{db}.sqlite", db_dir / f"{db}.sqlite", db_dir / f"{db}.db", db_dir / db):
+        candidates = (db_dir / db / f"{db}.sqlite", db_dir / f"{db}.sqlite", db_dir / f"{db}.db",
+                      db_dir / f"{db}.duckdb", db_dir / db)
+        for candidate in candidates:
             if candidate.is_file():
                 return str(candidate)
         raise FileNotFoundError(f"database {db!r} not found under {db_dir}")
@@ -290,6 +323,18 @@ def _deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]
         yield
     finally:
         connection.set_progress_handler(None, 0)
+
+
+@contextmanager
+def _interrupt_after(connection: Any, timeout_ms: int) -> Iterator[None]:
+    """Interrupt a DuckDB connection from a timer thread once ``timeout_ms`` has passed."""
+    timer = threading.Timer(timeout_ms / 1000, connection.interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 @contextmanager

@@ -13,7 +13,8 @@ from sqlcmp_dagster.engine.models import ErrorCategory, ExecutionError
 _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
     (category, re.compile(pattern, re.IGNORECASE))
     for category, pattern in (
-        ("timeout", r"\binterrupted\b|statement timeout|canceling statement due to|query timed out"),
+        ("timeout", r"\binterrupted\b|interrupt error|statement timeout|canceling statement due to"
+                    r"|query timed out"),
         ("permission_error", r"permission denied|not authorized|readonly database|read-only transaction"
                              r"|cannot execute .* in a read-only|access denied|attempt to write"),
         ("ambiguous_reference", r"ambiguous"),

@@ -1,0 +1,138 @@
+"""DuckDB and PostgreSQL through the same adapter: dialect, read-only sessions, timeouts and error taxonomy.
+
+DuckDB runs everywhere (an in-process engine); PostgreSQL runs against the real server that
+``.ci/services.sh`` starts (``SQLCMP_TEST_PG_URL``), skipped without it unless ``SQLCMP_REQUIRE_SERVICES=1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
+from sqlcmp_dagster.engine.parsing import parse
+from sqlcmp_dagster.engine.pipeline import compare
+
+#: A parse of SELECT 1 handed in with other SQL: the statement gate passes, so only the engine can refuse.
+FORGED = parse("SELECT 1", "postgres")
+
+
+@pytest.fixture
+def duck(tmp_path: Path) -> Path:
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "shop.duckdb"
+    connection = duckdb.connect(str(path))
+    connection.execute("CREATE TABLE items AS SELECT range AS id, range % 7 AS kind, range / 3.0 AS price "
+                       "FROM range(2000)")
+    connection.close()
+    return path
+
+
+def test_duckdb_compare_uses_its_dialect(duck: Path) -> None:
+    adapter = ExecutionAdapter(str(duck))
+    assert adapter.dialect == "duckdb"
+    request = CompareRequest(expected_sql="SELECT kind, count(*) FROM items GROUP BY kind",
+                             actual_sql="SELECT kind, count(id) FROM items GROUP BY ALL")
+    assert compare(request, adapter).deterministic_verdict == "pass"
+    wrong = compare(request.model_copy(update={"actual_sql": "SELECT kind, sum(id) FROM items GROUP BY kind"}),
+                    adapter)
+    assert wrong.diagnostic_scores["likely_source_clause"] == "aggregate_function"
+
+
+def test_duckdb_is_read_only_and_interruptible(duck: Path) -> None:
+    before = hashlib.sha256(duck.read_bytes()).hexdigest()
+    adapter = ExecutionAdapter(str(duck), timeout_ms=300)
+    write = adapter.execute("DELETE FROM items", parsed=FORGED)
+    assert not write.success and write.error is not None
+    assert adapter.execute("DELETE FROM items").error.category == "unsafe_statement"  # type: ignore[union-attr]
+    started = time.monotonic()
+    runaway = adapter.execute("SELECT count(*) FROM items a, items b, items c, items d")
+    assert runaway.error is not None and runaway.error.category == "timeout"
+    assert time.monotonic() - started < 0.3 + 1.5
+    assert adapter.execute("SELECT count(*) FROM items").success  # usable afterwards
+    missing = adapter.execute("SELECT * FROM nope")
+    assert missing.error is not None and missing.error.category == "missing_table"
+    adapter.close()
+    assert hashlib.sha256(duck.read_bytes()).hexdigest() == before
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    url = os.environ.get("SQLCMP_TEST_PG_URL")
+    if not url:
+        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
+            pytest.fail("SQLCMP_TEST_PG_URL is not set: run .ci/services.sh")
+        pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
+    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        for statement in (
+            "DROP SCHEMA IF EXISTS sqlcmp_engines CASCADE", "CREATE SCHEMA sqlcmp_engines",
+            "CREATE TABLE sqlcmp_engines.items AS SELECT g AS id, g % 7 AS kind, g / 3.0 AS price, "
+            "'n' || g AS name FROM generate_series(1, 2000) AS g",
+            "CREATE TABLE sqlcmp_engines.secret (v int)", "INSERT INTO sqlcmp_engines.secret VALUES (1)",
+            "DROP ROLE IF EXISTS sqlcmp_reader", "CREATE ROLE sqlcmp_reader LOGIN PASSWORD 'reader'",
+            "GRANT USAGE ON SCHEMA sqlcmp_engines TO sqlcmp_reader",
+            "GRANT SELECT ON sqlcmp_engines.items TO sqlcmp_reader",
+        ):
+            connection.execute(sa.text(statement))
+    yield url
+    admin.dispose()
+
+
+def _checksum(url: str) -> str:
+    with sa.create_engine(url).connect() as connection:
+        return str(connection.execute(sa.text(
+            "SELECT md5(string_agg(CAST(id AS text) || name, ',' ORDER BY id)) FROM sqlcmp_engines.items")).scalar())
+
+
+@pytest.mark.parametrize(
+    ("sql", "category"),
+    [
+        ("SELECT 1/0", "division_by_zero"),
+        ("SELECT * FROM sqlcmp_engines.nope", "missing_table"),
+        ("SELECT nope FROM sqlcmp_engines.items", "missing_column"),
+        ("SELECT id FROM sqlcmp_engines.items a, sqlcmp_engines.items b", "ambiguous_reference"),
+        ("SELECT kind, price FROM sqlcmp_engines.items GROUP BY kind", "invalid_aggregation"),
+        ("SELECT 'a' + 1", "type_mismatch"),
+    ],
+)
+def test_postgres_error_taxonomy(pg_url: str, sql: str, category: str) -> None:
+    execution = ExecutionAdapter(pg_url).execute(sql)
+    assert execution.error is not None and execution.error.category == category, execution.error
+
+
+def test_postgres_read_only_timeout_and_permissions(pg_url: str) -> None:
+    before = _checksum(pg_url)
+    adapter = ExecutionAdapter(pg_url, timeout_ms=300)
+    assert adapter.dialect == "postgres"
+    forged = adapter.execute("DELETE FROM sqlcmp_engines.items", parsed=FORGED)
+    assert forged.error is not None and forged.error.category == "permission_error"  # read-only transaction
+    hidden = adapter.execute("WITH x AS (DELETE FROM sqlcmp_engines.items RETURNING *) SELECT * FROM x")
+    assert hidden.error is not None and hidden.error.category == "unsafe_statement"
+    started = time.monotonic()
+    slow = adapter.execute("SELECT pg_sleep(5)")
+    assert slow.error is not None and slow.error.category == "timeout"
+    assert time.monotonic() - started < 0.3 + 1.5
+    assert adapter.execute("SELECT count(*) FROM sqlcmp_engines.items").success
+    reader = ExecutionAdapter(sa.make_url(pg_url).set(username="sqlcmp_reader", password="reader")
+                              .render_as_string(hide_password=False))
+    denied = reader.execute("SELECT * FROM sqlcmp_engines.secret")
+    assert denied.error is not None and denied.error.category == "permission_error"
+    assert _checksum(pg_url) == before
+
+
+def test_postgres_compare_end_to_end(pg_url: str) -> None:
+    request = CompareRequest(expected_sql="SELECT kind, count(*) FROM sqlcmp_engines.items GROUP BY kind",
+                             actual_sql="SELECT kind, count(*) FROM sqlcmp_engines.items WHERE id > 7 GROUP BY kind",
+                             config=EvalConfig())
+    report = compare(request, ExecutionAdapter(pg_url))
+    assert report.run_metadata["dialect"] == "postgres"
+    assert report.deterministic_verdict == "fail"
+    assert report.diagnostic_scores["likely_source_clause"] == "selection_predicate"
