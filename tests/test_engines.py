@@ -76,6 +76,7 @@ def pg_url() -> Iterator[str]:
             "DROP SCHEMA IF EXISTS sqlcmp_engines CASCADE", "CREATE SCHEMA sqlcmp_engines",
             "CREATE TABLE sqlcmp_engines.items AS SELECT g AS id, g % 7 AS kind, g / 3.0 AS price, "
             "'n' || g AS name FROM generate_series(1, 2000) AS g",
+            "CREATE SEQUENCE sqlcmp_engines.counter",
             "CREATE TABLE sqlcmp_engines.secret (v int)", "INSERT INTO sqlcmp_engines.secret VALUES (1)",
             "DROP ROLE IF EXISTS sqlcmp_reader", "CREATE ROLE sqlcmp_reader LOGIN PASSWORD 'reader'",
             "GRANT USAGE ON SCHEMA sqlcmp_engines TO sqlcmp_reader",
@@ -112,8 +113,8 @@ def test_postgres_read_only_timeout_and_permissions(pg_url: str) -> None:
     before = _checksum(pg_url)
     adapter = ExecutionAdapter(pg_url, timeout_ms=300)
     assert adapter.dialect == "postgres"
-    forged = adapter.execute("DELETE FROM sqlcmp_engines.items", parsed=FORGED)
-    assert forged.error is not None and forged.error.category == "permission_error"  # read-only transaction
+    side_effect = adapter.execute("SELECT nextval('sqlcmp_engines.counter')")
+    assert side_effect.error is not None and side_effect.error.category == "permission_error", side_effect.error
     hidden = adapter.execute("WITH x AS (DELETE FROM sqlcmp_engines.items RETURNING *) SELECT * FROM x")
     assert hidden.error is not None and hidden.error.category == "unsafe_statement"
     started = time.monotonic()
@@ -136,3 +137,35 @@ def test_postgres_compare_end_to_end(pg_url: str) -> None:
     assert report.run_metadata["dialect"] == "postgres"
     assert report.deterministic_verdict == "fail"
     assert report.diagnostic_scores["likely_source_clause"] == "selection_predicate"
+
+
+def test_ten_million_rows_are_capped_not_materialized(duck: Path, pg_url: str, sample_db: Path) -> None:
+    queries = {
+        str(duck): "SELECT range AS n, range * 2 AS m FROM range(10000000)",
+        pg_url: "SELECT g AS n, g * 2 AS m FROM generate_series(1, 10000000) AS g",
+        str(sample_db): "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 10000000) "
+                        "SELECT n, n * 2 AS m FROM r",
+    }
+    for target, sql in queries.items():
+        execution = ExecutionAdapter(target, timeout_ms=60_000).execute(sql, max_rows=1000)
+        assert execution.success and execution.relation is not None, (target, execution.error)
+        assert execution.relation.height == 1000 and execution.relation.truncated
+        assert any("max_result_rows=1000" in w for w in execution.warnings)
+
+
+def test_parallel_cases_match_serial(pg_url: str, duck: Path) -> None:
+    from sqlcmp_dagster.engine.pipeline import Evaluator
+
+    cases = [CompareRequest(case_id=f"c{i}", db=pg_url,
+                            expected_sql="SELECT kind, count(*) FROM sqlcmp_engines.items GROUP BY kind",
+                            actual_sql=f"SELECT kind, count(*) FROM sqlcmp_engines.items WHERE id > {i * 100} "
+                                       "GROUP BY kind") for i in range(8)]
+    cases += [CompareRequest(case_id=f"d{i}", db=str(duck), expected_sql="SELECT kind FROM items WHERE id < 50",
+                             actual_sql=f"SELECT kind FROM items WHERE id < {50 + i}") for i in range(8)]
+    evaluator = Evaluator()
+    serial = evaluator.evaluate_all(cases, workers=1)
+    parallel = evaluator.evaluate_all(cases, workers=8)
+    for one, other in zip(serial, parallel, strict=True):
+        assert one.case_id == other.case_id
+        for key in ("deterministic_verdict", "overall_score", "severity", "diagnostic_scores", "mismatch_map"):
+            assert getattr(one, key) == getattr(other, key), (one.case_id, key)

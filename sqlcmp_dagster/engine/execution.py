@@ -214,13 +214,15 @@ class ExecutionAdapter:
         started = time.perf_counter()
         try:
             with self._session(self.timeout_ms if timeout_ms is None else timeout_ms) as connection:
-                # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
-                cursor = connection.connection.cursor()
+                # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
+                # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
+                raw = connection.connection
+                cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
                 cursor.execute(_strip_terminator(sql))
+                rows = cursor.fetchmany(limit + 1)
                 if cursor.description is None:
                     raise _NoRows()
                 names = [str(column[0]) for column in cursor.description]
-                rows = cursor.fetchmany(limit + 1)
                 elapsed = (time.perf_counter() - started) * 1000
         except _NoRows:
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
