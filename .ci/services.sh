@@ -22,3 +22,4 @@ su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname = 'sqlcmp_d
   su postgres -c "createdb -O sqlcmp sqlcmp_dagster"
 echo "export SQLCMP_TEST_PG_URL=postgresql+psycopg2://sqlcmp:sqlcmp@127.0.0.1:5432/sqlcmp_dagster"
 echo "export SQLCMP_TEST_CHROMIUM=$(command -v chromium)"
+echo "export SQLCMP_TEST_PG_CLUSTER=\"$version main\""
