@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -169,3 +171,36 @@ def test_parallel_cases_match_serial(pg_url: str, duck: Path) -> None:
         assert one.case_id == other.case_id
         for key in ("deterministic_verdict", "overall_score", "severity", "diagnostic_scores", "mismatch_map"):
             assert getattr(one, key) == getattr(other, key), (one.case_id, key)
+
+
+WRITES = [
+    "INSERT INTO items VALUES (1, 1, 1)", "UPDATE items SET kind = 0", "DELETE FROM items", "DROP TABLE items",
+    "CREATE TABLE extra (a int)", "ALTER TABLE items ADD COLUMN extra int", "ATTACH DATABASE 'x.db' AS x",
+    "COPY items TO '/tmp/sqlcmp-copy.csv'", "PRAGMA user_version = 9", "SELECT 1; DROP TABLE items",
+    "WITH gone AS (DELETE FROM items RETURNING *) SELECT * FROM gone", "TRUNCATE items",
+]
+
+
+@pytest.mark.parametrize("statement", WRITES)
+def test_writes_are_refused_on_every_engine_and_nothing_changes(statement: str, duck: Path, pg_url: str,
+                                                                tmp_path: Path, sample_db: Path) -> None:
+    lite = tmp_path / "lite.sqlite"
+    shutil.copy(sample_db, lite)
+    connection = sqlite3.connect(lite)
+    connection.execute("CREATE TABLE items AS SELECT product_id AS id, category_id AS kind, price FROM products")
+    connection.commit()
+    connection.close()
+    targets = {"sqlite": str(lite), "duckdb": str(duck), "postgres": pg_url}
+    before = {"sqlite": hashlib.sha256(lite.read_bytes()).hexdigest(),
+              "duckdb": hashlib.sha256(duck.read_bytes()).hexdigest(), "postgres": _checksum(pg_url)}
+    for engine, target in targets.items():
+        sql = statement.replace("items", "sqlcmp_engines.items") if engine == "postgres" else statement
+        report = compare(CompareRequest(expected_sql="SELECT 1 AS v", actual_sql=sql), ExecutionAdapter(target))
+        assert report.deterministic_verdict == "fail" and report.blocked_reason is not None, (engine, statement)
+        failed = report.metrics["validation"]["execution_error_actual"]
+        assert not report.metrics["validation"]["parse_success_actual"] or \
+            failed["category"] in ("unsafe_statement", "permission_error"), (engine, statement, failed)
+    assert hashlib.sha256(lite.read_bytes()).hexdigest() == before["sqlite"]
+    assert hashlib.sha256(duck.read_bytes()).hexdigest() == before["duckdb"]
+    assert _checksum(pg_url) == before["postgres"]
+    assert not Path("/tmp/sqlcmp-copy.csv").exists()
