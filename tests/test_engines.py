@@ -48,6 +48,21 @@ def test_duckdb_compare_uses_its_dialect(duck: Path) -> None:
     assert wrong.diagnostic_scores["likely_source_clause"] == "aggregate_function"
 
 
+@pytest.mark.parametrize(
+    ("sql", "category"),
+    [
+        ("SELECT nope FROM items", "missing_column"),
+        ("SELECT * FROM nope", "missing_table"),
+        ("SELECT id FROM items a, items b", "ambiguous_reference"),
+        ("SELECT kind, price FROM items GROUP BY kind", "invalid_aggregation"),
+        ("SELECT 'a' + 1", "type_mismatch"),
+    ],
+)
+def test_duckdb_error_taxonomy(duck: Path, sql: str, category: str) -> None:
+    execution = ExecutionAdapter(str(duck)).execute(sql)
+    assert execution.error is not None and execution.error.category == category, execution.error
+
+
 def test_duckdb_is_read_only_and_interruptible(duck: Path) -> None:
     before = hashlib.sha256(duck.read_bytes()).hexdigest()
     adapter = ExecutionAdapter(str(duck), timeout_ms=300)
@@ -123,6 +138,10 @@ def test_postgres_read_only_timeout_and_permissions(pg_url: str) -> None:
     slow = adapter.execute("SELECT pg_sleep(5)")
     assert slow.error is not None and slow.error.category == "timeout"
     assert time.monotonic() - started < 0.3 + 1.5
+    started = time.monotonic()
+    runaway = adapter.execute("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r) SELECT count(*) FROM r")
+    assert runaway.error is not None and runaway.error.category == "timeout"
+    assert time.monotonic() - started < 0.3 + 1.5
     assert adapter.execute("SELECT count(*) FROM sqlcmp_engines.items").success
     reader = ExecutionAdapter(sa.make_url(pg_url).set(username="sqlcmp_reader", password="reader")
                               .render_as_string(hide_password=False))
@@ -155,7 +174,7 @@ def test_ten_million_rows_are_capped_not_materialized(duck: Path, pg_url: str, s
         assert any("max_result_rows=1000" in w for w in execution.warnings)
 
 
-def test_parallel_cases_match_serial(pg_url: str, duck: Path) -> None:
+def test_parallel_cases_match_serial(pg_url: str, duck: Path, sample_db: Path) -> None:
     from sqlcmp_dagster.engine.pipeline import Evaluator
 
     cases = [CompareRequest(case_id=f"c{i}", db=pg_url,
@@ -164,6 +183,8 @@ def test_parallel_cases_match_serial(pg_url: str, duck: Path) -> None:
                                        "GROUP BY kind") for i in range(8)]
     cases += [CompareRequest(case_id=f"d{i}", db=str(duck), expected_sql="SELECT kind FROM items WHERE id < 50",
                              actual_sql=f"SELECT kind FROM items WHERE id < {50 + i}") for i in range(8)]
+    cases += [CompareRequest(case_id=f"s{i}", db=str(sample_db), expected_sql="SELECT name FROM products",
+                             actual_sql=f"SELECT name FROM products WHERE price > {i * 5}") for i in range(8)]
     evaluator = Evaluator()
     serial = evaluator.evaluate_all(cases, workers=1)
     parallel = evaluator.evaluate_all(cases, workers=8)

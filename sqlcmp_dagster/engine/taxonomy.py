@@ -29,7 +29,7 @@ _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
                                 r"|window functions are not allowed|wrong number of arguments to function"),
         ("type_mismatch", r"datatype mismatch|type mismatch|operator does not exist|invalid input syntax for"
                           r"|cannot be cast|could not convert|conversion error|no function matches"
-                          r"|argument of \S+ must be type|cannot compare"),
+                          r"|argument of \S+ must be type|cannot compare|could not choose a best candidate function"),
     )
 )
 
