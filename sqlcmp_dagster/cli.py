@@ -68,6 +68,20 @@ def _parser() -> argparse.ArgumentParser:
     _config_options(batch)
     batch.set_defaults(handler=_evaluate)
 
+    importer = commands.add_parser("import", help="turn a Spider or BIRD benchmark into a suite")
+    formats = importer.add_subparsers(dest="format", required=True)
+    spider = formats.add_parser("spider", help="dev.json + gold SQL file + predictions file")
+    spider.add_argument("--questions", type=Path, required=True)
+    spider.add_argument("--gold", type=Path, required=True)
+    spider.add_argument("--pred", type=Path, required=True)
+    bird = formats.add_parser("bird", help="question JSON with SQL/db_id + predictions JSON keyed by question id")
+    bird.add_argument("--questions", type=Path, required=True)
+    bird.add_argument("--pred", type=Path, required=True)
+    for sub in (spider, bird):
+        sub.add_argument("--db-dir", type=Path, help="check that every database exists here")
+        sub.add_argument("--out", type=Path, required=True)
+        sub.set_defaults(handler=_import)
+
     demo = commands.add_parser("demo", help="evaluate the bundled sample suite on the bundled SQLite database")
     demo.add_argument("--out-dir", type=Path, default=Path("sqlcmp-demo"))
     demo.set_defaults(handler=_demo)
@@ -170,6 +184,19 @@ def _evaluate(args: argparse.Namespace) -> int:
     if suite.errors:
         return EXIT_USAGE
     return EXIT_PASS if summary["failed"] == 0 else EXIT_FAIL
+
+
+def _import(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.cases.importers import BenchmarkFormatError, import_bird, import_spider, write_suite
+
+    try:
+        cases = (import_spider(args.questions, args.gold, args.pred, args.db_dir) if args.format == "spider"
+                 else import_bird(args.questions, args.pred, args.db_dir))
+    except BenchmarkFormatError as error:
+        raise UsageError(str(error)) from error
+    write_suite(cases, args.out)
+    print(f"{len(cases)} cases written to {args.out}")
+    return EXIT_PASS
 
 
 def _demo(args: argparse.Namespace) -> int:

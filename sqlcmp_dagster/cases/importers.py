@@ -1,0 +1,134 @@
+"""Importers from the formats text-to-SQL researchers already have: Spider and BIRD, into a suite (JSONL).
+
+Cases are paired by question id, never by position alone: Spider's gold file must agree with its question file
+on every line (same database, same query), and a BIRD prediction is looked up by its question id. Any
+disagreement, missing id or length mismatch is an :class:`BenchmarkFormatError` that names the file and the line or id.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class BenchmarkFormatError(ValueError):
+    """The benchmark files do not line up; the message says where."""
+
+
+@dataclass(frozen=True)
+class ImportedCase:
+    case_id: str
+    user_query: str
+    expected_sql: str
+    actual_sql: str
+    db: str
+    context: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"case_id": self.case_id, "user_query": self.user_query,
+                                  "expected_sql": self.expected_sql, "actual_sql": self.actual_sql, "db": self.db}
+        if self.context:
+            record["context"] = self.context
+        return record
+
+
+def import_spider(questions: Path, gold: Path, predictions: Path, db_dir: Path | None = None) -> list[ImportedCase]:
+    """Spider: ``questions`` (dev.json), ``gold`` (``SQL<TAB>db_id`` per line) and ``predictions`` (one SQL per
+    line) pair by question index, which the gold file must confirm line by line."""
+    items = _json(questions)
+    if not isinstance(items, list):
+        raise BenchmarkFormatError(f"{questions}: expected a JSON list of questions")
+    gold_lines = _lines(gold)
+    predicted = _lines(predictions)
+    if not (len(items) == len(gold_lines) == len(predicted)):
+        raise BenchmarkFormatError(f"length mismatch: {questions} has {len(items)} questions, {gold} {len(gold_lines)} "
+                           f"gold lines, {predictions} {len(predicted)} predictions")
+    cases = []
+    for index, (item, gold_line, prediction) in enumerate(zip(items, gold_lines, predicted, strict=True)):
+        sql, _, db = gold_line.rpartition("\t")
+        if not sql or not db:
+            raise BenchmarkFormatError(f"{gold}:{index + 1}: expected 'SQL<TAB>db_id'")
+        if db != item.get("db_id"):
+            raise BenchmarkFormatError(f"{gold}:{index + 1}: database {db!r} but question {index} of {questions} is on "
+                               f"{item.get('db_id')!r}: the files are not aligned")
+        if _squash(sql) != _squash(str(item.get("query", sql))):
+            raise BenchmarkFormatError(f"{gold}:{index + 1}: gold SQL differs from question {index}'s query in "
+                               f"{questions}: the files are not aligned")
+        _check_db(db_dir, db, f"{gold}:{index + 1}")
+        cases.append(ImportedCase(f"spider-{index:04d}", str(item.get("question", "")), sql.strip(),
+                                  prediction.strip(), db))
+    return cases
+
+
+def import_bird(questions: Path, predictions: Path, db_dir: Path | None = None) -> list[ImportedCase]:
+    """BIRD: ``questions`` (a JSON list with ``question_id``, ``db_id``, ``question``, ``SQL``, ``evidence``)
+    and ``predictions`` (a JSON object keyed by question id: ``"SQL\\t----- bird -----\\tdb_id"``)."""
+    items = _json(questions)
+    predicted = _json(predictions)
+    if not isinstance(items, list) or not isinstance(predicted, dict):
+        raise BenchmarkFormatError(f"{questions} must be a JSON list and {predictions} a JSON object keyed by question id")
+    by_id: dict[str, dict[str, Any]] = {}
+    for position, item in enumerate(items):
+        qid = str(item.get("question_id", position))
+        if qid in by_id:
+            raise BenchmarkFormatError(f"{questions}: question id {qid} appears twice")
+        by_id[qid] = item
+    missing = sorted(set(by_id) - set(map(str, predicted)), key=_id_order)
+    extra = sorted(set(map(str, predicted)) - set(by_id), key=_id_order)
+    if missing or extra:
+        raise BenchmarkFormatError(f"question ids do not match: {len(missing)} without a prediction (e.g. {missing[:5]}), "
+                           f"{len(extra)} predictions for unknown questions (e.g. {extra[:5]})")
+    cases = []
+    for qid, item in by_id.items():
+        raw = str(predicted[qid])  # JSON object keys are strings
+        sql, _, db = raw.partition("\t----- bird -----\t")
+        if db and db.strip() != item["db_id"]:
+            raise BenchmarkFormatError(f"{predictions}: prediction {qid} names database {db.strip()!r}, the question "
+                               f"{item['db_id']!r}")
+        _check_db(db_dir, item["db_id"], f"{questions}: question {qid}")
+        evidence = item.get("evidence")
+        cases.append(ImportedCase(f"bird-{qid}", str(item.get("question", "")), str(item["SQL"]).strip(),
+                                  sql.strip(), item["db_id"], {"evidence": evidence} if evidence else None))
+    return cases
+
+
+def write_suite(cases: list[ImportedCase], out: Path) -> None:
+    """Write ``cases`` as a JSONL suite, atomically."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    with partial.open("w", encoding="utf-8") as handle:
+        for case in cases:
+            handle.write(json.dumps(case.to_json(), ensure_ascii=False) + "\n")
+    partial.replace(out)
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise BenchmarkFormatError(f"{path}: {error.strerror}") from error
+    except json.JSONDecodeError as error:
+        raise BenchmarkFormatError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from error
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise BenchmarkFormatError(f"{path}: {error.strerror}") from error
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def _check_db(db_dir: Path | None, db: str, where: str) -> None:
+    if db_dir is not None and not (db_dir / db / f"{db}.sqlite").is_file():
+        raise BenchmarkFormatError(f"{where}: database {db!r} not found as {db_dir / db / (db + '.sqlite')}")
+
+
+def _squash(sql: str) -> str:
+    return " ".join(sql.split()).rstrip(";").lower()
+
+
+def _id_order(qid: str) -> tuple[int, str]:
+    return (int(qid), qid) if qid.isdigit() else (1 << 62, qid)

@@ -1,0 +1,70 @@
+"""Spider and BIRD importers: pairing by question id, clear errors when the files do not line up."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sqlcmp_dagster.cases.importers import BenchmarkFormatError, import_bird, import_spider
+from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.cli import main
+
+SPIDER = Path(__file__).resolve().parents[2] / "shared" / "data" / "spider"
+
+
+def _spider_files(tmp_path: Path, gold: list[str], preds: list[str]) -> tuple[Path, Path, Path]:
+    questions = [{"db_id": line.split("\t")[1], "query": line.split("\t")[0], "question": f"q{i}"}
+                 for i, line in enumerate(gold)]
+    (tmp_path / "dev.json").write_text(json.dumps(questions), encoding="utf-8")
+    (tmp_path / "gold.sql").write_text("\n".join(gold) + "\n", encoding="utf-8")
+    (tmp_path / "pred.sql").write_text("\n".join(preds) + "\n", encoding="utf-8")
+    return tmp_path / "dev.json", tmp_path / "gold.sql", tmp_path / "pred.sql"
+
+
+def test_spider_pairs_by_question_and_checks_alignment(tmp_path: Path) -> None:
+    files = _spider_files(tmp_path, ["SELECT 1\ta", "SELECT 2\tb"], ["SELECT 10", "SELECT 20"])
+    cases = import_spider(*files)
+    assert [(c.case_id, c.db, c.expected_sql, c.actual_sql, c.user_query) for c in cases] == [
+        ("spider-0000", "a", "SELECT 1", "SELECT 10", "q0"), ("spider-0001", "b", "SELECT 2", "SELECT 20", "q1")]
+    files[1].write_text("SELECT 2\tb\nSELECT 1\ta\n", encoding="utf-8")  # gold reordered: not aligned
+    with pytest.raises(BenchmarkFormatError, match=r"gold.sql:1: database 'b' but question 0"):
+        import_spider(*files)
+    files[2].write_text("SELECT 10\n", encoding="utf-8")
+    with pytest.raises(BenchmarkFormatError, match="length mismatch.*1 predictions"):
+        import_spider(*files)
+
+
+def test_bird_pairs_by_question_id_not_position(tmp_path: Path) -> None:
+    questions = [{"question_id": 7, "db_id": "x", "question": "q7", "SQL": "SELECT 7", "evidence": "hint"},
+                 {"question_id": 3, "db_id": "y", "question": "q3", "SQL": "SELECT 3", "evidence": ""}]
+    (tmp_path / "q.json").write_text(json.dumps(questions), encoding="utf-8")
+    preds = {"3": "SELECT 30\t----- bird -----\ty", "7": "SELECT 70\t----- bird -----\tx"}
+    (tmp_path / "p.json").write_text(json.dumps(preds), encoding="utf-8")
+    cases = import_bird(tmp_path / "q.json", tmp_path / "p.json")
+    assert [(c.case_id, c.actual_sql, c.context) for c in cases] == [
+        ("bird-7", "SELECT 70", {"evidence": "hint"}), ("bird-3", "SELECT 30", None)]
+    (tmp_path / "p.json").write_text(json.dumps({"3": preds["3"], "8": preds["7"]}), encoding="utf-8")
+    with pytest.raises(BenchmarkFormatError, match=r"1 without a prediction \(e.g. \['7'\]\).*\['8'\]"):
+        import_bird(tmp_path / "q.json", tmp_path / "p.json")
+
+
+@pytest.mark.skipif(not SPIDER.is_dir(), reason="the shared Spider data is not beside the project")
+def test_real_spider_dev_imports_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "suite.jsonl"
+    code = main(["import", "spider", "--questions", str(SPIDER / "dev.json"), "--gold", str(SPIDER / "dev_gold.sql"),
+                 "--pred", str(SPIDER / "predictions" / "SuperSQL.sql"), "--db-dir", str(SPIDER / "database"),
+                 "--out", str(out)])
+    assert code == 0 and "1034 cases written" in capsys.readouterr().out
+    suite = load_suite(out)
+    assert not suite.errors and len(suite.cases) == 1034
+    assert suite.cases[0].expected_sql == ["SELECT count(*) FROM singer"] and suite.cases[0].db == "concert_singer"
+
+
+def test_import_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = _spider_files(tmp_path, ["SELECT 1\ta"], ["SELECT 1", "SELECT 2"])
+    code = main(["import", "spider", "--questions", str(files[0]), "--gold", str(files[1]), "--pred", str(files[2]),
+                 "--out", str(tmp_path / "o.jsonl")])
+    assert code == 2 and "length mismatch" in capsys.readouterr().err
+    assert not (tmp_path / "o.jsonl").exists()
