@@ -136,13 +136,15 @@ def compare_results(
     positional = mode == "exact" or config.require_column_order_match
     by_name = mode == "exact" or config.require_column_name_match
 
-    mapping = align_columns(expected, actual, positional=positional, by_name=by_name,
-                            tolerance=tolerance, nulls_equal=nulls_equal)
+    mapping, matched = align_columns(expected, actual, positional=positional, by_name=by_name,
+                                     tolerance=tolerance, nulls_equal=nulls_equal)
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
-    e_frame, a_frame, numeric = _comparable_frames(expected, actual, mapped)
     keys = [f"k{i}" for i, _ in mapped]
-
-    bag = pair_rows(e_frame, a_frame, keys, numeric, tolerance, nulls_equal)
+    if matched is not None:  # alignment already paired every row under this mapping: reuse, do not redo
+        e_frame, a_frame, numeric, bag = matched
+    else:
+        e_frame, a_frame, numeric = _comparable_frames(expected, actual, mapped)
+        bag = pair_rows(e_frame, a_frame, keys, numeric, tolerance, nulls_equal)
     ties_checked = False
     ordered_pass: bool | None = None
     if expected.height == actual.height:
@@ -261,16 +263,17 @@ def align_columns(
     by_name: bool,
     tolerance: Tolerance,
     nulls_equal: bool,
-) -> list[int | None]:
+) -> tuple[list[int | None], _Matched | None]:
     """One consistent column permutation: for each expected column, the index of its actual column or None.
 
     Positional when column order is required; by (case-insensitive) name when names are required; otherwise by
     the values the columns hold. Columns whose values cannot tell them apart (two columns of equal multisets)
-    are resolved by trying their permutations against whole rows, preferring the identity.
+    are resolved by trying their permutations against whole rows, preferring the identity. When a candidate
+    was accepted because every row paired under it, that pairing is returned too, so it is not computed again.
     """
     k, j = expected.width, actual.width
     if positional:
-        return [i if i < j else None for i in range(k)]
+        return [i if i < j else None for i in range(k)], None
     if by_name:
         free = list(range(j))
         mapping: list[int | None] = []
@@ -279,10 +282,10 @@ def align_columns(
             if hit is not None:
                 free.remove(hit)
             mapping.append(hit)
-        return mapping
+        return mapping, None
     identity: list[int | None] = [i if i < j else None for i in range(k)]
-    if k == j and _rows_match(expected, actual, identity, tolerance, nulls_equal):
-        return identity
+    if k == j and (matched := _rows_match(expected, actual, identity, tolerance, nulls_equal)) is not None:
+        return identity, matched
     scores = _column_similarity(expected, actual)
     greedy = _assign(scores, k, j)
     candidates = [greedy]
@@ -297,9 +300,9 @@ def align_columns(
     for candidate in candidates:
         if candidate == identity and k == j:
             continue  # already tried first
-        if _rows_match(expected, actual, candidate, tolerance, nulls_equal):
-            return candidate
-    return greedy
+        if (matched := _rows_match(expected, actual, candidate, tolerance, nulls_equal)) is not None:
+            return candidate, matched
+    return greedy, None
 
 
 @dataclass(frozen=True)
@@ -498,14 +501,20 @@ def _dtype_family(dtype: pl.DataType) -> str:
     return str(dtype)
 
 
+#: Comparable frames, numeric columns and the full row pairing of an accepted column mapping.
+_Matched = tuple[pl.DataFrame, pl.DataFrame, set[str], "Pairing"]
+
+
 def _rows_match(
     expected: Relation, actual: Relation, mapping: list[int | None], tolerance: Tolerance, nulls_equal: bool
-) -> bool:
+) -> _Matched | None:
+    """The comparison under ``mapping`` when every row pairs with one of the other side, else None."""
     if expected.height != actual.height or any(j is None for j in mapping):
-        return False
+        return None
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
     e, a, numeric = _comparable_frames(expected, actual, mapped)
-    return pair_rows(e, a, [f"k{i}" for i, _ in mapped], numeric, tolerance, nulls_equal).matched == expected.height
+    pairing = pair_rows(e, a, [f"k{i}" for i, _ in mapped], numeric, tolerance, nulls_equal)
+    return (e, a, numeric, pairing) if pairing.matched == expected.height else None
 
 
 def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]]:
