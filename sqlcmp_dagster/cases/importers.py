@@ -8,9 +8,13 @@ disagreement, missing id or length mismatch is an :class:`BenchmarkFormatError` 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sqlcmp_dagster.cases.schema_names import (SchemaMismatchError, database_tables, needs_renaming, pair_tables,
+                                               published_tables, restore_names)
 
 
 class BenchmarkFormatError(ValueError):
@@ -92,6 +96,38 @@ def import_bird(questions: Path, predictions: Path, db_dir: Path | None = None) 
         cases.append(ImportedCase(f"bird-{qid}", str(item.get("question", "")), str(item["SQL"]).strip(),
                                   sql.strip(), item["db_id"], {"evidence": evidence} if evidence else None))
     return cases
+
+
+def restore_spider_databases(db_dir: Path, tables: Path, db_ids: list[str], out_dir: Path) -> dict[str, int]:
+    """Put every database of ``db_ids`` under ``out_dir`` (Spider layout) with the identifiers of ``tables``
+    (``tables.json``): a database whose names already agree is copied as it is, one whose names differ is
+    renamed back (:mod:`sqlcmp_dagster.cases.schema_names`). Returns the number of identifiers renamed per
+    database; a database that cannot be paired with its schema is a :class:`BenchmarkFormatError`."""
+    entries = _json(tables)
+    if not isinstance(entries, list):
+        raise BenchmarkFormatError(f"{tables}: expected a JSON list of database schemas")
+    schemas = {str(entry.get("db_id")): entry for entry in entries}
+    renamed: dict[str, int] = {}
+    for db in dict.fromkeys(db_ids):
+        source = db_dir / db / f"{db}.sqlite"
+        target = out_dir / db / f"{db}.sqlite"
+        if db not in schemas:
+            raise BenchmarkFormatError(f"{tables}: no schema for database {db!r}")
+        _check_db(db_dir, db, str(tables))
+        try:
+            renames = pair_tables(database_tables(source), published_tables(schemas[db]), str(source))
+        except SchemaMismatchError as error:
+            raise BenchmarkFormatError(str(error)) from error
+        except (KeyError, TypeError, ValueError) as error:
+            raise BenchmarkFormatError(f"{tables}: schema of {db!r} is malformed ({error})") from error
+        if needs_renaming(renames):
+            restore_names(source, target, renames)
+            renamed[db] = sum(r.changes for r in renames)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
+            renamed[db] = 0
+    return renamed
 
 
 def write_suite(cases: list[ImportedCase], out: Path) -> None:
