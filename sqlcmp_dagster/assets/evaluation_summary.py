@@ -1,4 +1,5 @@
-"""The unpartitioned summary over every case report: pass rate, severities, attributions, invalid cases."""
+"""The unpartitioned summary over every case report: pass rate, severities, attributions, invalid cases and a
+per-database breakdown."""
 
 import json
 from typing import Any
@@ -27,9 +28,25 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         "errors": dg.MetadataValue.md(bar_chart("Execution error types", summary["error_type_counts"])),
         "validity": dg.MetadataValue.md(bar_chart("Cases", {
             "passed": summary["passed"], "failed": summary["failed"], "invalid": summary["invalid_cases"]})),
+        "per_database": dg.MetadataValue.md(database_table(summary["per_database"])),
         "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
     })
     return summary
+
+
+def database_table(per_database: dict[str, dict[str, Any]]) -> str:
+    """The per-database breakdown as a Markdown table.
+
+    >>> print(database_table({"shop": {"cases": 3, "passed": 1, "failed": 1, "invalid": 1, "pass_rate": 0.5}}))
+    | database | cases | passed | failed | invalid | pass rate |
+    |---|---:|---:|---:|---:|---:|
+    | shop | 3 | 1 | 1 | 1 | 50.0% |
+    """
+    lines = ["| database | cases | passed | failed | invalid | pass rate |", "|---|---:|---:|---:|---:|---:|"]
+    for name, row in per_database.items():
+        rate = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"
+        lines.append(f"| {name} | {row['cases']} | {row['passed']} | {row['failed']} | {row['invalid']} | {rate} |")
+    return "\n".join(lines)
 
 
 def bar_chart(title: str, counts: dict[str, int], width: int = 30) -> str:

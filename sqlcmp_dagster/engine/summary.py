@@ -6,8 +6,9 @@ the model under test.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
+from pathlib import PurePosixPath
 from typing import Any
 
 from sqlcmp_dagster.engine.models import Report
@@ -16,7 +17,8 @@ SEVERITIES = ("pass", "minor issue", "moderate issue", "major issue", "critical 
 
 
 def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, Any]:
-    """Pass rate, severity counts, attribution counts, error types and invalid cases of ``reports``."""
+    """Pass rate, severity counts, attribution counts, error types, invalid cases and a per-database breakdown
+    of ``reports``."""
     reports = list(reports)
     valid = [r for r in reports if r.validity.get("case_valid", True)]
     passed = sum(r.deterministic_verdict == "pass" for r in valid)
@@ -39,7 +41,37 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
         "blocked_counts": dict(blocked.most_common()),
         "error_type_counts": dict(errors.most_common()),
         "mean_overall_score": round(sum(r.overall_score for r in valid) / len(valid), 6) if valid else None,
+        "per_database": _per_database(reports),
     }
+
+
+def database_label(identifier: str | None) -> str:
+    """A short name for the database a report ran on: a file's stem, or a URL's database name.
+
+    >>> database_label("/data/spider/concert_singer/concert_singer.sqlite"), database_label("sqlite:///x/shop.db")
+    ('concert_singer', 'shop')
+    >>> database_label("postgresql+psycopg2://u:***@127.0.0.1:5432/sales"), database_label(None)
+    ('sales', 'unknown')
+    """
+    if not identifier:
+        return "unknown"
+    path = identifier.split("://", 1)[-1].split("?", 1)[0]
+    return PurePosixPath(path).stem or identifier
+
+
+def _per_database(reports: list[Report]) -> dict[str, dict[str, Any]]:
+    """Cases, passes, failures, invalid cases and pass rate per database, by database name."""
+    groups: dict[str, list[Report]] = defaultdict(list)
+    for report in reports:
+        groups[database_label(report.run_metadata.get("database"))].append(report)
+    breakdown = {}
+    for name in sorted(groups):
+        valid = [r for r in groups[name] if r.validity.get("case_valid", True)]
+        passed = sum(r.deterministic_verdict == "pass" for r in valid)
+        breakdown[name] = {"cases": len(groups[name]), "passed": passed, "failed": len(valid) - passed,
+                           "invalid": len(groups[name]) - len(valid),
+                           "pass_rate": round(passed / len(valid), 6) if valid else None}
+    return breakdown
 
 
 def render_summary(summary: dict[str, Any]) -> str:
@@ -52,4 +84,10 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append("likely source: " + ", ".join(f"{k} {v}" for k, v in summary["attribution_counts"].items()))
     if summary["error_type_counts"]:
         lines.append("errors: " + ", ".join(f"{k} {v}" for k, v in summary["error_type_counts"].items()))
+    if len(summary.get("per_database", {})) > 1:
+        lines.append("per database (passed/valid):")
+        lines.extend(f"  {name:32} {row['passed']:5}/{row['passed'] + row['failed']:<5} "
+                     + ("n/a" if row["pass_rate"] is None else f"{row['pass_rate']:6.1%}")
+                     + (f"  ({row['invalid']} invalid)" if row["invalid"] else "")
+                     for name, row in summary["per_database"].items())
     return "\n".join(lines)
