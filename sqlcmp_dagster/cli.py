@@ -87,6 +87,15 @@ def _parser() -> argparse.ArgumentParser:
         sub.add_argument("--out", type=Path, required=True)
         sub.set_defaults(handler=_import)
 
+    official = commands.add_parser(
+        "spider-ex", help="compare sqlcmp's verdicts with Spider's official execution accuracy, case by case")
+    official.add_argument("suite", type=Path, help="the suite that was evaluated (from sqlcmp import spider)")
+    official.add_argument("--reports", type=Path, required=True, help="its reports (sqlcmp evaluate --out)")
+    official.add_argument("--db-dir", type=Path, required=True, help="the Spider databases the suite ran on")
+    official.add_argument("--out", type=Path, help="write the Markdown table here (default: print it)")
+    official.add_argument("--json-out", type=Path, help="also write the totals and disagreements as JSON")
+    official.set_defaults(handler=_spider_ex)
+
     demo = commands.add_parser("demo", help="evaluate the bundled sample suite on the bundled SQLite database")
     demo.add_argument("--out-dir", type=Path, default=Path("sqlcmp-demo"))
     demo.set_defaults(handler=_demo)
@@ -215,6 +224,42 @@ def _import(args: argparse.Namespace) -> int:
               f"{len(changed)} had identifiers other than {tables.name}'s and were renamed back"
               + (": " + ", ".join(f"{db} ({n})" for db, n in changed.items()) if changed else "")
               + "; each renamed database has names.json beside it")
+    return EXIT_PASS
+
+
+def _spider_ex(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from sqlcmp_dagster.cases.spider_exec import compare_with_official, render_markdown
+
+    for path, flag in ((args.suite, "suite"), (args.reports, "--reports")):
+        if not path.is_file():
+            raise UsageError(f"{flag} not found: {path}")
+    if not args.db_dir.is_dir():
+        raise UsageError(f"--db-dir is not a folder: {args.db_dir}")
+    try:
+        suite = load_suite(args.suite)
+    except ValueError as error:
+        raise UsageError(str(error)) from error
+    reports = []
+    for number, line in enumerate(args.reports.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            reports.append(Report.model_validate_json(line))
+        except ValidationError as error:
+            raise UsageError(f"{args.reports}:{number}: not a report: {_errors(error)}") from error
+    missing = {c.case_id for c in suite.cases} - {r.case_id for r in reports}
+    if missing:
+        raise UsageError(f"{args.reports} has no report for {len(missing)} suite cases (e.g. {sorted(missing)[:3]})")
+    totals, disagreements = compare_with_official(suite.cases, reports, args.db_dir)
+    table = render_markdown(totals, disagreements)
+    if args.out is not None:
+        args.out.write_text(table + "\n", encoding="utf-8")
+        print(table.split("\n\n", 1)[0] + f"\ntable: {args.out}")
+    else:
+        print(table)
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps({"totals": totals, "disagreements": [asdict(d) for d in disagreements]},
+                                            indent=2, ensure_ascii=False), encoding="utf-8")
     return EXIT_PASS
 
 

@@ -184,7 +184,7 @@ class ExecutionAdapter:
             self._sqlite_path = path
             self.identifier = f"sqlite:///{path}"
             self.engine = sa.create_engine(
-                "sqlite+pysqlite://", creator=lambda: _sqlite_read_only(path), poolclass=NullPool
+                "sqlite+pysqlite://", creator=lambda: sqlite_read_only(path), poolclass=NullPool
             )
         else:
             self.engine = sa.create_engine(target, poolclass=NullPool)
@@ -271,7 +271,7 @@ class ExecutionAdapter:
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
             if isinstance(driver, sqlite3.Connection):
-                guard = _deadline(driver, timeout_ms)
+                guard = sqlite_deadline(driver, timeout_ms)
             elif self.dialect == "duckdb":
                 guard = _interrupt_after(driver, timeout_ms)
             else:
@@ -307,7 +307,8 @@ def resolve_database(db: str, db_dir: Path | None) -> str:
     raise FileNotFoundError(f"database {db!r} is neither a URL nor an existing file (no --db-dir given)")
 
 
-def _sqlite_read_only(path: Path) -> sqlite3.Connection:
+def sqlite_read_only(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file at ``path`` that cannot write: opened ``mode=ro`` and ``query_only``."""
     connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False)
     connection.execute("PRAGMA query_only = ON")
     # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
@@ -316,7 +317,7 @@ def _sqlite_read_only(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
-def _deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
+def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
     """Interrupt SQLite from inside its VM loop once ``timeout_ms`` has passed."""
     deadline = time.monotonic() + timeout_ms / 1000
     handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731

@@ -16,6 +16,8 @@ NULL equals nothing, not even NULL.
 
 from __future__ import annotations
 
+import math
+
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,6 +50,12 @@ class Tolerance:
         both_nan = expected.is_nan() & actual.is_nan()
         close = (actual - expected).abs() <= self.atol + self.rtol * expected.abs()
         return both_nan | close
+
+    def close(self, expected: float, actual: float) -> bool:
+        """The same rule on two plain numbers (for comparators outside polars)."""
+        if math.isnan(expected) and math.isnan(actual):
+            return True
+        return abs(actual - expected) <= self.atol + self.rtol * abs(expected)
 
 
 @dataclass

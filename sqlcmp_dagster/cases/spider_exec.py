@@ -1,0 +1,299 @@
+"""Spider's official execution accuracy (EX), side by side with sqlcmp's verdict, and why the two differ.
+
+The official semantics are those of the Spider test-suite evaluation (``exec_eval.py``, Zhong et al. 2020, with
+its defaults: no value plugging, DISTINCT removed), re-implemented here from its description so the two
+numbers can be computed on the same cases:
+
+* ``> =``, ``< =`` and ``! =`` are closed up, and every ``DISTINCT`` keyword is dropped from both queries
+  (``count(DISTINCT x)`` becomes ``count(x)``) before they run;
+* rows are compared in order when the gold query contains ``order by`` *anywhere* (a subquery's too),
+  else as multisets;
+* two results are equal when some permutation of the predicted columns makes them so; cell values compare
+  with Python equality, exactly (``1 == 1.0``, ``'1' != 1``, no tolerance); two empty results are equal
+  whatever their columns;
+* a prediction that fails to run is wrong.
+
+sqlcmp differs on purpose in several places (numeric tolerance, DISTINCT kept, ties under ORDER BY, the order
+rule read from the top-level ORDER BY only, ...). :func:`explain_difference` names, for a case where the two
+verdicts differ, the semantic difference behind it, found by changing the official rule one knob at a time
+until it agrees with sqlcmp.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from sqlglot.tokens import TokenType
+
+from sqlcmp_dagster.engine.execution import sqlite_deadline, sqlite_read_only
+from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.results import Tolerance
+
+Rows = list[tuple[Any, ...]]
+
+#: The semantic differences a disagreement is classified by, in the order they are tried.
+REASONS: dict[str, str] = {
+    "empty_results": "two empty results are equal in the official evaluation whatever their columns; sqlcmp "
+                     "still compares the columns",
+    "distinct_handling": "the official evaluation drops every DISTINCT before running; sqlcmp keeps it",
+    "order_rule": "the official evaluation compares in order when 'order by' appears anywhere in the gold query; "
+                  "sqlcmp only for a top-level ORDER BY",
+    "ties": "rows tied on the ORDER BY key may come in any order in sqlcmp; the official evaluation wants the "
+            "gold query's exact order",
+    "numeric_tolerance": "numbers within sqlcmp's tolerance count as equal; the official evaluation wants exact "
+                         "equality",
+    "execution": "sqlcmp stopped the query (its timeout or row cap) where the official evaluation, with a 60 s "
+                 "timeout and no cap, ran it",
+    "other": "none of the single differences above explains it",
+}
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """One case where the official verdict and sqlcmp's differ, with the reason found."""
+
+    case_id: str
+    database: str
+    official: bool
+    sqlcmp: bool
+    reason: str
+    expected_sql: str
+    actual_sql: str
+
+
+def postprocess(sql: str) -> str:
+    """Close up the spaced comparison operators some systems emit, as the official evaluation does.
+
+    >>> postprocess("SELECT * FROM t WHERE a > = 1 AND b ! = 2")
+    'SELECT * FROM t WHERE a >= 1 AND b != 2'
+    """
+    return sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
+
+
+def remove_distinct(sql: str) -> str:
+    """``sql`` without any DISTINCT keyword (string literals untouched); ``sql`` itself if it does not tokenize.
+
+    >>> remove_distinct("SELECT DISTINCT a, count(DISTINCT b) FROM t WHERE c = 'distinct'")
+    "SELECT a, count(b) FROM t WHERE c = 'distinct'"
+    """
+    try:
+        tokens = sqlglot.Dialect.get_or_raise("sqlite").tokenize(sql)
+    except sqlglot.errors.SqlglotError:
+        return sql
+    kept, cursor = [], 0
+    for token in tokens:
+        if token.token_type == TokenType.DISTINCT:
+            kept.append(sql[cursor:token.start])
+            cursor = token.end + 1
+            while cursor < len(sql) and sql[cursor].isspace():
+                cursor += 1
+    kept.append(sql[cursor:])
+    return "".join(kept)
+
+
+def order_matters(gold_sql: str) -> bool:
+    """The official order rule: the text ``order by`` anywhere in the gold query.
+
+    >>> order_matters("SELECT a FROM t WHERE b IN (SELECT b FROM u ORDER BY c LIMIT 1)")
+    True
+    """
+    return "order by" in gold_sql.lower()
+
+
+def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple[Any, ...]], ordered: bool,
+                      close: Any = None) -> bool:
+    """Whether some permutation of ``predicted``'s columns makes it equal to ``gold``: as lists when
+    ``ordered``, as multisets otherwise. ``close(a, b)`` replaces exact cell equality when given (used only
+    to test whether tolerance explains a disagreement).
+
+    >>> denotations_equal([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], ordered=False)
+    True
+    >>> denotations_equal([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], ordered=True)
+    False
+    >>> denotations_equal([], [], ordered=True), denotations_equal([(1,)], [(1,), (1,)], ordered=False)
+    (True, False)
+    """
+    if not gold and not predicted:
+        return True
+    if len(gold) != len(predicted) or len(gold[0]) != len(predicted[0]):
+        return False
+    width = len(gold[0])
+    if close is None:
+        gold_values = [set(row[i] for row in gold) for i in range(width)]
+        # A predicted column can stand for a gold column only if every one of its values occurs there.
+        candidates = [[j for j in range(width) if all(row[j] in gold_values[i] for row in predicted)]
+                      for i in range(width)]
+    else:  # the same constraint, on a sample of rows, with ``close`` for equality
+        candidates = [[j for j in range(width)
+                       if all(any(close(row[j], other[i]) for other in gold) for row in predicted[:20])]
+                      for i in range(width)]
+    for permutation in itertools.product(*candidates):
+        if len(set(permutation)) != width:
+            continue
+        moved = [tuple(row[j] for j in permutation) for row in predicted]
+        if close is not None:
+            if _close_rows(gold, moved, ordered, close):
+                return True
+        elif (list(gold) == moved) if ordered else (Counter(gold) == Counter(moved)):
+            return True
+    return False
+
+
+def run(connection: sqlite3.Connection, sql: str, timeout_ms: int) -> Rows | Exception:
+    """All rows of ``sql``, or the exception it raised."""
+    try:
+        with sqlite_deadline(connection, timeout_ms):
+            return [tuple(row) for row in connection.execute(sql).fetchall()]
+    except Exception as error:  # the official evaluation counts any failure of the prediction as wrong
+        return error
+
+
+def official_match(connection: sqlite3.Connection, gold_sql: str, predicted_sql: str, *, keep_distinct: bool = False,
+                   ordered: bool | None = None, timeout_ms: int = 60_000) -> bool:
+    """The official EX verdict of ``predicted_sql`` against ``gold_sql`` on ``connection``; ``keep_distinct``
+    and ``ordered`` change one rule each (to test which rule explains a disagreement)."""
+    gold, predicted = postprocess(gold_sql), postprocess(predicted_sql)
+    if not keep_distinct:
+        gold, predicted = remove_distinct(gold), remove_distinct(predicted)
+    gold_rows, predicted_rows = run(connection, gold, timeout_ms), run(connection, predicted, timeout_ms)
+    if isinstance(gold_rows, Exception) or isinstance(predicted_rows, Exception):
+        return False
+    return denotations_equal(gold_rows, predicted_rows, order_matters(gold) if ordered is None else ordered)
+
+
+def explain_difference(connection: sqlite3.Connection, request: CompareRequest, report: Report,
+                       official: bool) -> str:
+    """The first rule of :data:`REASONS` whose change alone makes the official verdict agree with ``report``."""
+    ours = report.deterministic_verdict == "pass"
+    gold, predicted = request.expected_sql[0], request.actual_sql
+    if report.blocked_reason == "execution_failure" or any("max_result_rows" in w for w in report.warnings):
+        return "execution"
+    gold_rows, predicted_rows = (run(connection, remove_distinct(postprocess(sql)), 60_000) for sql in (gold, predicted))
+    if official and gold_rows == [] and predicted_rows == []:
+        return "empty_results"
+    if official_match(connection, gold, predicted, keep_distinct=True) == ours:
+        return "distinct_handling"
+    top_level = _top_level_order(gold)
+    if top_level != order_matters(gold) and official_match(connection, gold, predicted, ordered=top_level) == ours:
+        return "order_rule"
+    if ours and top_level and official_match(connection, gold, predicted, keep_distinct=True, ordered=False):
+        return "ties"
+    if not isinstance(gold_rows, Exception) and not isinstance(predicted_rows, Exception):
+        mode = report.run_metadata.get("comparison_mode") or "order_insensitive"
+        tolerance = Tolerance(*request.config.tolerances(mode))
+        if denotations_equal(gold_rows, predicted_rows, order_matters(gold),
+                             close=lambda a, b: _within(a, b, tolerance)) == ours:
+            return "numeric_tolerance"
+    return "other"
+
+
+def compare_with_official(requests: Iterable[CompareRequest], reports: Iterable[Report], db_dir: Path,
+                          timeout_ms: int = 60_000) -> tuple[dict[str, Any], list[Disagreement]]:
+    """Official EX and sqlcmp's pass rate over the same Spider cases, and every case where they disagree.
+
+    ``requests`` and ``reports`` pair by ``case_id``; cases sqlcmp found invalid (the gold query fails) are left
+    out of both rates, as the official evaluation asserts the gold query runs.
+    """
+    by_id = {report.case_id: report for report in reports}
+    connections: dict[str, sqlite3.Connection] = {}
+    disagreements: list[Disagreement] = []
+    official_passes = ours_passes = counted = 0
+    try:
+        for request in requests:
+            report = by_id.get(request.case_id)
+            if report is None or not report.validity.get("case_valid", True) or request.db is None:
+                continue
+            if request.db not in connections:
+                connections[request.db] = sqlite_read_only(db_dir / request.db / f"{request.db}.sqlite")
+            connection = connections[request.db]
+            official = official_match(connection, request.expected_sql[0], request.actual_sql, timeout_ms=timeout_ms)
+            ours = report.deterministic_verdict == "pass"
+            counted += 1
+            official_passes += official
+            ours_passes += ours
+            if official != ours:
+                disagreements.append(Disagreement(request.case_id, request.db, official, ours,
+                                                  explain_difference(connection, request, report, official),
+                                                  request.expected_sql[0], request.actual_sql))
+    finally:
+        for connection in connections.values():
+            connection.close()
+    reasons = Counter(d.reason for d in disagreements)
+    totals = {"cases": counted, "official_ex": round(official_passes / counted, 6) if counted else None,
+              "sqlcmp_pass_rate": round(ours_passes / counted, 6) if counted else None,
+              "disagreements": len(disagreements),
+              "sqlcmp_pass_official_fail": sum(d.sqlcmp and not d.official for d in disagreements),
+              "sqlcmp_fail_official_pass": sum(d.official and not d.sqlcmp for d in disagreements),
+              "reasons": {reason: reasons[reason] for reason in REASONS if reasons[reason]}}
+    return totals, disagreements
+
+
+def render_markdown(totals: dict[str, Any], disagreements: list[Disagreement]) -> str:
+    """The comparison as Markdown: the two rates, counts per reason, then one row per disagreeing case."""
+    lines = [f"Cases: {totals['cases']}; official EX {_percent(totals['official_ex'])}, sqlcmp pass rate "
+             f"{_percent(totals['sqlcmp_pass_rate'])}; verdicts differ on {totals['disagreements']} "
+             f"({totals['sqlcmp_pass_official_fail']} pass only in sqlcmp, {totals['sqlcmp_fail_official_pass']} "
+             "pass only officially).", "", "| reason | cases | what differs |", "|---|---:|---|"]
+    lines += [f"| {reason} | {count} | {REASONS[reason]} |" for reason, count in totals["reasons"].items()]
+    lines += ["", "| case | database | official | sqlcmp | reason | expected SQL | actual SQL |",
+              "|---|---|---|---|---|---|---|"]
+    lines += [f"| {d.case_id} | {d.database} | {_word(d.official)} | {_word(d.sqlcmp)} | {d.reason} | "
+              f"`{_cell(d.expected_sql)}` | `{_cell(d.actual_sql)}` |" for d in disagreements]
+    return "\n".join(lines)
+
+
+def _top_level_order(sql: str) -> bool:
+    """Whether the outermost query has an ORDER BY (sqlcmp's order rule); the official rule when unparsable."""
+    try:
+        tree = sqlglot.parse_one(sql, read="sqlite")
+    except sqlglot.errors.SqlglotError:
+        return order_matters(sql)
+    return tree.args.get("order") is not None
+
+
+def _close_rows(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple[Any, ...]], ordered: bool,
+                close: Any) -> bool:
+    if ordered:
+        return all(all(close(a, b) for a, b in zip(g, p, strict=True)) for g, p in zip(gold, predicted, strict=True))
+    remaining = list(predicted)
+    for row in sorted(gold, key=_sort_key):
+        match = next((i for i, other in enumerate(remaining)
+                      if all(close(a, b) for a, b in zip(row, other, strict=True))), None)
+        if match is None:
+            return False
+        remaining.pop(match)
+    return True
+
+
+def _within(expected: Any, actual: Any, tolerance: Tolerance) -> bool:
+    if _is_number(expected) and _is_number(actual):
+        return tolerance.close(float(expected), float(actual))
+    return bool(expected == actual)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _sort_key(value: Any) -> tuple[str, str]:
+    return (type(value).__name__, str(value))
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _word(passed: bool) -> str:
+    return "pass" if passed else "fail"
+
+
+def _cell(sql: str, limit: int = 160) -> str:
+    text = " ".join(sql.split()).replace("|", "\\|").replace("`", "'")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
