@@ -115,3 +115,40 @@ def serve() -> Iterator[Callable[[Callable[[int], tuple[int, Any, float]]], Chat
     for server in servers:
         server.httpd.shutdown()
         server.httpd.server_close()
+
+
+def spider_data_dir() -> Path:
+    """The real Spider dev set: ``SQLCMP_SPIDER_DIR``, else ``../shared/data/spider`` beside the project."""
+    import os
+
+    configured = os.environ.get("SQLCMP_SPIDER_DIR")
+    return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data" / "spider"
+
+
+@pytest.fixture(scope="session")
+def spider_dir() -> Path:
+    folder = spider_data_dir()
+    if not (folder / "dev.json").is_file():
+        pytest.skip(f"the real Spider dev set is not at {folder} (set SQLCMP_SPIDER_DIR)")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def spider_suites(spider_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Spider dev imported twice through the CLI (SuperSQL's predictions, and gold as the prediction), with the
+    databases checked against tables.json and renamed back where their identifiers differ."""
+    from sqlcmp_dagster.cli import main
+
+    folder = tmp_path_factory.mktemp("spider")
+    gold_as_prediction = folder / "gold_pred.sql"
+    gold_as_prediction.write_text("".join(line.split("\t")[0] + "\n" for line in
+                                          (spider_dir / "dev_gold.sql").read_text(encoding="utf-8").splitlines()
+                                          if line.strip()), encoding="utf-8")
+    paths = {"db_dir": folder / "database", "supersql": folder / "supersql.jsonl", "gold": folder / "gold.jsonl"}
+    for name, prediction in (("supersql", spider_dir / "predictions" / "SuperSQL.sql"), ("gold", gold_as_prediction)):
+        code = main(["import", "spider", "--questions", str(spider_dir / "dev.json"),
+                     "--gold", str(spider_dir / "dev_gold.sql"), "--pred", str(prediction),
+                     "--db-dir", str(spider_dir / "database"), "--tables", str(spider_dir / "tables.json"),
+                     "--db-out", str(paths["db_dir"]), "--out", str(paths[name])])
+        assert code == 0
+    return paths

@@ -11,9 +11,6 @@ from sqlcmp_dagster.cases.importers import BenchmarkFormatError, import_bird, im
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 
-SPIDER = Path(__file__).resolve().parents[2] / "shared" / "data" / "spider"
-
-
 def _spider_files(tmp_path: Path, gold: list[str], preds: list[str]) -> tuple[Path, Path, Path]:
     questions = [{"db_id": line.split("\t")[1], "query": line.split("\t")[0], "question": f"q{i}"}
                  for i, line in enumerate(gold)]
@@ -50,12 +47,12 @@ def test_bird_pairs_by_question_id_not_position(tmp_path: Path) -> None:
         import_bird(tmp_path / "q.json", tmp_path / "p.json")
 
 
-@pytest.mark.skipif(not SPIDER.is_dir(), reason="the shared Spider data is not beside the project")
-def test_real_spider_dev_imports_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_real_spider_dev_imports_through_the_cli(spider_dir: Path, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "suite.jsonl"
-    code = main(["import", "spider", "--questions", str(SPIDER / "dev.json"), "--gold", str(SPIDER / "dev_gold.sql"),
-                 "--pred", str(SPIDER / "predictions" / "SuperSQL.sql"), "--db-dir", str(SPIDER / "database"),
-                 "--out", str(out)])
+    code = main(["import", "spider", "--questions", str(spider_dir / "dev.json"),
+                 "--gold", str(spider_dir / "dev_gold.sql"), "--pred", str(spider_dir / "predictions" / "SuperSQL.sql"),
+                 "--db-dir", str(spider_dir / "database"), "--out", str(out)])
     assert code == 0 and "1034 cases written" in capsys.readouterr().out
     suite = load_suite(out)
     assert not suite.errors and len(suite.cases) == 1034

@@ -1,0 +1,134 @@
+"""The real Spider dev set (1,034 questions, 20 databases): gold against gold, one published system's predictions
+end to end (CLI and Dagster), and the official execution-accuracy comparison. Skipped when the data is absent."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+import polars as pl
+import pytest
+
+from sqlcmp_dagster.cases.spider_exec import REASONS
+from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.definitions import build_definitions
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.local import materialize_summary, sensor_tick
+
+pytestmark = pytest.mark.spider
+
+
+def _read_reports(path: Path) -> dict[str, Report]:
+    return {r.case_id: r for r in (Report.model_validate_json(line) for line in path.read_text().splitlines())}
+
+
+def test_databases_renamed_back_answer_the_published_schema(spider_dir: Path, spider_suites: dict[str, Path]) -> None:
+    """As shipped, the databases' identifiers differ from tables.json; the checked copies carry its names."""
+    tables = {entry["db_id"]: entry for entry in json.loads((spider_dir / "tables.json").read_text())}
+    shipped = sqlite3.connect(spider_dir / "database" / "concert_singer" / "concert_singer.sqlite")
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="no such table: singer"):
+            shipped.execute("SELECT count(*) FROM singer")
+    finally:
+        shipped.close()
+    restored = sorted(p.name for p in spider_suites["db_dir"].iterdir() if p.is_dir())
+    assert len(restored) == 20
+    for db in restored:
+        connection = sqlite3.connect(spider_suites["db_dir"] / db / f"{db}.sqlite")
+        try:
+            names = {row[0].lower() for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            connection.close()
+        published = {n.lower() for n in tables[db]["table_names_original"]} - {"sqlite_sequence"}
+        assert names - {"sqlite_sequence"} == published, db
+        assert (spider_suites["db_dir"] / db / "names.json").is_file()
+
+
+def test_gold_against_gold_every_case_passes(spider_suites: dict[str, Path]) -> None:
+    suite = load_suite(spider_suites["gold"])
+    assert len(suite.cases) == 1034 and not suite.errors
+    evaluator = Evaluator(db_dir=spider_suites["db_dir"])
+    try:
+        reports = evaluator.evaluate_all(suite.cases, workers=2)
+    finally:
+        evaluator.close()
+    failing = [(r.case_id, r.explanations[:1]) for r in reports if r.deterministic_verdict != "pass"]
+    assert failing == []
+    assert all(r.overall_score == 1.0 and r.validity["case_valid"] for r in reports)
+
+
+def test_supersql_end_to_end_and_against_official_ex(spider_suites: dict[str, Path], tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    reports_path, summary_path = tmp_path / "reports.jsonl", tmp_path / "summary.json"
+    code = main(["evaluate", str(spider_suites["supersql"]), "--db-dir", str(spider_suites["db_dir"]),
+                 "--out", str(reports_path), "--summary-out", str(summary_path), "--workers", "2"])
+    printed = capsys.readouterr().out
+    reports = _read_reports(reports_path)
+    summary: dict[str, Any] = json.loads(summary_path.read_text())
+    assert len(reports) == summary["cases"] == 1034
+    assert code == (0 if summary["failed"] == 0 else 1)
+    # The summary agrees with the reports, counted here independently, per database by the suite's db id.
+    suite = {c.case_id: c for c in load_suite(spider_suites["supersql"]).cases}
+    per_db: dict[str, Counter[str]] = {}
+    for case_id, report in reports.items():
+        per_db.setdefault(suite[case_id].db or "", Counter())[report.deterministic_verdict] += 1
+    assert {db: (row["passed"], row["failed"]) for db, row in summary["per_database"].items()} == {
+        db: (c["pass"], c["fail"]) for db, c in per_db.items()}
+    assert len(summary["per_database"]) == 20 and "per database" in printed
+    assert sum(summary["severity_counts"].values()) == summary["valid_cases"]
+    assert summary["severity_counts"]["pass"] == summary["passed"] > 0 and summary["failed"] > 0
+    assert sum(summary["attribution_counts"].values()) == summary["failed"] - sum(summary["blocked_counts"].values())
+
+    table, details = tmp_path / "ex.md", tmp_path / "ex.json"
+    assert main(["spider-ex", str(spider_suites["supersql"]), "--reports", str(reports_path),
+                 "--db-dir", str(spider_suites["db_dir"]), "--out", str(table), "--json-out", str(details)]) == 0
+    result = json.loads(details.read_text())
+    totals, disagreements = result["totals"], result["disagreements"]
+    assert totals["sqlcmp_pass_rate"] == pytest.approx(summary["pass_rate"], abs=1e-6)
+    official_passes = round(totals["official_ex"] * totals["cases"])
+    assert official_passes - summary["passed"] == (totals["sqlcmp_fail_official_pass"]
+                                                   - totals["sqlcmp_pass_official_fail"])
+    assert {d["case_id"] for d in disagreements} == {
+        d["case_id"] for d in disagreements if (reports[d["case_id"]].deterministic_verdict == "pass") == d["sqlcmp"]}
+    # every disagreement is explained by a named rule, none left as "other"
+    assert disagreements and all(d["reason"] in REASONS and d["reason"] != "other" for d in disagreements)
+    text = table.read_text()
+    assert all(f"| {d['case_id']} | {d['database']} |" in text for d in disagreements)
+
+
+def test_supersql_through_dagster_matches_the_cli(spider_suites: dict[str, Path], tmp_path: Path) -> None:
+    """Three databases' cases (127) through every asset: the same verdicts and scores as the library."""
+    chosen = {"concert_singer", "pets_1", "poker_player"}
+    cases_dir = tmp_path / "cases"
+    cases_dir.mkdir()
+    lines = [line for line in spider_suites["supersql"].read_text().splitlines()
+             if json.loads(line)["db"] in chosen]
+    (cases_dir / "spider.jsonl").write_text("\n".join(lines) + "\n")
+    defs = build_definitions(cases_dir=str(cases_dir), db_dir=str(spider_suites["db_dir"]),
+                             storage_dir=str(tmp_path / "store"))
+    with dg.instance_for_test() as instance:
+        tick = sensor_tick(defs, instance, None)
+        assert len(tick.added) == len(lines) == 127 and all(run.success for run in tick.runs)
+        summary_run = materialize_summary(defs, instance)
+        assert summary_run.success
+        summary = summary_run.output_for_node("evaluation_summary")
+    stored = {r.case_id: r for f in (pl.read_parquet(p) for p in (tmp_path / "store" / "case_reports").glob("*.parquet"))
+              for r in (Report.model_validate_json(t) for t in f["report"])}
+    evaluator = Evaluator(db_dir=spider_suites["db_dir"])
+    try:
+        library = {r.case_id: r for r in evaluator.evaluate_all(load_suite(cases_dir / "spider.jsonl").cases)}
+    finally:
+        evaluator.close()
+    assert stored.keys() == library.keys()
+    for case_id, report in library.items():
+        got = stored[case_id]
+        assert (got.deterministic_verdict, got.severity, got.overall_score, got.diagnostic_scores) == (
+            report.deterministic_verdict, report.severity, report.overall_score, report.diagnostic_scores), case_id
+    assert set(summary["per_database"]) == chosen
+    assert summary["passed"] == sum(r.deterministic_verdict == "pass" for r in library.values())
