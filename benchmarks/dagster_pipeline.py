@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import peak_mib
+
 
 def write_suite(folder: Path, count: int) -> None:
     from sqlcmp_dagster.cases.sample import sample_suite_path
@@ -25,13 +27,6 @@ def write_suite(folder: Path, count: int) -> None:
     with (folder / "suite.jsonl").open("w") as handle:
         for i in range(count):
             handle.write(json.dumps({**source[i % len(source)], "case_id": f"case{i:05d}"}) + "\n")
-
-
-def peak_mib() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def part(name: str, cases: int, work: Path) -> dict[str, float]:

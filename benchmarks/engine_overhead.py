@@ -13,6 +13,8 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from common import overhead_figures
+
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -27,19 +29,15 @@ def main() -> None:
         cases = load_suite(sample_suite_path()).cases
         evaluator = Evaluator(db_dir=Path(folder))
         evaluator.evaluate_all(cases)  # warm-up: imports, connection set-up, sqlglot caches
-        overhead, total, executing = [], [], []
-        for _ in range(args.repeat):
-            for report in evaluator.evaluate_all(cases):
-                timings = report.run_metadata["timings"]
-                overhead.append(timings["engine_overhead_ms"])
-                total.append(timings["total_ms"])
-                executing.append(timings.get("execution_ms", 0.0) + timings.get("probe_execution_ms", 0.0))
+        reports = [report for _ in range(args.repeat) for report in evaluator.evaluate_all(cases)]
         evaluator.close()
-    quantiles = statistics.quantiles(overhead, n=20)
-    print(f"cases: {len(cases)} x {args.repeat} runs = {len(overhead)} reports")
-    print(f"engine overhead per case: median {statistics.median(overhead):.2f} ms, p95 {quantiles[-1]:.2f} ms")
-    print(f"total per case: median {statistics.median(total):.2f} ms; query execution per case: median "
-          f"{statistics.median(executing):.2f} ms")
+    figures = overhead_figures(reports)
+    total = statistics.median(r.run_metadata["timings"]["total_ms"] for r in reports)
+    print(f"cases: {len(cases)} x {args.repeat} runs = {len(reports)} reports")
+    print(f"engine overhead per case: median {figures['overhead_median_ms']:.2f} ms, "
+          f"p95 {figures['overhead_p95_ms']:.2f} ms")
+    print(f"total per case: median {total:.2f} ms; query execution per case: median "
+          f"{figures['execution_median_ms']:.2f} ms")
 
 
 if __name__ == "__main__":
