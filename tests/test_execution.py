@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, _sqlite_read_only, resolve_database
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, sqlite_read_only, resolve_database
 from sqlcmp_dagster.engine.parsing import parse
 
 
@@ -80,7 +80,7 @@ def test_the_connection_itself_is_read_only_even_past_the_gate(adapter: Executio
     before = _digest(sample_db)
     forged = parse("SELECT 1", "sqlite")  # the gate sees SELECT 1; the engine is handed the DELETE
     with pytest.raises(sqlite3.OperationalError, match="readonly|read-only"):
-        _sqlite_read_only(sample_db).execute("DELETE FROM orders")
+        sqlite_read_only(sample_db).execute("DELETE FROM orders")
     execution = adapter.execute("DELETE FROM orders", parsed=forged)
     assert execution.error is not None and execution.error.category == "permission_error", execution.error
     assert _digest(sample_db) == before
