@@ -16,6 +16,7 @@ import yaml
 from pydantic import ValidationError
 
 from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
@@ -331,12 +332,9 @@ def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, wor
         evaluator.close()
         if interactive:
             print(file=sys.stderr)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    with partial.open("w", encoding="utf-8") as handle:
+    with atomic_path(out) as partial, partial.open("w", encoding="utf-8") as handle:
         for report in reports:
             handle.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
-    partial.replace(out)
     return reports
 
 

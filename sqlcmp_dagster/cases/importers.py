@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlcmp_dagster.cases.schema_names import (SchemaMismatchError, database_tables, needs_renaming, pair_tables,
                                                published_tables, restore_names)
+from sqlcmp_dagster.engine.atomic import atomic_path
 
 
 class BenchmarkFormatError(ValueError):
@@ -124,20 +125,17 @@ def restore_spider_databases(db_dir: Path, tables: Path, db_ids: list[str], out_
             restore_names(source, target, renames)
             renamed[db] = sum(r.changes for r in renames)
         else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source, target)
+            with atomic_path(target) as partial:
+                shutil.copyfile(source, partial)
             renamed[db] = 0
     return renamed
 
 
 def write_suite(cases: list[ImportedCase], out: Path) -> None:
     """Write ``cases`` as a JSONL suite, atomically."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    with partial.open("w", encoding="utf-8") as handle:
+    with atomic_path(out) as partial, partial.open("w", encoding="utf-8") as handle:
         for case in cases:
             handle.write(json.dumps(case.to_json(), ensure_ascii=False) + "\n")
-    partial.replace(out)
 
 
 def _json(path: Path) -> Any:

@@ -13,6 +13,8 @@ import sqlite3
 from importlib.resources import files
 from pathlib import Path
 
+from sqlcmp_dagster.engine.atomic import atomic_path
+
 SAMPLE_DB_ID = "shop"
 #: The suite whose every expected query runs: the demo's main workload and the self-comparison invariant's.
 SAMPLE_SUITE = "suite.jsonl"
@@ -43,40 +45,37 @@ _STATUSES = ["shipped", "shipped", "shipped", "pending", "cancelled"]
 
 def build_sample_database(path: Path) -> Path:
     """Write the sample database to ``path`` (replacing it atomically) and return the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.partial")
-    partial.unlink(missing_ok=True)
-    rng = random.Random(20260401)
-    connection = sqlite3.connect(partial)
-    try:
-        connection.executescript(_SCHEMA)
-        connection.executemany("INSERT INTO categories VALUES (?, ?, ?)", _CATEGORIES)
-        customers = []
-        for customer_id in range(1, 25):
-            name = _FIRST[(customer_id - 1) % len(_FIRST)]  # names repeat: duplicates in projections
-            city = _CITIES[rng.randrange(len(_CITIES))]
-            email = None if customer_id % 6 == 0 else f"{name.lower()}{customer_id}@example.com"
-            signup = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-            customers.append((customer_id, name, city, email, signup))
-        connection.executemany("INSERT INTO customers VALUES (?, ?, ?, ?, ?)", customers)
-        connection.executemany(
-            "INSERT INTO products VALUES (?, ?, ?, ?, ?)",
-            [(i, name, category, price, int(i % 5 == 0)) for i, (name, category, price) in enumerate(_PRODUCTS, 1)],
-        )
-        orders, items = [], []
-        for order_id in range(1, 61):
-            customer_id = rng.randint(1, 20)  # customers 21-24 never order: LEFT vs INNER JOIN differ
-            discount = None if order_id % 4 else round(rng.choice([0.05, 0.1, 0.15]), 2)
-            date = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-            orders.append((order_id, customer_id, date, _STATUSES[rng.randrange(len(_STATUSES))], discount))
-            for product_id in rng.sample(range(1, len(_PRODUCTS) + 1), rng.randint(1, 4)):
-                items.append((order_id, product_id, rng.randint(1, 5), _PRODUCTS[product_id - 1][2]))
-        connection.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", orders)
-        connection.executemany("INSERT INTO order_items VALUES (?, ?, ?, ?)", items)
-        connection.commit()
-    finally:
-        connection.close()
-    partial.replace(path)
+    with atomic_path(path) as partial:
+        rng = random.Random(20260401)
+        connection = sqlite3.connect(partial)
+        try:
+            connection.executescript(_SCHEMA)
+            connection.executemany("INSERT INTO categories VALUES (?, ?, ?)", _CATEGORIES)
+            customers = []
+            for customer_id in range(1, 25):
+                name = _FIRST[(customer_id - 1) % len(_FIRST)]  # names repeat: duplicates in projections
+                city = _CITIES[rng.randrange(len(_CITIES))]
+                email = None if customer_id % 6 == 0 else f"{name.lower()}{customer_id}@example.com"
+                signup = f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+                customers.append((customer_id, name, city, email, signup))
+            connection.executemany("INSERT INTO customers VALUES (?, ?, ?, ?, ?)", customers)
+            connection.executemany(
+                "INSERT INTO products VALUES (?, ?, ?, ?, ?)",
+                [(i, name, category, price, int(i % 5 == 0)) for i, (name, category, price) in enumerate(_PRODUCTS, 1)],
+            )
+            orders, items = [], []
+            for order_id in range(1, 61):
+                customer_id = rng.randint(1, 20)  # customers 21-24 never order: LEFT vs INNER JOIN differ
+                discount = None if order_id % 4 else round(rng.choice([0.05, 0.1, 0.15]), 2)
+                date = f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
+                orders.append((order_id, customer_id, date, _STATUSES[rng.randrange(len(_STATUSES))], discount))
+                for product_id in rng.sample(range(1, len(_PRODUCTS) + 1), rng.randint(1, 4)):
+                    items.append((order_id, product_id, rng.randint(1, 5), _PRODUCTS[product_id - 1][2]))
+            connection.executemany("INSERT INTO orders VALUES (?, ?, ?, ?, ?)", orders)
+            connection.executemany("INSERT INTO order_items VALUES (?, ?, ?, ?)", items)
+            connection.commit()
+        finally:
+            connection.close()
     return path
 
 

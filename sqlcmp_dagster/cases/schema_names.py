@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlcmp_dagster.engine.atomic import atomic_path
 _SYSTEM_TABLES = {"sqlite_sequence", "sqlite_stat1", "sqlite_stat4"}
 _MAX_PAIRINGS = 200_000
 
@@ -165,26 +166,24 @@ def restore_names(source: Path, target: Path, renames: list[Rename]) -> None:
     Renames go through temporary names first, so swaps and case-only changes (``semesters`` to ``Semesters``)
     work; SQLite rewrites foreign keys, indexes and views that refer to a renamed table or column.
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    shutil.copyfile(source, partial)
-    connection = sqlite3.connect(partial)
-    try:
-        connection.execute("PRAGMA legacy_alter_table = OFF")
-        for number, rename in enumerate(renames):
-            for offset, (column, _) in enumerate(rename.columns):
-                connection.execute(f'ALTER TABLE "{_quote(rename.table)}" RENAME COLUMN "{_quote(column)}" '
-                                   f'TO "__sqlcmp_c{offset}"')
-            for offset, (_, published) in enumerate(rename.columns):
-                connection.execute(f'ALTER TABLE "{_quote(rename.table)}" RENAME COLUMN "__sqlcmp_c{offset}" '
-                                   f'TO "{_quote(published)}"')
-            connection.execute(f'ALTER TABLE "{_quote(rename.table)}" RENAME TO "__sqlcmp_t{number}"')
-        for number, rename in enumerate(renames):
-            connection.execute(f'ALTER TABLE "__sqlcmp_t{number}" RENAME TO "{_quote(rename.published_table)}"')
-        connection.commit()
-    finally:
-        connection.close()
-    partial.replace(target)
+    with atomic_path(target) as partial:
+        shutil.copyfile(source, partial)
+        connection = sqlite3.connect(partial)
+        try:
+            connection.execute("PRAGMA legacy_alter_table = OFF")
+            for number, rename in enumerate(renames):
+                for offset, (column, _) in enumerate(rename.columns):
+                    connection.execute(f'ALTER TABLE "{_quote(rename.table)}" RENAME COLUMN "{_quote(column)}" '
+                                       f'TO "__sqlcmp_c{offset}"')
+                for offset, (_, published) in enumerate(rename.columns):
+                    connection.execute(f'ALTER TABLE "{_quote(rename.table)}" RENAME COLUMN "__sqlcmp_c{offset}" '
+                                       f'TO "{_quote(published)}"')
+                connection.execute(f'ALTER TABLE "{_quote(rename.table)}" RENAME TO "__sqlcmp_t{number}"')
+            for number, rename in enumerate(renames):
+                connection.execute(f'ALTER TABLE "__sqlcmp_t{number}" RENAME TO "{_quote(rename.published_table)}"')
+            connection.commit()
+        finally:
+            connection.close()
     names = {r.published_table: {"database_table": r.table, "columns": {b: a for a, b in r.columns}} for r in renames}
     (target.parent / "names.json").write_text(json.dumps(names, indent=2, ensure_ascii=False) + "\n",
                                               encoding="utf-8")

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.execution import Relation
 from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Report, Severity
 
@@ -140,10 +141,8 @@ class ResponseCache:
         with self._lock:
             self._memory[key] = entry
         if self.folder is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            partial = self.folder / f"{key}.json.partial"
-            partial.write_text(json.dumps(entry), encoding="utf-8")
-            partial.replace(self.folder / f"{key}.json")
+            with atomic_path(self.folder / f"{key}.json") as partial:
+                partial.write_text(json.dumps(entry), encoding="utf-8")
 
 
 def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, budget: Budget) -> str | None:

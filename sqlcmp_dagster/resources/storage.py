@@ -14,6 +14,8 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
+from sqlcmp_dagster.engine.atomic import atomic_path
+
 
 class PartitionedParquetIOManager(dg.ConfigurableIOManager):
     """Stores ``<base_dir>/<asset>/<case_id>.parquet``; writes go to a temporary name, then are renamed."""
@@ -65,6 +67,5 @@ def _parquet_bytes(frame: pl.DataFrame) -> bytes:
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_bytes(data)
-    partial.replace(path)
+    with atomic_path(path) as partial:
+        partial.write_bytes(data)
