@@ -61,7 +61,9 @@ def test_evaluate_writes_one_report_per_case_and_reports_bad_lines(
     suite.write_text(
         '{"case_id": "a", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n'
         '{"case_id": "b", "expected_sql": "SELECT 1", "actual_sql": "SELECT 2", "db": "shop"}\n'
-        '{"case_id": "c", "expected_sql": 5}\n', encoding="utf-8")
+        '{"case_id": "c", "expected_sql": 5}\n'
+        '{"case_id": "d", "expected_sql": "SELECT 1 WHERE 0", "actual_sql": "SELECT 2 WHERE 0", "db": "shop"}\n',
+        encoding="utf-8")
     out = tmp_path / "reports.jsonl"
     code = main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--workers", "2",
                  "--summary-out", str(tmp_path / "summary.json")])
@@ -69,10 +71,15 @@ def test_evaluate_writes_one_report_per_case_and_reports_bad_lines(
     captured = capsys.readouterr()
     assert f"{suite}:3: case 'c'" in captured.err
     reports = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["case_id"], r["deterministic_verdict"]) for r in reports] == [("a", "pass"), ("b", "fail")]
+    assert [(r["case_id"], r["deterministic_verdict"]) for r in reports] == [("a", "pass"), ("b", "fail"),
+                                                                              ("d", "pass")]
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert (summary["passed"], summary["failed"], summary["load_errors"], summary["pass_rate"]) == (1, 1, 1, 0.5)
-    assert "2 cases: 1 passed, 1 failed (pass rate 50.0%)" in captured.out
+    assert (summary["passed"], summary["failed"], summary["load_errors"]) == (2, 1, 1)
+    assert summary["pass_rate"] == pytest.approx(2 / 3, abs=1e-6)
+    # d passes on two empty results: counted as a pass, and apart as vacuous, overall and for its database
+    assert summary["vacuous_passes"] == summary["per_database"]["shop"]["vacuous_passes"] == 1
+    assert "3 cases: 2 passed, 1 failed (pass rate 66.7%)" in captured.out
+    assert "vacuous passes (both results empty): 1 of 2" in captured.out
 
 
 def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch,

@@ -22,6 +22,7 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
     context.add_output_metadata({
         "pass_rate": summary["pass_rate"] if summary["pass_rate"] is not None else float("nan"),
         "cases": summary["cases"],
+        "vacuous_passes": summary["vacuous_passes"],
         "invalid_cases": summary["invalid_cases"],
         "severity": dg.MetadataValue.md(bar_chart("Severity", summary["severity_counts"])),
         "attribution": dg.MetadataValue.md(bar_chart("Likely source clause", summary["attribution_counts"])),
@@ -37,15 +38,18 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
 def database_table(per_database: dict[str, dict[str, Any]]) -> str:
     """The per-database breakdown as a Markdown table.
 
-    >>> print(database_table({"shop": {"cases": 3, "passed": 1, "failed": 1, "invalid": 1, "pass_rate": 0.5}}))
-    | database | cases | passed | failed | invalid | pass rate |
-    |---|---:|---:|---:|---:|---:|
-    | shop | 3 | 1 | 1 | 1 | 50.0% |
+    >>> print(database_table({"shop": {"cases": 3, "passed": 1, "failed": 1, "vacuous_passes": 1, "invalid": 1,
+    ...                                 "pass_rate": 0.5}}))
+    | database | cases | passed | of them vacuous | failed | invalid | pass rate |
+    |---|---:|---:|---:|---:|---:|---:|
+    | shop | 3 | 1 | 1 | 1 | 1 | 50.0% |
     """
-    lines = ["| database | cases | passed | failed | invalid | pass rate |", "|---|---:|---:|---:|---:|---:|"]
+    lines = ["| database | cases | passed | of them vacuous | failed | invalid | pass rate |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for name, row in per_database.items():
         rate = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"
-        lines.append(f"| {name} | {row['cases']} | {row['passed']} | {row['failed']} | {row['invalid']} | {rate} |")
+        lines.append(f"| {name} | {row['cases']} | {row['passed']} | {row['vacuous_passes']} | {row['failed']} | "
+                     f"{row['invalid']} | {rate} |")
     return "\n".join(lines)
 
 

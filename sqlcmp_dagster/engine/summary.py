@@ -1,7 +1,9 @@
 """Batch summary over many reports: what a person reads first after an evaluation run.
 
 Invalid cases (no expected query runs) are counted apart and left out of the pass rate: they say nothing about
-the model under test.
+the model under test. Passes on two empty results are counted too (``vacuous_passes``): they are passes by the
+spec, but say little about the query, and a benchmark with many of them (Spider has dozens, more where a
+database ships without rows) reads better when a person can see how many there are.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
     reports = list(reports)
     valid = [r for r in reports if r.validity.get("case_valid", True)]
     passed = sum(r.deterministic_verdict == "pass" for r in valid)
+    vacuous = sum(is_vacuous_pass(r) for r in valid)
     severity = Counter(r.severity for r in valid)
     attribution = Counter((r.diagnostic_scores or {}).get("likely_source_clause") or "none"
                           for r in valid if r.deterministic_verdict == "fail" and r.blocked_reason is None)
@@ -36,6 +39,7 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
         "passed": passed,
         "failed": len(valid) - passed,
         "pass_rate": round(passed / len(valid), 6) if valid else None,
+        "vacuous_passes": vacuous,
         "severity_counts": {label: severity.get(label, 0) for label in SEVERITIES},
         "attribution_counts": dict(attribution.most_common()),
         "blocked_counts": dict(blocked.most_common()),
@@ -43,6 +47,12 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
         "mean_overall_score": round(sum(r.overall_score for r in valid) / len(valid), 6) if valid else None,
         "per_database": _per_database(reports),
     }
+
+
+def is_vacuous_pass(report: Report) -> bool:
+    """Whether ``report`` passed on two empty results (``result_equality_family.mode_details.vacuous_match``)."""
+    family = (report.metrics.get("result") or {}).get("result_equality_family") or {}
+    return report.deterministic_verdict == "pass" and bool((family.get("mode_details") or {}).get("vacuous_match"))
 
 
 def database_label(identifier: str | None) -> str:
@@ -60,7 +70,8 @@ def database_label(identifier: str | None) -> str:
 
 
 def _per_database(reports: list[Report]) -> dict[str, dict[str, Any]]:
-    """Cases, passes, failures, invalid cases and pass rate per database, by database name."""
+    """Cases, passes (and how many of them vacuous), failures, invalid cases and pass rate per database, by
+    database name."""
     groups: dict[str, list[Report]] = defaultdict(list)
     for report in reports:
         groups[database_label(report.run_metadata.get("database"))].append(report)
@@ -69,6 +80,7 @@ def _per_database(reports: list[Report]) -> dict[str, dict[str, Any]]:
         valid = [r for r in groups[name] if r.validity.get("case_valid", True)]
         passed = sum(r.deterministic_verdict == "pass" for r in valid)
         breakdown[name] = {"cases": len(groups[name]), "passed": passed, "failed": len(valid) - passed,
+                           "vacuous_passes": sum(is_vacuous_pass(r) for r in valid),
                            "invalid": len(groups[name]) - len(valid),
                            "pass_rate": round(passed / len(valid), 6) if valid else None}
     return breakdown
@@ -79,6 +91,8 @@ def render_summary(summary: dict[str, Any]) -> str:
     rate = "n/a" if summary["pass_rate"] is None else f"{summary['pass_rate']:.1%}"
     lines = [f"{summary['cases']} cases: {summary['passed']} passed, {summary['failed']} failed "
              f"(pass rate {rate}), {summary['invalid_cases']} invalid, {summary['load_errors']} not loadable"]
+    if summary["vacuous_passes"]:
+        lines.append(f"vacuous passes (both results empty): {summary['vacuous_passes']} of {summary['passed']}")
     lines.append("severity: " + ", ".join(f"{k} {v}" for k, v in summary["severity_counts"].items()))
     if summary["attribution_counts"]:
         lines.append("likely source: " + ", ".join(f"{k} {v}" for k, v in summary["attribution_counts"].items()))
@@ -88,6 +102,7 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append("per database (passed/valid):")
         lines.extend(f"  {name:32} {row['passed']:5}/{row['passed'] + row['failed']:<5} "
                      + ("n/a" if row["pass_rate"] is None else f"{row['pass_rate']:6.1%}")
+                     + (f"  ({row['vacuous_passes']} vacuous)" if row["vacuous_passes"] else "")
                      + (f"  ({row['invalid']} invalid)" if row["invalid"] else "")
                      for name, row in summary["per_database"].items())
     return "\n".join(lines)
