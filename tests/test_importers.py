@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sqlcmp_dagster.cases.importers import BenchmarkFormatError, import_bird, import_spider
+from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, ImportedCase, import_bird, import_spider,
+                                            write_suite)
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 
@@ -31,6 +32,28 @@ def test_spider_pairs_by_question_and_checks_alignment(tmp_path: Path) -> None:
     files[2].write_text("SELECT 10\n", encoding="utf-8")
     with pytest.raises(BenchmarkFormatError, match="length mismatch.*1 predictions"):
         import_spider(*files)
+
+
+def test_spider_predictions_that_name_their_database_or_are_empty(tmp_path: Path) -> None:
+    files = _spider_files(tmp_path, ["SELECT 1\ta", "SELECT 2\tb", "SELECT 3\ta"],
+                          ["SELECT 10\ta", "", "SELECT x FROM t WHERE y = '\tb'"])
+    files[2].write_text(files[2].read_text(encoding="utf-8") + "\n\n", encoding="utf-8")  # trailing blanks
+    cases = import_spider(*files)
+    # the database field is checked and dropped; a blank line is that question's empty prediction; a tab inside
+    # the SQL that is not followed by a database id stays part of the SQL
+    assert [c.actual_sql for c in cases] == ["SELECT 10", "", "SELECT x FROM t WHERE y = '\tb'"]
+    assert load_suite(_written(cases, tmp_path)).cases[1].actual_sql == ""
+    files[2].write_text("SELECT 10\tb\n\nSELECT 30\n", encoding="utf-8")
+    with pytest.raises(BenchmarkFormatError, match=r"pred.sql:1: prediction is on database 'b' but question 0 is on 'a'"):
+        import_spider(*files)
+    files[2].write_text("SELECT 10\n\n\nSELECT 30\n", encoding="utf-8")
+    with pytest.raises(BenchmarkFormatError, match=r"4 predictions \(2 of them blank lines"):
+        import_spider(*files)
+
+
+def _written(cases: list[ImportedCase], tmp_path: Path) -> Path:
+    write_suite(cases, tmp_path / "suite.jsonl")
+    return tmp_path / "suite.jsonl"
 
 
 def test_bird_pairs_by_question_id_not_position(tmp_path: Path) -> None:

@@ -41,15 +41,23 @@ class ImportedCase:
 
 def import_spider(questions: Path, gold: Path, predictions: Path, db_dir: Path | None = None) -> list[ImportedCase]:
     """Spider: ``questions`` (dev.json), ``gold`` (``SQL<TAB>db_id`` per line) and ``predictions`` (one SQL per
-    line) pair by question index, which the gold file must confirm line by line."""
+    line, or ``SQL<TAB>db_id`` like the gold file) pair by question index, which the gold file must confirm line
+    by line, and a prediction that names its database too.
+
+    A blank line in ``predictions`` is an empty prediction for that question (it fails to parse, as the
+    model's output did); only blank lines at the end of the file are ignored.
+    """
     items = _json(questions)
     if not isinstance(items, list):
         raise BenchmarkFormatError(f"{questions}: expected a JSON list of questions")
     gold_lines = _lines(gold)
-    predicted = _lines(predictions)
+    predicted = _lines(predictions, keep_blank=True)
     if not (len(items) == len(gold_lines) == len(predicted)):
+        blank = sum(not line.strip() for line in predicted)
         raise BenchmarkFormatError(f"length mismatch: {questions} has {len(items)} questions, {gold} {len(gold_lines)} "
-                           f"gold lines, {predictions} {len(predicted)} predictions")
+                                   f"gold lines, {predictions} {len(predicted)} predictions"
+                                   + (f" ({blank} of them blank lines, each an empty prediction)" if blank else ""))
+    databases = {str(item.get("db_id")) for item in items}
     cases = []
     for index, (item, gold_line, prediction) in enumerate(zip(items, gold_lines, predicted, strict=True)):
         sql, _, db = gold_line.rpartition("\t")
@@ -57,10 +65,16 @@ def import_spider(questions: Path, gold: Path, predictions: Path, db_dir: Path |
             raise BenchmarkFormatError(f"{gold}:{index + 1}: expected 'SQL<TAB>db_id'")
         if db != item.get("db_id"):
             raise BenchmarkFormatError(f"{gold}:{index + 1}: database {db!r} but question {index} of {questions} is on "
-                               f"{item.get('db_id')!r}: the files are not aligned")
+                                       f"{item.get('db_id')!r}: the files are not aligned")
         if _squash(sql) != _squash(str(item.get("query", sql))):
             raise BenchmarkFormatError(f"{gold}:{index + 1}: gold SQL differs from question {index}'s query in "
-                               f"{questions}: the files are not aligned")
+                                       f"{questions}: the files are not aligned")
+        predicted_sql, _, named = prediction.rpartition("\t")
+        if named.strip() in databases:  # 'SQL<TAB>db_id': the prediction names its database, which must agree
+            if named.strip() != db:
+                raise BenchmarkFormatError(f"{predictions}:{index + 1}: prediction is on database {named.strip()!r} "
+                                           f"but question {index} is on {db!r}: the files are not aligned")
+            prediction = predicted_sql
         _check_db(db_dir, db, f"{gold}:{index + 1}")
         cases.append(ImportedCase(f"spider-{index:04d}", str(item.get("question", "")), sql.strip(),
                                   prediction.strip(), db))
@@ -143,16 +157,26 @@ def _json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise BenchmarkFormatError(f"{path}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise BenchmarkFormatError(f"{path}: not UTF-8 text (byte {error.start})") from error
     except json.JSONDecodeError as error:
         raise BenchmarkFormatError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from error
 
 
-def _lines(path: Path) -> list[str]:
+def _lines(path: Path, *, keep_blank: bool = False) -> list[str]:
+    """The lines of ``path``: without blank ones, or with them (``keep_blank``) up to the last non-blank line."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise BenchmarkFormatError(f"{path}: {error.strerror}") from error
-    return [line for line in text.splitlines() if line.strip()]
+    except UnicodeDecodeError as error:
+        raise BenchmarkFormatError(f"{path}: not UTF-8 text (byte {error.start})") from error
+    lines = text.splitlines()
+    if not keep_blank:
+        return [line for line in lines if line.strip()]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    return lines
 
 
 def _check_db(db_dir: Path | None, db: str, where: str) -> None:
