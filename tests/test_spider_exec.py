@@ -26,8 +26,9 @@ def scores_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = folder / "scores.sqlite"
     connection = sqlite3.connect(path)
     connection.executescript("""
-        CREATE TABLE t (a INTEGER, name TEXT, score INTEGER, x REAL);
-        INSERT INTO t VALUES (1, 'a', 1, 0.1), (1, 'b', 1, 0.2), (2, 'c', 2, 0.3), (3, 'd', 2, 0.4);
+        CREATE TABLE t (a INTEGER, name TEXT, score INTEGER, x REAL, note TEXT);
+        INSERT INTO t VALUES (1, 'a', 1, 0.1, NULL), (1, 'b', 1, 0.2, 'n'), (2, 'c', 2, 0.3, NULL),
+                             (3, 'd', 2, 0.4, 'n');
     """)
     connection.commit()
     connection.close()
@@ -51,6 +52,12 @@ def connection(scores_db: Path) -> Iterator[sqlite3.Connection]:
     ("SELECT name, score FROM t ORDER BY score", "SELECT name, score FROM t ORDER BY score, name DESC", {},
      False, True, "ties"),
     ("SELECT 1", SLOW, {"query_timeout_ms": 50}, True, False, "execution"),
+    ("SELECT a, name FROM t", "SELECT name, a FROM t", {"require_column_order_match": True}, True, False,
+     "column_order"),
+    ("SELECT a, name FROM t", "SELECT a AS id, name FROM t", {"require_column_name_match": True}, True, False,
+     "column_names"),
+    ("SELECT note FROM t", "SELECT note FROM t", {"null_equality_mode": "sql_semantic"}, True, False,
+     "null_handling"),
 ])
 def test_each_semantic_difference_is_named(connection: sqlite3.Connection, scores_db: Path, gold: str,
                                            predicted: str, config: dict[str, int], official: bool, ours: bool,

@@ -53,6 +53,12 @@ REASONS: dict[str, str] = {
                   "sqlcmp only for a top-level ORDER BY",
     "ties": "rows tied on the ORDER BY key may come in any order in sqlcmp; the official evaluation wants the "
             "gold query's exact order",
+    "column_order": "sqlcmp was asked to keep the column order (mode exact or require_column_order_match); the "
+                    "official evaluation accepts any column permutation",
+    "column_names": "sqlcmp was asked to match column names (mode exact or require_column_name_match); the "
+                    "official evaluation ignores names",
+    "null_handling": "sqlcmp was asked for SQL NULL semantics (null_equality_mode sql_semantic: NULL matches "
+                     "nothing); the official evaluation counts NULL equal to NULL",
     "numeric_tolerance": "numbers within sqlcmp's tolerance count as equal; the official evaluation wants exact "
                          "equality",
     "execution": "sqlcmp stopped the query (its timeout or row cap) where the official evaluation, with a 60 s "
@@ -116,10 +122,11 @@ def order_matters(gold_sql: str) -> bool:
 
 
 def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple[Any, ...]], ordered: bool,
-                      close: Any = None) -> bool:
+                      close: Any = None, permute_columns: bool = True) -> bool:
     """Whether some permutation of ``predicted``'s columns makes it equal to ``gold``: as lists when
-    ``ordered``, as multisets otherwise. ``close(a, b)`` replaces exact cell equality when given (used only
-    to test whether tolerance explains a disagreement).
+    ``ordered``, as multisets otherwise. ``close(a, b)`` replaces exact cell equality when given, and
+    ``permute_columns=False`` allows only the columns' own order (both used only to test which rule explains a
+    disagreement).
 
     >>> denotations_equal([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], ordered=False)
     True
@@ -142,6 +149,8 @@ def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple
         candidates = [[j for j in range(width)
                        if all(any(close(row[j], other[i]) for other in gold) for row in predicted[:20])]
                       for i in range(width)]
+    if not permute_columns:
+        candidates = [[i] if i in allowed else [] for i, allowed in enumerate(candidates)]
     for permutation in itertools.product(*candidates):
         if len(set(permutation)) != width:
             continue
@@ -164,16 +173,17 @@ def run(connection: sqlite3.Connection, sql: str, timeout_ms: int) -> Rows | Exc
 
 
 def official_match(connection: sqlite3.Connection, gold_sql: str, predicted_sql: str, *, keep_distinct: bool = False,
-                   ordered: bool | None = None, timeout_ms: int = 60_000) -> bool:
-    """The official EX verdict of ``predicted_sql`` against ``gold_sql`` on ``connection``; ``keep_distinct``
-    and ``ordered`` change one rule each (to test which rule explains a disagreement)."""
+                   ordered: bool | None = None, permute_columns: bool = True, timeout_ms: int = 60_000) -> bool:
+    """The official EX verdict of ``predicted_sql`` against ``gold_sql`` on ``connection``; ``keep_distinct``,
+    ``ordered`` and ``permute_columns`` change one rule each (to test which rule explains a disagreement)."""
     gold, predicted = postprocess(gold_sql), postprocess(predicted_sql)
     if not keep_distinct:
         gold, predicted = remove_distinct(gold), remove_distinct(predicted)
     gold_rows, predicted_rows = run(connection, gold, timeout_ms), run(connection, predicted, timeout_ms)
     if isinstance(gold_rows, Exception) or isinstance(predicted_rows, Exception):
         return False
-    return denotations_equal(gold_rows, predicted_rows, order_matters(gold) if ordered is None else ordered)
+    return denotations_equal(gold_rows, predicted_rows, order_matters(gold) if ordered is None else ordered,
+                             permute_columns=permute_columns)
 
 
 def explain_difference(connection: sqlite3.Connection, request: CompareRequest, report: Report,
@@ -193,8 +203,19 @@ def explain_difference(connection: sqlite3.Connection, request: CompareRequest, 
         return "order_rule"
     if ours and top_level and official_match(connection, gold, predicted, keep_distinct=True, ordered=False):
         return "ties"
+    mode = report.run_metadata.get("comparison_mode") or "order-insensitive"
+    config = request.config
+    if (official and not ours and (mode == "exact" or config.require_column_order_match)
+            and not official_match(connection, gold, predicted, permute_columns=False)):
+        return "column_order"
+    schema = (report.metrics.get("result") or {}).get("schema_match") or {}
+    if official and not ours and (mode == "exact" or config.require_column_name_match) and not schema.get(
+            "names_match", True):
+        return "column_names"
+    if (official and not ours and config.null_equality_mode == "sql_semantic" and isinstance(gold_rows, list)
+            and any(value is None for row in gold_rows for value in row)):
+        return "null_handling"
     if not isinstance(gold_rows, Exception) and not isinstance(predicted_rows, Exception):
-        mode = report.run_metadata.get("comparison_mode") or "order_insensitive"
         tolerance = Tolerance(*request.config.tolerances(mode))
         if denotations_equal(gold_rows, predicted_rows, order_matters(gold),
                              close=lambda a, b: _within(a, b, tolerance)) == ours:
