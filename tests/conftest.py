@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -119,8 +120,6 @@ def serve() -> Iterator[Callable[[Callable[[int], tuple[int, Any, float]]], Chat
 
 def spider_data_dir() -> Path:
     """The real Spider dev set: ``SQLCMP_SPIDER_DIR``, else ``../shared/data/spider`` beside the project."""
-    import os
-
     configured = os.environ.get("SQLCMP_SPIDER_DIR")
     return Path(configured) if configured else Path(__file__).resolve().parents[2] / "shared" / "data" / "spider"
 
@@ -129,7 +128,10 @@ def spider_data_dir() -> Path:
 def spider_dir() -> Path:
     folder = spider_data_dir()
     if not (folder / "dev.json").is_file():
-        pytest.skip(f"the real Spider dev set is not at {folder} (set SQLCMP_SPIDER_DIR)")
+        message = f"the real Spider dev set is not at {folder} (set SQLCMP_SPIDER_DIR)"
+        if os.environ.get("SQLCMP_REQUIRE_SPIDER"):  # CI: the data is beside the clone, so absence is a failure
+            pytest.fail(message)
+        pytest.skip(message)
     return folder
 
 
