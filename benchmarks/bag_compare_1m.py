@@ -5,12 +5,14 @@ Each tool runs in a child process of its own. The child builds both frames, rese
 the RSS after building (Linux only). sqlcmp compares as a multiset with no key; datacompy needs a join key, so it
 is given the unique ``id`` column: it does less work (a key join) than a bag comparison must.
 
+    pip install -e '.[bench]'    # datacompy
     python benchmarks/bag_compare_1m.py [--rows 1000000]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import subprocess
 import sys
@@ -76,6 +78,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.rows)))
         return
+    if importlib.util.find_spec("datacompy") is None:
+        sys.exit("datacompy is not installed: pip install -e '.[bench]'")
     print(f"{'tool':10} {'rows':>9} {'match':>6} {'seconds':>8} {'peak MiB':>9}")
     for tool in ("sqlcmp", "datacompy"):
         out = subprocess.run([sys.executable, __file__, "--child", tool, "--rows", str(args.rows)],
