@@ -203,7 +203,7 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, import_bird, import_spider,
-                                                restore_spider_databases, write_suite)
+                                                restore_spider_databases, unknown_tables, write_suite)
 
     tables = getattr(args, "tables", None)
     if tables is not None and (args.db_dir is None or args.db_out is None):
@@ -225,6 +225,15 @@ def _import(args: argparse.Namespace) -> int:
               f"{len(changed)} had identifiers other than {tables.name}'s and were renamed back"
               + (": " + ", ".join(f"{db} ({n})" for db, n in changed.items()) if changed else "")
               + "; each renamed database has names.json beside it")
+    elif args.db_dir is not None:
+        missing = unknown_tables(cases, args.db_dir)
+        for db, names in missing.items():
+            print(f"warning: {args.db_dir / db}: the gold queries read tables it does not have "
+                  f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})", file=sys.stderr)
+        if missing:
+            print(f"warning: {len(missing)} databases do not have the tables their gold queries read, so those cases "
+                  "will be invalid; if their identifiers differ from the published schema, import again with "
+                  "--tables tables.json --db-out DIR (Spider) to check them and rename them back", file=sys.stderr)
     return EXIT_PASS
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
 
 from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, ImportedCase, import_bird, import_spider,
-                                            write_suite)
+                                            unknown_tables, write_suite)
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 
@@ -76,7 +77,13 @@ def test_real_spider_dev_imports_through_the_cli(spider_dir: Path, tmp_path: Pat
     code = main(["import", "spider", "--questions", str(spider_dir / "dev.json"),
                  "--gold", str(spider_dir / "dev_gold.sql"), "--pred", str(spider_dir / "predictions" / "SuperSQL.sql"),
                  "--db-dir", str(spider_dir / "database"), "--out", str(out)])
-    assert code == 0 and "1034 cases written" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert code == 0 and "1034 cases written" in captured.out
+    # As shipped, the databases' identifiers are translated: the import says so before any evaluation does.
+    assert f"{spider_dir / 'database' / 'concert_singer'}: the gold queries read tables it does not have (" in (
+        captured.err)
+    assert "warning: 20 databases do not have the tables their gold queries read" in captured.err
+    assert "--tables tables.json --db-out DIR" in captured.err
     suite = load_suite(out)
     assert not suite.errors and len(suite.cases) == 1034
     assert suite.cases[0].expected_sql == ["SELECT count(*) FROM singer"] and suite.cases[0].db == "concert_singer"
@@ -88,3 +95,16 @@ def test_import_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                  "--out", str(tmp_path / "o.jsonl")])
     assert code == 2 and "length mismatch" in capsys.readouterr().err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_unknown_tables_names_what_the_gold_queries_miss(tmp_path: Path) -> None:
+    for db, ddl in (("a", "CREATE TABLE Singer (id INTEGER)"), ("b", "CREATE TABLE sänger (id INTEGER)")):
+        (tmp_path / db).mkdir()
+        connection = sqlite3.connect(tmp_path / db / f"{db}.sqlite")
+        connection.execute(ddl)
+        connection.close()
+    cases = [ImportedCase("1", "q", "WITH x AS (SELECT id FROM singer) SELECT * FROM x", "SELECT 1", "a"),
+             ImportedCase("2", "q", "SELECT s.id FROM singer AS s JOIN concert ON 1", "SELECT 1", "b"),
+             ImportedCase("3", "q", "SELEC nonsense", "SELECT 1", "b")]
+    # letter case and CTE names are not missing tables; an unparsable gold query is left to the evaluation
+    assert unknown_tables(cases, tmp_path) == {"b": ["concert", "singer"]}

@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import sqlglot
+from sqlglot import exp
+
 from sqlcmp_dagster.cases.schema_names import (SchemaMismatchError, database_tables, needs_renaming, pair_tables,
                                                published_tables, restore_names)
 from sqlcmp_dagster.engine.atomic import atomic_path
@@ -143,6 +146,30 @@ def restore_spider_databases(db_dir: Path, tables: Path, db_ids: list[str], out_
                 shutil.copyfile(source, partial)
             renamed[db] = 0
     return renamed
+
+
+def unknown_tables(cases: list[ImportedCase], db_dir: Path) -> dict[str, list[str]]:
+    """Per database, the tables its gold queries read that the database does not have (letter case ignored).
+
+    A benchmark copy whose identifiers were changed (translated, renamed) makes every gold query fail; this
+    finds that at import time, before an evaluation reports every case invalid. Gold queries that do not parse
+    are left to the evaluation, which reports them.
+    """
+    wanted: dict[str, set[str]] = {}
+    for case in cases:
+        try:
+            tree = sqlglot.parse_one(case.expected_sql, read="sqlite")
+        except sqlglot.errors.SqlglotError:
+            continue
+        ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+        wanted.setdefault(case.db, set()).update(
+            t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes)
+    missing = {}
+    for db, tables in wanted.items():
+        present = {t.name.lower() for t in database_tables(db_dir / db / f"{db}.sqlite")}
+        if tables - present:
+            missing[db] = sorted(tables - present)
+    return missing
 
 
 def write_suite(cases: list[ImportedCase], out: Path) -> None:
