@@ -82,8 +82,8 @@ def test_supersql_end_to_end_and_against_official_ex(spider_suites: dict[str, Pa
             report.deterministic_verdict == "pass")
     assert {db: (row["passed"], row["failed"], row["vacuous_passes"]) for db, row in summary["per_database"].items()} == {
         db: (c["pass"], c["fail"], c["vacuous"]) for db, c in per_db.items()}
-    # wta_1 ships without rows: its passes are all vacuous, and the summary says so
-    assert summary["per_database"]["wta_1"]["vacuous_passes"] == summary["per_database"]["wta_1"]["passed"] > 0
+    # wta_1 ships without rows: every query there that does not count returns nothing, and the summary says so
+    assert 0 < summary["per_database"]["wta_1"]["vacuous_passes"] <= summary["per_database"]["wta_1"]["passed"]
     assert summary["vacuous_passes"] == sum(c["vacuous"] for c in per_db.values())
     assert len(summary["per_database"]) == 20 and "per database" in printed
     assert sum(summary["severity_counts"].values()) == summary["valid_cases"]
