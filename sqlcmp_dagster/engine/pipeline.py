@@ -79,6 +79,12 @@ class Validation:
         """Indexes of the expected alternatives that parsed and executed: the ones results can compare with."""
         return [i for i, side in enumerate(self.expected) if side.executed_ok and side.parsed.ast is not None]
 
+    def structure_against(self, index: int) -> StructuralComparison:
+        """Layer 2: the actual query against expected alternative ``index`` (both must have parsed)."""
+        expected = self.expected[index]
+        return compare_structure(expected.parsed.normalized_sql or "", self.actual.parsed.normalized_sql or "",
+                                 expected.shape(self.dialect), self.actual.shape(self.dialect))
+
 
 def resolve_mode(config: EvalConfig, expected_shape: QueryShape | None) -> ResolvedMode:
     """``auto`` is order-sensitive when the expected query has a top-level ORDER BY, else order-insensitive."""
@@ -130,13 +136,7 @@ def validate(request: CompareRequest, database: ExecutionAdapter | None, databas
 
 def structural_layer(validation: Validation) -> dict[int, StructuralComparison]:
     """Layer 2 against every runnable expected alternative, by alternative index."""
-    dialect, actual = validation.dialect, validation.actual
-    return {
-        index: compare_structure(validation.expected[index].parsed.normalized_sql or "",
-                                 actual.parsed.normalized_sql or "",
-                                 validation.expected[index].shape(dialect), actual.shape(dialect))
-        for index in validation.runnable()
-    }
+    return {index: validation.structure_against(index) for index in validation.runnable()}
 
 
 def result_layer(validation: Validation, database: ExecutionAdapter | None = None) -> dict[int, ResultComparison]:

@@ -15,7 +15,7 @@ from sqlcmp_dagster.engine.diagnostics import SCORES
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
-from sqlcmp_dagster.engine.structure import StructuralComparison, compare_structure
+from sqlcmp_dagster.engine.structure import StructuralComparison
 
 if TYPE_CHECKING:
     from sqlcmp_dagster.engine.pipeline import Side, Validation
@@ -76,9 +76,11 @@ def blocked_report(validation: Validation) -> Report | None:
     for index, side in enumerate(expected):
         explanations += _expected_failure(index, side, len(expected))
     structure = None
-    first_expected = next((s for s in expected if s.parsed.success), None)
-    if actual.parsed.success and first_expected is not None:
-        structure = _structure_only(validation, first_expected)
+    first_parsed = next((i for i, s in enumerate(expected) if s.parsed.success), None)
+    if actual.parsed.success and first_parsed is not None:
+        # Layer 2 still runs when execution failed: the clause diff explains many execution errors.
+        comparison = validation.structure_against(first_parsed)
+        structure = comparison.metrics(), structure_score(comparison)
     evidence = {"blocked_by": reason, "failed_sides": _failed_sides(validation)}
     return _report(
         validation,
@@ -227,14 +229,6 @@ def _report(validation: Validation, *, verdict: str, overall: float, severity_la
         run_metadata=_run_metadata(request, validation.dialect, validation.database, mode, all_timings),
         metrics=metrics,
     )
-
-
-def _structure_only(validation: Validation, expected: Side) -> tuple[dict[str, Any], float] | None:
-    """Layer 2 still runs when execution failed: the clause diff explains many execution errors."""
-    actual, dialect = validation.actual, validation.dialect
-    comparison = compare_structure(expected.parsed.normalized_sql or "", actual.parsed.normalized_sql or "",
-                                   expected.shape(dialect), actual.shape(dialect))
-    return comparison.metrics(), structure_score(comparison)
 
 
 def _validation_metrics(validation: Validation, chosen_index: int | None) -> dict[str, Any]:
