@@ -21,8 +21,8 @@ def judgments(executions: pl.DataFrame, structural_diffs: pl.DataFrame, result_c
                              for r in rows], schema=SCHEMA)
     pending, outcomes = [], {}
     for row in rows:
-        report = report_from_layers(row)
         if row["fault"] is None:
+            report = report_from_layers(row)
             validation = validation_of(row)
             request = judge.with_policy(validation.request)
             index = report.evidence.get("matched_expected_index")
