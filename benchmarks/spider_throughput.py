@@ -5,7 +5,8 @@ against the engine's.
     python benchmarks/spider_throughput.py [--spider ../shared/data/spider] [--workers 2]
 
 Each part runs in a child process of its own (wall time and peak RSS from Linux /proc do not mix). The suite is
-imported first with ``sqlcmp import spider --tables --db-out`` into a temporary folder; import time is not counted.
+imported first with ``sqlcmp import spider --tables`` into a temporary folder (the cases run on the databases
+where they are, read-only); import time is not counted.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ DEFAULT_SPIDER = Path(os.environ.get("SQLCMP_SPIDER_DIR", Path(__file__).resolve
 def import_suite(spider: Path, work: Path) -> tuple[Path, Path]:
     from sqlcmp_dagster.cli import main as sqlcmp
 
-    suite, db_dir = work / "cases" / "spider.jsonl", work / "database"
+    suite, db_dir = work / "cases" / "spider.jsonl", spider / "database"
     code = sqlcmp(["import", "spider", "--questions", str(spider / "dev.json"), "--gold", str(spider / "dev_gold.sql"),
-                   "--pred", str(spider / "predictions" / "SuperSQL.sql"), "--db-dir", str(spider / "database"),
-                   "--tables", str(spider / "tables.json"), "--db-out", str(db_dir), "--out", str(suite)])
+                   "--pred", str(spider / "predictions" / "SuperSQL.sql"), "--db-dir", str(db_dir),
+                   "--tables", str(spider / "tables.json"), "--out", str(suite)])
     if code != 0:
         sys.exit("import failed")
     return suite, db_dir

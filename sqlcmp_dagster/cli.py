@@ -76,10 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     spider.add_argument("--gold", type=Path, required=True)
     spider.add_argument("--pred", type=Path, required=True)
     spider.add_argument("--tables", type=Path,
-                        help="tables.json: check each database's identifiers against it (needs --db-dir, --db-out)")
-    spider.add_argument("--db-out", type=Path,
-                        help="with --tables: write the databases here, renamed back to the tables.json names "
-                             "where they differ; evaluate with --db-dir pointing here")
+                        help="tables.json: check that each database has every table and column it publishes "
+                             "(needs --db-dir); a difference is an error naming them, and nothing is written")
     bird = formats.add_parser("bird", help="question JSON with SQL/db_id + predictions JSON keyed by question id")
     bird.add_argument("--questions", type=Path, required=True)
     bird.add_argument("--pred", type=Path, required=True)
@@ -202,29 +200,25 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 
 def _import(args: argparse.Namespace) -> int:
-    from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, import_bird, import_spider,
-                                                restore_spider_databases, unknown_tables, write_suite)
+    from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, check_spider_schemas, import_bird,
+                                                import_spider, unknown_tables, write_suite)
 
     tables = getattr(args, "tables", None)
-    if tables is not None and (args.db_dir is None or args.db_out is None):
-        raise UsageError("--tables needs --db-dir (the databases) and --db-out (where the checked copies go)")
+    if tables is not None and args.db_dir is None:
+        raise UsageError("--tables needs --db-dir (the databases to check against it)")
     try:
         if args.format == "spider":
             cases = import_spider(args.questions, args.gold, args.pred, args.db_dir)
-            renamed = (restore_spider_databases(args.db_dir, tables, [c.db for c in cases], args.db_out)
-                       if tables is not None else {})
+            if tables is not None:
+                check_spider_schemas(args.db_dir, tables, [c.db for c in cases])
         else:
-            cases, renamed = import_bird(args.questions, args.pred, args.db_dir), {}
+            cases = import_bird(args.questions, args.pred, args.db_dir)
     except BenchmarkFormatError as error:
         raise UsageError(str(error)) from error
     write_suite(cases, args.out)
     print(f"{len(cases)} cases written to {args.out}")
     if tables is not None:
-        changed = {db: n for db, n in renamed.items() if n}
-        print(f"{len(renamed)} databases written to {args.db_out} (evaluate with --db-dir {args.db_out}); "
-              f"{len(changed)} had identifiers other than {tables.name}'s and were renamed back"
-              + (": " + ", ".join(f"{db} ({n})" for db, n in changed.items()) if changed else "")
-              + "; each renamed database has names.json beside it")
+        print(f"{len({c.db for c in cases})} databases in {args.db_dir} match {tables}")
     elif args.db_dir is not None:
         missing = unknown_tables(cases, args.db_dir)
         for db, names in missing.items():
@@ -232,8 +226,8 @@ def _import(args: argparse.Namespace) -> int:
                   f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})", file=sys.stderr)
         if missing:
             print(f"warning: {len(missing)} databases do not have the tables their gold queries read, so those cases "
-                  "will be invalid; if their identifiers differ from the published schema, import again with "
-                  "--tables tables.json --db-out DIR (Spider) to check them and rename them back", file=sys.stderr)
+                  "will be invalid; import again with --tables tables.json (Spider) to check every table and column "
+                  "against the published schema", file=sys.stderr)
     return EXIT_PASS
 
 

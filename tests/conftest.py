@@ -137,8 +137,8 @@ def spider_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def spider_suites(spider_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Spider dev imported twice through the CLI (SuperSQL's predictions, and gold as the prediction), with the
-    databases checked against tables.json and renamed back where their identifiers differ."""
+    """Spider dev imported twice through the CLI (SuperSQL's predictions, and gold as the prediction), with every
+    database checked against tables.json; the cases run on the databases where they are (read-only)."""
     from sqlcmp_dagster.cli import main
 
     folder = tmp_path_factory.mktemp("spider")
@@ -146,11 +146,11 @@ def spider_suites(spider_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     gold_as_prediction.write_text("".join(line.split("\t")[0] + "\n" for line in
                                           (spider_dir / "dev_gold.sql").read_text(encoding="utf-8").splitlines()
                                           if line.strip()), encoding="utf-8")
-    paths = {"db_dir": folder / "database", "supersql": folder / "supersql.jsonl", "gold": folder / "gold.jsonl"}
+    paths = {"db_dir": spider_dir / "database", "supersql": folder / "supersql.jsonl", "gold": folder / "gold.jsonl"}
     for name, prediction in (("supersql", spider_dir / "predictions" / "SuperSQL.sql"), ("gold", gold_as_prediction)):
         code = main(["import", "spider", "--questions", str(spider_dir / "dev.json"),
                      "--gold", str(spider_dir / "dev_gold.sql"), "--pred", str(prediction),
-                     "--db-dir", str(spider_dir / "database"), "--tables", str(spider_dir / "tables.json"),
-                     "--db-out", str(paths["db_dir"]), "--out", str(paths[name])])
+                     "--db-dir", str(paths["db_dir"]), "--tables", str(spider_dir / "tables.json"),
+                     "--out", str(paths[name])])
         assert code == 0
     return paths

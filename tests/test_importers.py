@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, ImportedCase, import_bird, import_spider,
-                                            unknown_tables, write_suite)
+from sqlcmp_dagster.cases.importers import (BenchmarkFormatError, ImportedCase, check_spider_schemas, import_bird,
+                                            import_spider, unknown_tables, write_suite)
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 
@@ -79,11 +79,8 @@ def test_real_spider_dev_imports_through_the_cli(spider_dir: Path, tmp_path: Pat
                  "--db-dir", str(spider_dir / "database"), "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0 and "1034 cases written" in captured.out
-    # As shipped, the databases' identifiers are translated: the import says so before any evaluation does.
-    assert f"{spider_dir / 'database' / 'concert_singer'}: the gold queries read tables it does not have (" in (
-        captured.err)
-    assert "warning: 20 databases do not have the tables their gold queries read" in captured.err
-    assert "--tables tables.json --db-out DIR" in captured.err
+    # The databases have their published names: every table a gold query reads is there, so no warning.
+    assert captured.err == ""
     suite = load_suite(out)
     assert not suite.errors and len(suite.cases) == 1034
     assert suite.cases[0].expected_sql == ["SELECT count(*) FROM singer"] and suite.cases[0].db == "concert_singer"
@@ -108,3 +105,51 @@ def test_unknown_tables_names_what_the_gold_queries_miss(tmp_path: Path) -> None
              ImportedCase("3", "q", "SELEC nonsense", "SELECT 1", "b")]
     # letter case and CTE names are not missing tables; an unparsable gold query is left to the evaluation
     assert unknown_tables(cases, tmp_path) == {"b": ["concert", "singer"]}
+
+
+def _tables_json(path: Path) -> Path:
+    entry = {"db_id": "a", "table_names_original": ["Singer", "concert"],
+             "column_names_original": [[-1, "*"], [0, "id"], [0, "Name"], [1, "concert_id"]]}
+    path.write_text(json.dumps([entry]), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("ddl", "problem"), [
+    (["CREATE TABLE singer (ID INTEGER, name TEXT, extra REAL)", "CREATE TABLE Concert (concert_id INTEGER)"], None),
+    (["CREATE TABLE singer (id INTEGER)"], "missing tables concert; missing columns Singer.Name"),
+    (["CREATE TABLE sänger (id INTEGER, name TEXT)", "CREATE TABLE concert (nr INTEGER)"],
+     "missing tables Singer; missing columns concert.concert_id"),
+])
+def test_check_spider_schemas_names_every_missing_table_and_column(tmp_path: Path, ddl: list[str],
+                                                                   problem: str | None) -> None:
+    (tmp_path / "a").mkdir()
+    connection = sqlite3.connect(tmp_path / "a" / "a.sqlite")
+    for statement in ddl:
+        connection.execute(statement)
+    connection.close()
+    tables = _tables_json(tmp_path / "tables.json")
+    if problem is None:  # letter case is ignored and extra tables or columns are allowed
+        check_spider_schemas(tmp_path, tables, ["a", "a"])
+        return
+    with pytest.raises(BenchmarkFormatError) as raised:
+        check_spider_schemas(tmp_path, tables, ["a"])
+    assert str(raised.value) == f"{tmp_path / 'a' / 'a.sqlite'} does not match tables.json: {problem}"
+
+
+def test_check_spider_schemas_refuses_unknown_databases_and_non_databases(tmp_path: Path) -> None:
+    tables = _tables_json(tmp_path / "tables.json")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "b.sqlite").write_bytes(b"no database")
+    with pytest.raises(BenchmarkFormatError, match="no schema for database 'b'"):
+        check_spider_schemas(tmp_path, tables, ["b"])
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "a.sqlite").write_bytes(b"this is not a SQLite file, only text long enough to look like one")
+    with pytest.raises(BenchmarkFormatError, match=r"a\.sqlite: not a readable SQLite database"):
+        check_spider_schemas(tmp_path, tables, ["a"])
+
+
+def test_import_with_tables_needs_db_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = _spider_files(tmp_path, ["SELECT 1\ta"], ["SELECT 1"])
+    code = main(["import", "spider", "--questions", str(files[0]), "--gold", str(files[1]), "--pred", str(files[2]),
+                 "--tables", str(_tables_json(tmp_path / "tables.json")), "--out", str(tmp_path / "o.jsonl")])
+    assert code == 2 and "--tables needs --db-dir" in capsys.readouterr().err

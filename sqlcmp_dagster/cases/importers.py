@@ -8,7 +8,7 @@ disagreement, missing id or length mismatch is an :class:`BenchmarkFormatError` 
 from __future__ import annotations
 
 import json
-import shutil
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,9 +16,8 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlcmp_dagster.cases.schema_names import (SchemaMismatchError, database_tables, needs_renaming, pair_tables,
-                                               published_tables, restore_names)
 from sqlcmp_dagster.engine.atomic import atomic_path
+from sqlcmp_dagster.engine.execution import sqlite_read_only
 
 
 class BenchmarkFormatError(ValueError):
@@ -116,44 +115,48 @@ def import_bird(questions: Path, predictions: Path, db_dir: Path | None = None) 
     return cases
 
 
-def restore_spider_databases(db_dir: Path, tables: Path, db_ids: list[str], out_dir: Path) -> dict[str, int]:
-    """Put every database of ``db_ids`` under ``out_dir`` (Spider layout) with the identifiers of ``tables``
-    (``tables.json``): a database whose names already agree is copied as it is, one whose names differ is
-    renamed back (:mod:`sqlcmp_dagster.cases.schema_names`). Returns the number of identifiers renamed per
-    database; a database that cannot be paired with its schema is a :class:`BenchmarkFormatError`."""
+def check_spider_schemas(db_dir: Path, tables: Path, db_ids: list[str]) -> None:
+    """Check every database of ``db_ids`` under ``db_dir`` against its entry of ``tables`` (Spider's
+    ``tables.json``): each published table must exist with each of its published columns (letter case ignored,
+    as SQLite ignores it). Extra tables and columns are allowed.
+
+    A copy of Spider whose identifiers were changed (renamed, translated, rebuilt from another source) makes the
+    gold queries fail or, worse, run against other data; this finds it before an evaluation does. Every
+    difference of every database is named in one :class:`BenchmarkFormatError`.
+    """
     entries = _json(tables)
     if not isinstance(entries, list):
         raise BenchmarkFormatError(f"{tables}: expected a JSON list of database schemas")
-    schemas = {str(entry.get("db_id")): entry for entry in entries}
-    renamed: dict[str, int] = {}
+    schemas = {str(entry.get("db_id")): entry for entry in entries if isinstance(entry, dict)}
+    problems = []
     for db in dict.fromkeys(db_ids):
-        source = db_dir / db / f"{db}.sqlite"
-        target = out_dir / db / f"{db}.sqlite"
         if db not in schemas:
-            raise BenchmarkFormatError(f"{tables}: no schema for database {db!r}")
+            problems.append(f"{tables}: no schema for database {db!r}")
+            continue
         _check_db(db_dir, db, str(tables))
         try:
-            renames = pair_tables(database_tables(source), published_tables(schemas[db]), str(source))
-        except SchemaMismatchError as error:
-            raise BenchmarkFormatError(str(error)) from error
-        except (KeyError, TypeError, ValueError) as error:
-            raise BenchmarkFormatError(f"{tables}: schema of {db!r} is malformed ({error})") from error
-        if needs_renaming(renames):
-            restore_names(source, target, renames)
-            renamed[db] = sum(r.changes for r in renames)
-        else:
-            with atomic_path(target) as partial:
-                shutil.copyfile(source, partial)
-            renamed[db] = 0
-    return renamed
+            published = _published_columns(schemas[db])
+        except (KeyError, TypeError, ValueError, IndexError) as error:
+            raise BenchmarkFormatError(f"{tables}: schema of {db!r} is malformed ({error!r})") from error
+        present = _database_columns(db_dir / db / f"{db}.sqlite")
+        missing_tables = [name for name in published if name.lower() not in present]
+        missing_columns = [f"{name}.{column}" for name, columns in published.items() if name.lower() in present
+                           for column in columns if column.lower() not in present[name.lower()]]
+        if missing_tables or missing_columns:
+            problems.append(f"{db_dir / db / (db + '.sqlite')} does not match {tables.name}: "
+                            + "; ".join(part for part in (_listing("missing tables", missing_tables),
+                                                          _listing("missing columns", missing_columns)) if part))
+    if problems:
+        raise BenchmarkFormatError("\n".join(problems))
 
 
 def unknown_tables(cases: list[ImportedCase], db_dir: Path) -> dict[str, list[str]]:
     """Per database, the tables its gold queries read that the database does not have (letter case ignored).
 
     A benchmark copy whose identifiers were changed (translated, renamed) makes every gold query fail; this
-    finds that at import time, before an evaluation reports every case invalid. Gold queries that do not parse
-    are left to the evaluation, which reports them.
+    finds that at import time, before an evaluation reports every case invalid. It needs no schema file, only
+    the gold queries (``--tables`` checks columns too). Gold queries that do not parse are left to the
+    evaluation, which reports them.
     """
     wanted: dict[str, set[str]] = {}
     for case in cases:
@@ -166,7 +169,7 @@ def unknown_tables(cases: list[ImportedCase], db_dir: Path) -> dict[str, list[st
             t.name.lower() for t in tree.find_all(exp.Table) if t.name and t.name.lower() not in ctes)
     missing = {}
     for db, tables in wanted.items():
-        present = {t.name.lower() for t in database_tables(db_dir / db / f"{db}.sqlite")}
+        present = set(_database_columns(db_dir / db / f"{db}.sqlite"))
         if tables - present:
             missing[db] = sorted(tables - present)
     return missing
@@ -209,6 +212,40 @@ def _lines(path: Path, *, keep_blank: bool = False) -> list[str]:
 def _check_db(db_dir: Path | None, db: str, where: str) -> None:
     if db_dir is not None and not (db_dir / db / f"{db}.sqlite").is_file():
         raise BenchmarkFormatError(f"{where}: database {db!r} not found as {db_dir / db / (db + '.sqlite')}")
+
+
+def _published_columns(entry: dict[str, Any]) -> dict[str, list[str]]:
+    """Table name -> column names of one ``tables.json`` entry, by its ``*_original`` (real) identifiers.
+
+    >>> _published_columns({"table_names_original": ["a", "b"],
+    ...                     "column_names_original": [[-1, "*"], [0, "id"], [1, "a_id"]]})
+    {'a': ['id'], 'b': ['a_id']}
+    """
+    names: list[str] = entry["table_names_original"]
+    columns: dict[str, list[str]] = {name: [] for name in names}
+    for table, column in entry["column_names_original"]:
+        if table >= 0:
+            columns[names[table]].append(column)
+    return columns
+
+
+def _database_columns(path: Path) -> dict[str, set[str]]:
+    """Lower-cased table name -> lower-cased column names of the SQLite database at ``path``, opened read-only."""
+    connection = sqlite_read_only(path)
+    try:
+        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        return {table.lower(): {row[1].lower() for row in connection.execute(
+                    "SELECT * FROM pragma_table_info(?)", (table,))} for table in tables}
+    except sqlite3.DatabaseError as error:
+        raise BenchmarkFormatError(f"{path}: not a readable SQLite database ({error})") from error
+    finally:
+        connection.close()
+
+
+def _listing(label: str, names: list[str], most: int = 8) -> str:
+    if not names:
+        return ""
+    return f"{label} {', '.join(names[:most])}" + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def _squash(sql: str) -> str:
