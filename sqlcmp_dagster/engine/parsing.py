@@ -54,6 +54,8 @@ class ParseOutcome:
     normalized_sql: str | None
     error: str | None
     statement_count: int = 1
+    #: The canonical AST behind ``normalized_sql`` (built once here; layers 2 and 4 read it, never mutate it).
+    tree: exp.Expression | None = None
 
 
 def parse(sql: str, dialect: str) -> ParseOutcome:
@@ -85,11 +87,12 @@ def parse(sql: str, dialect: str) -> ParseOutcome:
                                                    "expression (a misspelt keyword?)")
     ast = statements[0]
     try:
-        normalized = canonical_sql(ast, dialect)
+        tree = canonical_tree(ast, dialect)
+        normalized = _canonical_text(tree, dialect)
     except (SqlglotError, RecursionError) as error:
         return ParseOutcome(False, None, None, _first_line(str(error)))
     # A multi-statement string parses, but it is not one query: the safety gate refuses it by its count.
-    return ParseOutcome(True, ast, normalized, None, statement_count=len(statements))
+    return ParseOutcome(True, ast, normalized, None, statement_count=len(statements), tree=tree)
 
 
 def unsafe_reason(outcome: ParseOutcome) -> str | None:
@@ -123,7 +126,11 @@ def canonical_sql(ast: exp.Expression, dialect: str) -> str:
     >>> canonical_sql(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
     'select name from singer where a = 1 and b = 2'
     """
-    tree = canonical_tree(ast, dialect)
+    return _canonical_text(canonical_tree(ast, dialect), dialect)
+
+
+def _canonical_text(tree: exp.Expression, dialect: str) -> str:
+    # The dialect's generator may rewrite what it prints (copy=True, the default): ``tree`` stays as it is.
     return lowercase_keywords(tree.sql(dialect=dialect, normalize_functions="lower"), dialect)
 
 
@@ -186,7 +193,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
             return node
         if isinstance(node, exp.Connector) and not isinstance(node.parent, node.__class__):
             # Parentheses stay where they are (unnest=False): they are what keeps (p OR q) AND r intact.
-            operands = sorted(node.flatten(unnest=False), key=lambda operand: operand.sql())
+            operands = sorted(node.flatten(unnest=False), key=lambda operand: operand.sql(copy=False))
             combined = operands[0]
             for operand in operands[1:]:
                 combined = node.__class__(this=combined, expression=operand)
@@ -205,7 +212,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
 
 
 def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
-    return isinstance(operand, exp.Literal), operand.sql()
+    return isinstance(operand, exp.Literal), operand.sql(copy=False)
 
 
 def lowercase_keywords(sql: str, dialect: str) -> str:

@@ -36,13 +36,17 @@ from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, co
 
 @dataclass
 class Side:
-    """Layer 1 for one query: parse outcome, execution outcome and the materialized relation."""
+    """Layer 1 for one query: parse outcome, execution outcome and the materialized relation.
+
+    The canonical tree and its shape are computed once per side and shared by layers 2-4, which only read them.
+    """
 
     sql: str
     parsed: ParseOutcome
     execution: Execution | None = None
     pre_materialized: bool = False
     _canonical: exp.Expression | None = field(default=None, repr=False)
+    _shape: QueryShape | None = field(default=None, repr=False)
 
     @property
     def relation(self) -> Relation | None:
@@ -53,14 +57,17 @@ class Side:
         return self.execution is not None and self.execution.success
 
     def tree(self, dialect: str) -> exp.Expression:
-        """The canonical AST (computed once; layers 2 and 4 both read it)."""
+        """The canonical AST: the parser's own, or rebuilt once for a side restored from a stored record."""
         if self._canonical is None:
             assert self.parsed.ast is not None, "only a parsed query has a tree"
-            self._canonical = canonical_tree(self.parsed.ast, dialect)
+            self._canonical = self.parsed.tree if self.parsed.tree is not None \
+                else canonical_tree(self.parsed.ast, dialect)
         return self._canonical
 
     def shape(self, dialect: str) -> QueryShape:
-        return query_shape(self.tree(dialect))
+        if self._shape is None:
+            self._shape = query_shape(self.tree(dialect))
+        return self._shape
 
 
 @dataclass
