@@ -20,6 +20,14 @@ su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp'\"" 
   su postgres -c "psql -qc \"CREATE ROLE sqlcmp LOGIN SUPERUSER PASSWORD 'sqlcmp'\""
 su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname = 'sqlcmp_dagster'\"" | grep -q 1 ||
   su postgres -c "createdb -O sqlcmp sqlcmp_dagster"
-echo "export SQLCMP_TEST_PG_URL=postgresql+psycopg2://sqlcmp:sqlcmp@127.0.0.1:5432/sqlcmp_dagster"
+# The engine's tests run untrusted SQL as the role the README recommends: SELECT on the tables, nothing else
+# (granted by default on every schema and table 'sqlcmp' creates). The superuser 'sqlcmp' above builds the test
+# tables, holds Dagster's storage and is the role the engine must refuse.
+su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp_select'\"" | grep -q 1 ||
+  su postgres -c "psql -qc \"CREATE ROLE sqlcmp_select LOGIN PASSWORD 'sqlcmp_select'\""
+su postgres -c "psql -q -d sqlcmp_dagster -c \"ALTER DEFAULT PRIVILEGES FOR ROLE sqlcmp GRANT USAGE ON SCHEMAS TO sqlcmp_select\" \
+  -c \"ALTER DEFAULT PRIVILEGES FOR ROLE sqlcmp GRANT SELECT ON TABLES TO sqlcmp_select\""
+echo "export SQLCMP_TEST_PG_URL=postgresql+psycopg2://sqlcmp_select:sqlcmp_select@127.0.0.1:5432/sqlcmp_dagster"
+echo "export SQLCMP_TEST_PG_ADMIN_URL=postgresql+psycopg2://sqlcmp:sqlcmp@127.0.0.1:5432/sqlcmp_dagster"
 echo "export SQLCMP_TEST_CHROMIUM=$(command -v chromium)"
 echo "export SQLCMP_TEST_PG_CLUSTER=\"$version main\""

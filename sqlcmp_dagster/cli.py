@@ -106,6 +106,9 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--atol", type=float, help="numeric absolute tolerance")
     parser.add_argument("--rtol", type=float, help="numeric relative tolerance")
     parser.add_argument("--timeout-ms", type=int, help="query timeout in milliseconds")
+    parser.add_argument("--allow-privileged-role", action="store_true",
+                        help="run untrusted SQL even as a PostgreSQL superuser or a role that can read server files "
+                             "or signal other sessions (refused by default)")
     parser.add_argument("--config", type=Path, help="JSON or YAML file of configuration options")
     parser.add_argument("--judge-model", help="litellm model of the advisory AI judge (enables the judge)")
     parser.add_argument("--judge-api-base", help="base URL of an OpenAI-compatible judge server")
@@ -160,7 +163,7 @@ def _compare(args: argparse.Namespace) -> int:
                                  actual_sql=args.actual_sql, db=args.db, config=EvalConfig(**options))
     except ValidationError as error:
         raise UsageError(_errors(error)) from error
-    adapter = _open(args.db)
+    adapter = _open(args.db, args.allow_privileged_role)
     try:
         report = compare(request, adapter, judge=_judge(args))
     finally:
@@ -180,14 +183,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.db is not None:
-        _open(args.db).close()
+        _open(args.db, args.allow_privileged_role).close()
     try:
         suite = load_suite(args.suite, _config_overrides(args))
     except ValueError as error:
         raise UsageError(str(error)) from error
     for problem in suite.errors:
         print(f"sqlcmp: skipped {problem}", file=sys.stderr)
-    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args))
+    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args),
+                          allow_privileged_role=args.allow_privileged_role)
     reports = _run_batch(evaluator, suite.cases, args.out, args.workers)
     summary = summarize(reports, load_errors=len(suite.errors))
     if args.summary_out is not None:
@@ -341,9 +345,9 @@ def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, wor
     return reports
 
 
-def _open(db: str) -> ExecutionAdapter:
+def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
     try:
-        return ExecutionAdapter(db)
+        return ExecutionAdapter(db, allow_privileged_role=allow_privileged_role)
     except FileNotFoundError as error:
         raise UsageError(f"--db: {error}") from error
     except Exception as error:  # SQLAlchemy's URL and driver errors: bad input, not a crash

@@ -82,12 +82,13 @@ def test_duckdb_is_read_only_and_interruptible(duck: Path) -> None:
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    url = os.environ.get("SQLCMP_TEST_PG_URL")
-    if not url:
+    """The engine's URL (a SELECT-only role); the tables are made through the superuser's URL."""
+    url, admin_url = os.environ.get("SQLCMP_TEST_PG_URL"), os.environ.get("SQLCMP_TEST_PG_ADMIN_URL")
+    if not (url and admin_url):
         if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
-            pytest.fail("SQLCMP_TEST_PG_URL is not set: run .ci/services.sh")
+            pytest.fail("SQLCMP_TEST_PG_URL / SQLCMP_TEST_PG_ADMIN_URL not set: run .ci/services.sh")
         pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
-    admin = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         for statement in (
             "DROP SCHEMA IF EXISTS sqlcmp_engines CASCADE", "CREATE SCHEMA sqlcmp_engines",

@@ -97,7 +97,7 @@ def test_asset_graph_page_shows_the_assets_in_a_browser(webserver: str, tmp_path
 
 
 def test_postgres_run_and_event_storage(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = _service("SQLCMP_TEST_PG_URL")
+    url = _service("SQLCMP_TEST_PG_ADMIN_URL")  # Dagster creates its tables: the owner, not the engine's role
     pytest.importorskip("dagster_postgres")
     home = tmp_path / "home"
     home.mkdir()

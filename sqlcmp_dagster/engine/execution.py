@@ -1,9 +1,14 @@
 """Layer 1 execution: a read-only, time-limited SQLAlchemy adapter that materializes results as polars frames.
 
-The adapter is the only place that talks to a database (architecture.txt component B). It refuses anything but
-a single read-only query before the engine sees it, opens the database read-only, interrupts the engine at
-``query_timeout_ms`` and caps materialization at ``max_result_rows``. Each call runs on its own connection in a
-transaction that is rolled back, so expected and actual never see each other's effects.
+The adapter is the only place that talks to a database (architecture.txt component B). Every query is hostile
+input, so there are two walls. The gate (:func:`~sqlcmp_dagster.engine.parsing.unsafe_reason`) refuses anything
+but a single read-only query calling nothing on the engine's deny list before the engine sees it. The engine is
+then opened so that it cannot do harm anyway: SQLite read-only (``mode=ro``, ``query_only``) with a length limit
+per value; DuckDB read-only without external access (no files, URLs or extensions) with its configuration
+locked; PostgreSQL in a READ ONLY transaction, and only under a role that is neither superuser nor able to read
+server files or signal other backends (unless the operator opts in). Each call runs on its own connection in a
+transaction that is rolled back, is interrupted from a timer at its timeout, and stops fetching at
+``max_result_rows`` rows or ``max_result_bytes`` bytes; a cell longer than ``max_cell_bytes`` is cut.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import polars as pl
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from sqlcmp_dagster.engine.models import ExecutionError
+from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, unsafe_reason
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
@@ -34,6 +39,25 @@ _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
 DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 #: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
 _SQLITE_PROGRESS_STEPS = 10_000
+#: DuckDB settings of every connection, applied when the read-only file is opened and then locked: no file,
+#: URL or extension access (``read_text``, ``glob``, ``COPY``, ``ATTACH``, httpfs, ``FROM 'file.csv'``), no
+#: extension installed or loaded behind the query's back, no ``SET`` or ``enable_logging`` that changes them.
+DUCKDB_SANDBOX = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
+#: PostgreSQL predefined roles whose members reach past the database (server files, programs, other backends).
+PRIVILEGED_PG_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
+                       "pg_signal_backend")
+#: Rows fetched per round trip at most; fewer when rows are wide, so one round trip stays near a MiB.
+_FETCH_ROWS = 1024
+_FETCH_BYTES = 1 << 20
+
+
+class PrivilegedRoleError(ValueError):
+    """The database role may reach past the database (superuser, replication, server files, signalling)."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +99,15 @@ class Execution:
     error: ExecutionError | None
     elapsed_ms: float
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """The rows :func:`fetch_bounded` kept, whether it stopped early, and why (one warning per cap hit)."""
+
+    rows: list[tuple[Any, ...]]
+    truncated: bool
+    warnings: list[str]
 
 
 @dataclass(frozen=True)
@@ -158,7 +191,11 @@ class ExecutionAdapter:
     returns a :class:`Plan` or None.
     """
 
-    def __init__(self, target: str, *, timeout_ms: int = 10_000, max_result_rows: int = 1_000_000) -> None:
+    def __init__(self, target: str, *, timeout_ms: int = 10_000, max_result_rows: int = 1_000_000,
+                 allow_privileged_role: bool = False) -> None:
+        """``allow_privileged_role`` is the operator's explicit opt-in to run untrusted SQL on PostgreSQL under a
+        role that could read server files or signal other sessions; without it such a role is refused here
+        (:class:`PrivilegedRoleError`), before any case runs."""
         self.timeout_ms = timeout_ms
         self.max_result_rows = max_result_rows
         self._sqlite_path: Path | None = None
@@ -176,7 +213,8 @@ class ExecutionAdapter:
             database = sa.make_url(target).database
             if database and database != ":memory:" and not Path(database).is_file():
                 raise FileNotFoundError(f"DuckDB database not found: {database}")
-            self.engine = sa.create_engine(target, poolclass=NullPool, connect_args={"read_only": True})
+            self.engine = sa.create_engine(target, poolclass=NullPool,
+                                           connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
         elif self._sqlite_path is not None:
             path = self._sqlite_path.resolve()
             if not path.is_file():
@@ -196,6 +234,14 @@ class ExecutionAdapter:
             import duckdb
 
             self._driver_errors += (duckdb.Error,)
+        if self.dialect == "postgres" and not allow_privileged_role:
+            privileges = postgres_privileges(self.engine)
+            if privileges:
+                self.engine.dispose()
+                raise PrivilegedRoleError(
+                    f"refusing to run untrusted SQL as a privileged PostgreSQL role ({', '.join(privileges)}): "
+                    "connect as a SELECT-only role (or one granted pg_read_all_data), or opt in with "
+                    "--allow-privileged-role")
 
     def execute(
         self,
@@ -204,22 +250,25 @@ class ExecutionAdapter:
         parsed: ParseOutcome | None = None,
         timeout_ms: int | None = None,
         max_rows: int | None = None,
+        max_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        max_cell_bytes: int = DEFAULT_MAX_CELL_BYTES,
     ) -> Execution:
-        """Run one read-only query and materialize its result (at most ``max_rows`` rows, with a warning)."""
+        """Run one read-only query and materialize its result: at most ``max_rows`` rows and about ``max_bytes``
+        bytes (then truncated, with a warning), each text or binary cell cut at ``max_cell_bytes``."""
         outcome = parsed if parsed is not None else parse(sql, self.dialect)
-        reason = unsafe_reason(outcome) if outcome.success else None
+        reason = unsafe_reason(outcome, self.dialect) if outcome.success else None
         if reason is not None:
             return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
         limit = self.max_result_rows if max_rows is None else max_rows
         started = time.perf_counter()
         try:
-            with self._session(self.timeout_ms if timeout_ms is None else timeout_ms) as connection:
+            with self._session(self.timeout_ms if timeout_ms is None else timeout_ms, max_cell_bytes) as connection:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
                 # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
                 raw = connection.connection
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
                 cursor.execute(_strip_terminator(sql))
-                rows = cursor.fetchmany(limit + 1)
+                fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
                 if cursor.description is None:
                     raise _NoRows()
                 names = [str(column[0]) for column in cursor.description]
@@ -236,12 +285,8 @@ class ExecutionAdapter:
         except (ValueError, OverflowError, UnicodeError, sqlite3.Error) as failure:  # driver-side conversions
             message = f"{type(failure).__name__}: {failure}"
             return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
-        warnings: list[str] = []
-        truncated = len(rows) > limit
-        if truncated:
-            rows = rows[:limit]
-            warnings.append(f"result truncated to max_result_rows={limit} rows")
-        return Execution(True, relation_from_rows(names, rows, truncated), None, elapsed, warnings)
+        relation = relation_from_rows(names, fetched.rows, fetched.truncated)
+        return Execution(True, relation, None, elapsed, fetched.warnings)
 
     def explain(self, sql: str) -> Plan | None:
         """The engine's plan for ``sql``: SQLite's ``EXPLAIN QUERY PLAN`` operators (SQLite reports no cost);
@@ -265,12 +310,15 @@ class ExecutionAdapter:
         self.engine.dispose()
 
     @contextmanager
-    def _session(self, timeout_ms: int) -> Iterator[sa.Connection]:
+    def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> Iterator[sa.Connection]:
         """A fresh connection in a read-only transaction that is always rolled back, with the engine's own
-        interruption armed: SQLite's progress handler, PostgreSQL's statement_timeout, DuckDB's interrupt."""
+        interruption armed: SQLite's progress handler and interrupt timer, PostgreSQL's statement_timeout,
+        DuckDB's interrupt timer. On SQLite, no value may grow past ``max_cell_bytes`` (when given)."""
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
             if isinstance(driver, sqlite3.Connection):
+                if max_cell_bytes:
+                    driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes)
                 guard = sqlite_deadline(driver, timeout_ms)
             elif self.dialect == "duckdb":
                 guard = _interrupt_after(driver, timeout_ms)
@@ -285,6 +333,76 @@ class ExecutionAdapter:
                     yield connection
                 finally:
                     transaction.rollback()
+
+
+def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int, max_cell_bytes: int) -> Fetched:
+    """Fetch at most ``max_rows`` rows and about ``max_bytes`` bytes from a DBAPI ``cursor``, cutting each cell
+    at ``max_cell_bytes`` as it arrives (:func:`cut_cell`).
+
+    The caps are enforced while fetching: rows come in round trips of about a MiB (one row at a time while rows
+    are huge), so the process never holds more than the kept rows plus one round trip. Size is approximate:
+    the length of text and binary values plus 8 bytes per cell.
+    """
+    rows: list[tuple[Any, ...]] = []
+    size, batch, cells_cut = 0, 1, 0
+    while True:
+        want = min(batch, max_rows + 1 - len(rows))
+        chunk = cursor.fetchmany(want)
+        for raw in chunk:
+            row = tuple(cut_cell(value, max_cell_bytes) for value in raw)
+            cells_cut += sum(a is not b for a, b in zip(raw, row) if isinstance(a, (str, bytes)))
+            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+            rows.append(row)
+            if size > max_bytes:
+                warnings = [f"result truncated at max_result_bytes={max_bytes:,} (about {size:,} bytes in "
+                            f"{len(rows):,} rows)"]
+                return Fetched(rows, True, _cut_warning(cells_cut, max_cell_bytes) + warnings)
+        if len(rows) > max_rows:
+            warnings = [f"result truncated to max_result_rows={max_rows} rows"]
+            return Fetched(rows[:max_rows], True, _cut_warning(cells_cut, max_cell_bytes) + warnings)
+        if len(chunk) < want:
+            return Fetched(rows, False, _cut_warning(cells_cut, max_cell_bytes))
+        batch = max(1, min(_FETCH_ROWS, _FETCH_BYTES * len(rows) // max(size, 1)))
+
+
+def cut_cell(value: Any, limit: int) -> Any:
+    """A driver's cell as the engine keeps it: binary as ``bytes`` (psycopg2 returns ``memoryview``), and text
+    or binary longer than ``limit`` cut there with a marker naming the full length and a digest of the whole
+    value, so that two cut cells are still equal exactly when the values were.
+
+    >>> cut_cell("abcdef", 3)
+    'abc…[cut at 3 of 6 characters, sha256 bef57ec7f53a6d40]'
+    >>> cut_cell(memoryview(b"\\x00\\xff"), 3)
+    b'\\x00\\xff'
+    """
+    if isinstance(value, (memoryview, bytearray)):
+        value = bytes(value)
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        whole = value if isinstance(value, bytes) else value.encode("utf-8", errors="surrogatepass")
+        unit = "bytes" if isinstance(value, bytes) else "characters"
+        marker = f"…[cut at {limit} of {len(value)} {unit}, sha256 {hashlib.sha256(whole).hexdigest()[:16]}]"
+        return value[:limit] + (marker.encode() if isinstance(value, bytes) else marker)
+    return value
+
+
+def _cut_warning(count: int, limit: int) -> list[str]:
+    return [f"{count} cell(s) longer than max_cell_bytes={limit:,} were cut (compared by prefix and digest)"] \
+        if count else []
+
+
+def postgres_privileges(engine: sa.Engine) -> list[str]:
+    """What makes the engine's PostgreSQL role privileged: superuser, replication, or membership (direct or
+    inherited) in one of :data:`PRIVILEGED_PG_ROLES`; empty for a SELECT-only or ``pg_read_all_data`` role."""
+    with engine.connect() as connection:
+        row = connection.exec_driver_sql(
+            "SELECT rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").one()
+        members = connection.exec_driver_sql(
+            "SELECT rolname FROM pg_roles WHERE rolname = ANY(%(names)s) "
+            "AND pg_has_role(current_user, oid, 'MEMBER') ORDER BY rolname",
+            {"names": list(PRIVILEGED_PG_ROLES)}).scalars().all()
+    if row[0]:
+        return ["superuser"]  # a member of every role: naming them adds nothing
+    return (["replication"] if row[1] else []) + [str(m) for m in members]
 
 
 def resolve_database(db: str, db_dir: Path | None) -> str:
@@ -318,19 +436,22 @@ def sqlite_read_only(path: Path) -> sqlite3.Connection:
 
 @contextmanager
 def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
-    """Interrupt SQLite from inside its VM loop once ``timeout_ms`` has passed."""
+    """Interrupt SQLite once ``timeout_ms`` has passed: from inside its VM loop (the progress handler), and
+    from a timer thread, because one VM step can take minutes (``replace`` over a 20 MB string in a recursive
+    CTE) and the progress handler only runs between steps, while an interrupt stops at the next opcode."""
     deadline = time.monotonic() + timeout_ms / 1000
     handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
     connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
     try:
-        yield
+        with _interrupt_after(connection, timeout_ms):
+            yield
     finally:
         connection.set_progress_handler(None, 0)
 
 
 @contextmanager
 def _interrupt_after(connection: Any, timeout_ms: int) -> Iterator[None]:
-    """Interrupt a DuckDB connection from a timer thread once ``timeout_ms`` has passed."""
+    """Interrupt a DuckDB or SQLite connection from a timer thread once ``timeout_ms`` has passed."""
     timer = threading.Timer(timeout_ms / 1000, connection.interrupt)
     timer.daemon = True
     timer.start()

@@ -40,6 +40,15 @@ SourceClause = Literal[
 ]
 
 
+#: Defaults of :class:`EvalConfig`'s resource caps (the README's security section gives the reasons). sqlglot's
+#: parse and the canonical rewrites grow faster than linearly on pathological input (``SELECT 1+1+...`` of
+#: 100,000 characters took 17 s here) and cannot be interrupted, so the length is what bounds parse time; the
+#: longest Spider or BIRD gold query is a few thousand characters.
+DEFAULT_MAX_SQL_CHARS = 50_000
+DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_CELL_BYTES = 1024 * 1024
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +58,11 @@ class EvalConfig(_Strict):
 
     ``numeric_abs_tolerance``/``numeric_rel_tolerance`` default to 1e-9 each; in ``exact`` mode they default to
     0 unless set explicitly (sqlcmp-spec.md section 2), which :meth:`tolerances` resolves.
+
+    The resource caps bound what one hostile query can cost: ``max_result_bytes`` (about 64 MiB per result;
+    fetching stops there, the result is truncated with a warning), ``max_cell_bytes`` (1 MiB; a longer text or
+    binary value is cut with a marker while fetching, or refused by SQLite itself), ``max_sql_chars`` (a longer
+    query is a parse failure before the parser runs).
     """
 
     comparison_mode: ComparisonMode = "auto"
@@ -60,6 +74,9 @@ class EvalConfig(_Strict):
     max_rows_for_cell_alignment: int = Field(default=100_000, ge=0)
     query_timeout_ms: int = Field(default=10_000, gt=0)
     max_result_rows: int = Field(default=1_000_000, gt=0)
+    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0)
+    max_cell_bytes: int = Field(default=DEFAULT_MAX_CELL_BYTES, gt=0)
+    max_sql_chars: int = Field(default=DEFAULT_MAX_SQL_CHARS, gt=0)
     enable_ai_judge: bool = False
     enable_performance_metrics: bool = False
     enable_counterfactual_probes: bool = True

@@ -17,6 +17,8 @@ from sqlglot.errors import ParseError, SqlglotError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokens import TokenType
 
+from sqlcmp_dagster.engine.models import DEFAULT_MAX_SQL_CHARS
+
 #: Statements that may be executed: queries and set operations over queries, nothing else.
 _QUERY_TYPES = (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)
 #: Nodes that write or change session state, wherever they sit in a tree (a DELETE inside a CTE included).
@@ -58,8 +60,9 @@ class ParseOutcome:
     tree: exp.Expression | None = None
 
 
-def parse(sql: str, dialect: str) -> ParseOutcome:
-    """Parse ``sql`` as exactly one statement in ``dialect`` and canonicalize it.
+def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS) -> ParseOutcome:
+    """Parse ``sql`` as exactly one statement in ``dialect`` and canonicalize it; text longer than
+    ``max_chars`` is refused before the parser sees it.
 
     >>> parse("select a from t", "sqlite").normalized_sql
     'select a from t'
@@ -70,6 +73,9 @@ def parse(sql: str, dialect: str) -> ParseOutcome:
     """
     if not sql or not sql.strip():
         return ParseOutcome(False, None, None, "empty query")
+    if len(sql) > max_chars:
+        return ParseOutcome(False, None, None, f"query too long: {len(sql):,} characters exceed "
+                                               f"max_sql_chars={max_chars:,}")
     try:
         statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
     except ParseError as error:
@@ -95,8 +101,75 @@ def parse(sql: str, dialect: str) -> ParseOutcome:
     return ParseOutcome(True, ast, normalized, None, statement_count=len(statements), tree=tree)
 
 
-def unsafe_reason(outcome: ParseOutcome) -> str | None:
-    """Why a parsed query must not be executed, or None when it is a single read-only query.
+#: Functions refused by name on each engine (the gate's deny list), because they reach past the query's own
+#: database or have effects that outlive the rolled-back transaction. The engine's own walls come first
+#: (DuckDB without external access, a SELECT-only PostgreSQL role, SQLite opened read-only); this list is the
+#: second wall and names what was refused. Schema-qualified calls (``pg_catalog.pg_read_file``) and quoted
+#: names are matched by the bare name, case-insensitively. A name ending in ``*`` is a prefix.
+DENIED_FUNCTIONS: dict[str, frozenset[str]] = {
+    "postgres": frozenset({
+        # server files and directories
+        "pg_read_file", "pg_read_binary_file", "pg_stat_file", "pg_ls_dir", "pg_ls_*", "pg_file_*",
+        "pg_logdir_ls", "lo_import", "lo_export",
+        # signalling other backends (kills the other cases' connections in a parallel batch)
+        "pg_terminate_backend", "pg_cancel_backend", "pg_log_backend_memory_contexts",
+        # configuration, statistics, WAL, backups, recovery, replication slots and origins
+        "set_config", "pg_reload_conf", "pg_rotate_logfile", "pg_stat_reset*", "pg_stat_statements_reset",
+        "pg_switch_wal", "pg_switch_xlog", "pg_create_restore_point", "pg_backup_*", "pg_start_backup",
+        "pg_stop_backup", "pg_promote", "pg_wal_replay_*", "pg_create_*_replication_slot",
+        "pg_drop_replication_slot", "pg_copy_*_replication_slot", "pg_replication_slot_advance",
+        "pg_logical_*", "pg_replication_origin_*", "pg_export_snapshot", "pg_import_system_collations",
+        "pg_notify", "pg_prewarm", "pg_truncate_visibility_map",
+        # locks and large objects (both outlive a rolled-back read-only transaction or block others)
+        "pg_advisory_*", "pg_try_advisory_*", "lo_*", "loread", "lowrite",
+        # other databases and servers
+        "dblink*", "postgres_fdw_*",
+        # functions that run SQL given as text, which the gate never sees
+        "query_to_xml*", "cursor_to_xml*", "table_to_xml*", "schema_to_xml*", "database_to_xml*",
+        "ts_stat", "ts_rewrite",
+    }),
+    "duckdb": frozenset({
+        # files, directories and URLs (httpfs), the suite file and other databases included
+        "read_*", "parquet_*", "glob", "sniff_csv", "st_read", "iceberg_*", "delta_scan", "sqlite_scan",
+        "sqlite_attach", "postgres_*", "mysql_*", "load_aws_credentials", "getenv",
+        # logging to files, profiling output, settings
+        "enable_logging", "disable_logging", "truncate_duckdb_logs", "enable_profiling", "set_variable",
+        # SQL given as text, which the gate never sees
+        "query", "query_table",
+    }),
+    "sqlite": frozenset({
+        # shared libraries, files (the CLI's readfile/writefile/edit) and the FTS3 tokenizer pointer hole
+        "load_extension", "readfile", "writefile", "edit", "fts3_tokenizer",
+    }),
+}
+#: Relations refused by name: PostgreSQL's password and authentication catalogs.
+DENIED_RELATIONS: dict[str, frozenset[str]] = {
+    "postgres": frozenset({"pg_authid", "pg_shadow", "pg_user_mapping", "pg_hba_file_rules", "pg_file_settings",
+                           "pg_ident_file_mappings"}),
+}
+#: A DuckDB table named like a path, URL or data file is a replacement scan that reads it (``FROM 'x.csv'``).
+_PATH_LIKE = re.compile(r"[/\\:~]|\.(csv|tsv|txt|parquet|json|jsonl|ndjson|gz|zst|duckdb|db|sqlite|xlsx|arrow)$",
+                        re.IGNORECASE)
+
+
+def denied(name: str, dialect: str) -> bool:
+    """Whether the function ``name`` is on ``dialect``'s deny list.
+
+    >>> denied("PG_READ_FILE", "postgres"), denied("pg_ls_waldir", "postgres"), denied("read_csv_auto", "duckdb")
+    (True, True, True)
+    >>> denied("lower", "postgres"), denied("glob", "sqlite")
+    (False, False)
+    """
+    name = name.lower()
+    for entry in DENIED_FUNCTIONS.get(dialect, frozenset()):
+        if entry == name or ("*" in entry and re.fullmatch(re.escape(entry).replace(r"\*", ".*"), name)):
+            return True
+    return False
+
+
+def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None) -> str | None:
+    """Why a parsed query must not be executed on a ``dialect`` engine, or None when it is a single read-only
+    query that calls nothing on the dialect's deny list (:data:`DENIED_FUNCTIONS`).
 
     >>> unsafe_reason(parse("DELETE FROM t", "sqlite"))
     'not a read-only query: DELETE statement'
@@ -104,6 +177,8 @@ def unsafe_reason(outcome: ParseOutcome) -> str | None:
     'multiple statements (2) in one query string'
     >>> unsafe_reason(parse("SELECT 1", "sqlite")) is None
     True
+    >>> unsafe_reason(parse("SELECT * FROM read_text('/etc/passwd')", "duckdb"), "duckdb")
+    'denied function: read_text (reads files or URLs, or has effects beyond the query; see DENIED_FUNCTIONS)'
     """
     ast = outcome.ast
     if ast is None:
@@ -117,6 +192,26 @@ def unsafe_reason(outcome: ParseOutcome) -> str | None:
             return f"not a read-only query: contains {node.key.upper()}"
         if isinstance(node, exp.Lock):
             return "not a read-only query: row locking clause"
+        if dialect is not None:
+            reason = _denied_node(node, dialect)
+            if reason is not None:
+                return reason
+    return None
+
+
+def _denied_node(node: exp.Expression, dialect: str) -> str | None:
+    """The gate's refusal of one node by name: a denied function, a denied relation, a DuckDB path scan."""
+    if isinstance(node, exp.Func):
+        names = [node.name] if isinstance(node, exp.Anonymous) else list(type(node).sql_names())
+        for name in names:
+            if denied(name, dialect):
+                return (f"denied function: {name.lower()} (reads files or URLs, or has effects beyond the query; "
+                        "see DENIED_FUNCTIONS)")
+    elif isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
+        if node.name.lower() in DENIED_RELATIONS.get(dialect, frozenset()):
+            return f"denied relation: {node.name} (authentication data)"
+        if dialect == "duckdb" and _PATH_LIKE.search(node.name):
+            return f"denied table name: {node.name!r} looks like a file or URL (DuckDB would read it)"
     return None
 
 
@@ -136,7 +231,7 @@ def _canonical_text(tree: exp.Expression, dialect: str) -> str:
 
 def canonical_tree(ast: exp.Expression, dialect: str) -> exp.Expression:
     """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator."""
-    tree = normalize_identifiers(ast.copy(), dialect=dialect)
+    tree = normalize_identifiers(ast.copy())
     tree = unalias_tables(tree)
     tree = sort_commutative(tree)
     return tree

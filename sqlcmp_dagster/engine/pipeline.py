@@ -104,8 +104,9 @@ def resolve_mode(config: EvalConfig, expected_shape: QueryShape | None) -> Resol
 def parse_layer(request: CompareRequest, dialect: str) -> Validation:
     """Layer 1, first half: parse and canonicalize every query of the case (nothing is executed)."""
     started = time.perf_counter()
-    actual = Side(request.actual_sql, parse(request.actual_sql, dialect))
-    expected = [Side(sql, parse(sql, dialect)) for sql in request.expected_sql]
+    limit = request.config.max_sql_chars
+    actual = Side(request.actual_sql, parse(request.actual_sql, dialect, max_chars=limit))
+    expected = [Side(sql, parse(sql, dialect, max_chars=limit)) for sql in request.expected_sql]
     return Validation(request, dialect, request.db, actual, expected,
                       timings={"parse_ms": (time.perf_counter() - started) * 1000})
 
@@ -178,7 +179,8 @@ def _cut_inside_tie(validation: Validation, side: Side, shape: QueryShape, datab
     uncut_tree.set("offset", None)
     config = validation.request.config
     uncut = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=config.query_timeout_ms,
-                             max_rows=config.max_result_rows)
+                             max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
+                             max_cell_bytes=config.max_cell_bytes)
     validation.timings["execution_ms"] = validation.timings.get("execution_ms", 0.0) + uncut.elapsed_ms
     if not uncut.success or uncut.relation is None or shape.order_keys is None:
         return False
@@ -205,7 +207,8 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     def probe(tree: exp.Expression) -> ResultComparison | None:
         assert database is not None and expected_side.relation is not None
         execution = database.execute(tree.sql(dialect=dialect), timeout_ms=config.query_timeout_ms,
-                                     max_rows=config.max_result_rows)
+                                     max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
+                                     max_cell_bytes=config.max_cell_bytes)
         probe_ms[0] += execution.elapsed_ms
         if not execution.success or execution.relation is None:
             return None
@@ -298,14 +301,16 @@ class Evaluator:
     """Evaluates many cases, opening each database once and sharing it across cases and threads.
 
     A case's ``db`` is a URL, a SQLite path, or a db id resolved under ``db_dir``; ``default_db`` serves cases
-    that name none.
+    that name none. ``allow_privileged_role`` is the operator's opt-in (never a case's) to run cases on
+    PostgreSQL under a privileged role (see :class:`~sqlcmp_dagster.engine.execution.ExecutionAdapter`).
     """
 
     def __init__(self, *, db_dir: Path | None = None, default_db: str | None = None,
-                 judge: JudgeConfig | None = None) -> None:
+                 judge: JudgeConfig | None = None, allow_privileged_role: bool = False) -> None:
         self.db_dir = db_dir
         self.default_db = default_db
         self.judge = judge
+        self.allow_privileged_role = allow_privileged_role
         self._adapters: dict[str, ExecutionAdapter] = {}
         self._lock = threading.Lock()
 
@@ -361,7 +366,8 @@ class Evaluator:
         resolved = resolve_database(target, self.db_dir)
         with self._lock:
             if resolved not in self._adapters:
-                self._adapters[resolved] = ExecutionAdapter(resolved)
+                self._adapters[resolved] = ExecutionAdapter(
+                    resolved, allow_privileged_role=self.allow_privileged_role)
             return self._adapters[resolved]
 
     def close(self) -> None:
@@ -382,7 +388,8 @@ def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter |
         side.execution = Execution(False, None, ExecutionError(category="unknown_error", message=message), 0.0)
         return
     side.execution = database.execute(side.sql, parsed=side.parsed, timeout_ms=config.query_timeout_ms,
-                                      max_rows=config.max_result_rows)
+                                      max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
+                                      max_cell_bytes=config.max_cell_bytes)
 
 
 def _engine_fault_report(request: CompareRequest, error: Exception) -> Report:

@@ -16,7 +16,10 @@ _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
         ("timeout", r"\binterrupted\b|interrupt error|statement timeout|canceling statement due to"
                     r"|query timed out"),
         ("permission_error", r"permission denied|not authorized|readonly database|read-only transaction"
-                             r"|cannot execute .* in a read-only|access denied|attempt to write"),
+                             r"|cannot execute .* in a read-only|access denied|attempt to write"
+                             # DuckDB's sandbox: external access disabled, configuration locked
+                             r"|permission error|configuration has been locked|must be superuser"
+                             r"|disabled through configuration|disabled by configuration"),
         ("ambiguous_reference", r"ambiguous"),
         ("missing_table", r"no such table|relation \S+ does not exist|table with name \S+ does not exist"
                           r"|catalog error: table"),
