@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,8 +12,9 @@ from hypothesis import strategies as st
 
 from sqlcmp_dagster.cases.sample import INVALID_SUITE, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
-from sqlcmp_dagster.engine.models import CompareRequest, Report
-from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator, ExpectedResults, validate
 
 TOP_LEVEL_KEYS = {
     "case_id", "deterministic_verdict", "ai_advisory_verdict", "verdict_consistency_flag", "overall_score",
@@ -244,3 +246,45 @@ def test_batch_keeps_going_past_broken_cases(tmp_path: Path, sample_dir: Path) -
     reports = Evaluator(db_dir=sample_dir).evaluate_all(loaded.cases, workers=2)
     assert [r.deterministic_verdict for r in reports] == ["pass", "fail"]
     assert "database 'missing' not found" in str(reports[1].evidence)
+
+
+def _untimed(value: object) -> object:
+    """A report's JSON without run_metadata and timings (the only parts two runs of a case may differ in)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items()
+                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+def _dump(report: Report) -> object:
+    return _untimed(report.model_dump(mode="json"))
+
+
+def test_worker_processes_give_the_serial_reports(sample_dir: Path) -> None:
+    cases = load_suite(sample_suite_path()).cases
+    evaluator = Evaluator(db_dir=sample_dir)
+    serial = evaluator.evaluate_all(cases, workers=1)
+    seen: list[str] = []
+    parallel = evaluator.evaluate_all(cases, workers=2, progress=lambda report: seen.append(report.case_id))
+    assert [r.case_id for r in parallel] == [c.case_id for c in cases]
+    assert sorted(seen) == sorted(c.case_id for c in cases)
+    assert [_dump(r) for r in parallel] == [_dump(r) for r in serial]
+
+
+def test_an_expected_query_runs_once_per_batch_and_file_state(tmp_path: Path, sample_db: Path) -> None:
+    db = tmp_path / "shop.sqlite"
+    db.write_bytes(sample_db.read_bytes())
+    adapter = ExecutionAdapter(str(db))
+    cache = ExpectedResults()
+    models = [CompareRequest(expected_sql="SELECT name FROM products", actual_sql=actual)
+              for actual in ("SELECT name FROM products", "SELECT name FROM products WHERE price > 5")]
+    first, second = (validate(request, adapter, cache=cache) for request in models)
+    assert second.expected[0].execution is first.expected[0].execution  # served from the cache
+    assert second.actual.execution is not first.actual.execution  # actual queries always run
+    other_options = models[0].model_copy(update={"config": EvalConfig(max_result_rows=2)})
+    assert validate(other_options, adapter, cache=cache).expected[0].execution is not first.expected[0].execution
+    os.utime(db, ns=(db.stat().st_atime_ns, db.stat().st_mtime_ns + 10**9))  # the file changed: run again
+    assert validate(models[1], adapter, cache=cache).expected[0].execution is not first.expected[0].execution
+    adapter.close()

@@ -10,15 +10,20 @@ end in a report.
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 import threading
 import time
 import traceback
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.diagnostics import diagnose
@@ -111,19 +116,69 @@ def parse_layer(request: CompareRequest, dialect: str) -> Validation:
                       timings={"parse_ms": (time.perf_counter() - started) * 1000})
 
 
+class ExpectedResults:
+    """Executions of expected queries within one batch, so that N models answering the same questions execute
+    each expected query once, not N times.
+
+    Keyed by the database's fingerprint (resolved path, size, modification time and inode of the file), the
+    dialect, the SQL text and every option of the case's config. Only file databases (SQLite, DuckDB) are
+    cached: a server's content cannot be fingerprinted cheaply, so its queries always run. Only successful
+    executions are kept (a failure may be transient), at most ``capacity`` of them, least recently used first out.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[object, ...], Execution] = OrderedDict()
+
+    @staticmethod
+    def key(database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> tuple[object, ...] | None:
+        if database.dialect not in ("sqlite", "duckdb"):
+            return None
+        path = sa.make_url(database.identifier).database
+        try:
+            stat = os.stat(path) if path else None
+        except OSError:
+            return None
+        if stat is None:
+            return None
+        return (path, stat.st_size, stat.st_mtime_ns, stat.st_ino, dialect, sql, config.config_hash())
+
+    def get(self, key: tuple[object, ...]) -> Execution | None:
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+        return hit
+
+    def put(self, key: tuple[object, ...], execution: Execution) -> None:
+        if execution.success:
+            self._entries[key] = execution
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+
+
 def execute_layer(validation: Validation, database: ExecutionAdapter | None,
-                  database_error: str | None = None) -> Validation:
+                  database_error: str | None = None, cache: ExpectedResults | None = None) -> Validation:
     """Layer 1, second half: execute the expected alternatives first, then the actual query, each on its own
     connection. Expected queries run even when the actual query does not parse: whether the *case* is valid is
-    reported apart from whether the model's query is right."""
+    reported apart from whether the model's query is right. With ``cache``, an expected query already executed
+    in this batch is not executed again (its recorded execution is reused; no execution time is counted)."""
     config = validation.request.config
     execution_ms = 0.0
     for side in [*validation.expected, validation.actual]:
         if side.parsed.success:
             given = validation.request.actual_result if side is validation.actual \
                 else validation.request.expected_result
+            key = ExpectedResults.key(database, validation.dialect, side.sql, config) \
+                if cache is not None and database is not None and given is None and side is not validation.actual \
+                else None
+            if key is not None and (hit := cache.get(key)) is not None:  # type: ignore[union-attr]
+                side.execution = hit
+                continue
             _execute(side, given, database, database_error, config)
             execution_ms += side.execution.elapsed_ms if side.execution else 0.0
+            if key is not None and side.execution is not None:
+                cache.put(key, side.execution)  # type: ignore[union-attr]
     validation.database = database.identifier if database is not None else validation.request.db
     validation.warnings = [w for side in [*validation.expected, validation.actual] if side.execution
                            for w in side.execution.warnings]
@@ -136,10 +191,10 @@ def resolve_dialect(request: CompareRequest, database: ExecutionAdapter | None) 
     return request.config.dialect or (database.dialect if database is not None else "sqlite")
 
 
-def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None) \
-        -> Validation:
+def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None,
+             cache: ExpectedResults | None = None) -> Validation:
     """Layer 1: parse, then execute."""
-    return execute_layer(parse_layer(request, resolve_dialect(request, database)), database, database_error)
+    return execute_layer(parse_layer(request, resolve_dialect(request, database)), database, database_error, cache)
 
 
 def structural_layer(validation: Validation) -> dict[int, StructuralComparison]:
@@ -265,12 +320,13 @@ def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *
 
 
 def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None,
-                   judge: JudgeConfig | None) -> tuple[Report, PendingJudgment | None]:
+                   judge: JudgeConfig | None, cache: ExpectedResults | None = None) \
+        -> tuple[Report, PendingJudgment | None]:
     """Layers 1-4 and the report; with a judge configured, also the judge's prompt (while results are here)."""
     started = time.perf_counter()
     validation = None
     try:
-        validation = validate(request, database, database_error)
+        validation = validate(request, database, database_error, cache)
         report = blocked_report(validation) or build_report(validation, analyze(validation, database))
     except Exception as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
         report = _engine_fault_report(request, error)
@@ -298,7 +354,7 @@ def finish_timings(report: Report, total_ms: float) -> None:
 
 
 class Evaluator:
-    """Evaluates many cases, opening each database once and sharing it across cases and threads.
+    """Evaluates many cases, opening each database once and sharing it across the cases of a process.
 
     A case's ``db`` is a URL, a SQLite path, or a db id resolved under ``db_dir``; ``default_db`` serves cases
     that name none. ``allow_privileged_role`` is the operator's opt-in (never a case's) to run cases on
@@ -313,6 +369,17 @@ class Evaluator:
         self.allow_privileged_role = allow_privileged_role
         self._adapters: dict[str, ExecutionAdapter] = {}
         self._lock = threading.Lock()
+        self._cache: ExpectedResults | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a worker process needs: the settings, not the open adapters, lock or batch cache."""
+        state = dict(self.__dict__)
+        state.update(_adapters={}, _lock=None, _cache=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     def evaluate(self, request: CompareRequest) -> Report:
         database, error = self.open(request)
@@ -320,7 +387,7 @@ class Evaluator:
 
     def _deterministic(self, request: CompareRequest) -> tuple[Report, PendingJudgment | None]:
         database, error = self.open(request)
-        return _deterministic(request, database, error, self.judge)
+        return _deterministic(request, database, error, self.judge, self._cache)
 
     def open(self, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
         """The case's database adapter, or None and the reason it cannot be opened (a report, not a raise)."""
@@ -338,22 +405,25 @@ class Evaluator:
 
     def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
                      progress: Callable[[Report], None] | None = None) -> list[Report]:
-        """Reports of ``cases`` in their order. ``workers`` threads share the adapters (SQLite and polars
-        release the GIL while they work, so threads overlap query execution and comparison); the advisory
-        judge, when configured, then runs over the batch with its own bounded concurrency and budget."""
-        if workers <= 1:
-            done = []
-            for case in cases:
-                done.append(self._deterministic(case))
-                if progress is not None:
-                    progress(done[-1][0])
-        else:
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                futures = [pool.submit(self._deterministic, case) for case in cases]
-                for future in as_completed(futures):
+        """Reports of ``cases`` in their order, identical whatever ``workers`` is.
+
+        ``workers`` > 1 runs the cases in that many processes (the engine's own work is Python that holds the
+        GIL, so threads would not scale). Cases that share a database and expected SQL go to the same worker, so
+        the batch's expected-result cache (:class:`ExpectedResults`) serves them there. The advisory judge, when
+        configured, then runs over the batch in this process with its own bounded concurrency and budget.
+        """
+        self._cache = ExpectedResults()
+        try:
+            if workers <= 1 or len(cases) <= 1:
+                done = []
+                for case in cases:
+                    done.append(self._deterministic(case))
                     if progress is not None:
-                        progress(future.result()[0])
-                done = [future.result() for future in futures]
+                        progress(done[-1][0])
+            else:
+                done = _in_processes(self, cases, workers, progress)
+        finally:
+            self._cache = None
         reports = [report for report, _ in done]
         if self.judge is None:
             return reports
@@ -374,6 +444,79 @@ class Evaluator:
         for adapter in self._adapters.values():
             adapter.close()
         self._adapters.clear()
+
+
+#: Cases handed to a worker process at a time: enough to amortize the hand-over, few enough to balance the load.
+_CHUNK = 8
+#: The evaluator of a worker process (set by the pool's initializer).
+_WORKER: Evaluator | None = None
+_Done = tuple[Report, PendingJudgment | None]
+
+
+def _start_worker(evaluator: Evaluator) -> None:
+    global _WORKER
+    evaluator._cache = ExpectedResults()  # one cache per worker, for the whole batch
+    _WORKER = evaluator
+
+
+def _work(chunk: list[tuple[int, CompareRequest]]) -> list[tuple[int, _Done]]:
+    assert _WORKER is not None, "a worker process starts with its evaluator"
+    return [(index, _WORKER._deterministic(case)) for index, case in chunk]
+
+
+def _chunks(cases: Sequence[CompareRequest], size: int) -> list[list[tuple[int, CompareRequest]]]:
+    """Cases grouped by database and expected SQL (stable), cut into chunks: a worker sees a question's
+    answers together, so its expected-result cache serves them, and it keeps few databases open."""
+    order = sorted(range(len(cases)), key=lambda i: (cases[i].db or "", tuple(cases[i].expected_sql)))
+    return [[(i, cases[i]) for i in order[start:start + size]] for start in range(0, len(order), size)]
+
+
+def _pool(evaluator: Evaluator, workers: int) -> ProcessPoolExecutor:
+    """Worker processes forked from a server that has imported the engine once (no fork of this process's
+    threads, and no re-import per worker)."""
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([__name__])
+    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+                               initargs=(evaluator,))
+
+
+def _in_processes(evaluator: Evaluator, cases: Sequence[CompareRequest], workers: int,
+                  progress: Callable[[Report], None] | None) -> list[_Done]:
+    """Every case's outcome, computed in ``workers`` processes.
+
+    A case that kills its worker (the operating system's out-of-memory killer, a crash in a driver) must not
+    sink the batch: the chunks lost with that worker are retried one case at a time in a fresh pool, and a case
+    that kills its worker again gets a fault report of its own.
+    """
+    done: dict[int, _Done] = {}
+    pending = _chunks(cases, max(1, min(_CHUNK, len(cases) // (workers * 4) or 1)))
+    single = False
+    while pending:
+        lost: list[list[tuple[int, CompareRequest]]] = []
+        with _pool(evaluator, workers) as pool:
+            futures: dict[Future[list[tuple[int, _Done]]], list[tuple[int, CompareRequest]]] = {
+                pool.submit(_work, chunk): chunk for chunk in pending}
+            for future in as_completed(futures):
+                try:
+                    outcomes = future.result()
+                except BrokenProcessPool:
+                    lost.append(futures[future])
+                    continue
+                for index, outcome in outcomes:
+                    done[index] = outcome
+                    if progress is not None:
+                        progress(outcome[0])
+        if single:
+            for index, case in (item for chunk in lost for item in chunk):
+                report = fault_report(case, "internal engine error: the worker process evaluating this case "
+                                            "died (out of memory or a crash in a database driver)")
+                finish_timings(report, 0.0)
+                done[index] = (report, None)
+                if progress is not None:
+                    progress(done[index][0])
+            break
+        pending, single = [[item] for chunk in lost for item in chunk], True
+    return [done[i] for i in range(len(cases))]
 
 
 def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter | None,
