@@ -486,16 +486,27 @@ def _in_processes(evaluator: Evaluator, cases: Sequence[CompareRequest], workers
 
     A case that kills its worker (the operating system's out-of-memory killer, a crash in a driver) must not
     sink the batch: the chunks lost with that worker are retried one case at a time in a fresh pool, and a case
-    that kills its worker again gets a fault report of its own.
+    that kills its worker again gets a fault report of its own. When no worker can start at all (a script that
+    calls this without an ``if __name__ == "__main__":`` guard), the batch runs in this process instead.
     """
     done: dict[int, _Done] = {}
-    pending = _chunks(cases, max(1, min(_CHUNK, len(cases) // (workers * 4) or 1)))
+
+    def record(index: int, outcome: _Done) -> None:
+        done[index] = outcome
+        if progress is not None:
+            progress(outcome[0])
+
+    pending = _chunks(cases, max(1, min(_CHUNK, len(cases) // (workers * 4))))
     single = False
     while pending:
         lost: list[list[tuple[int, CompareRequest]]] = []
         with _pool(evaluator, workers) as pool:
-            futures: dict[Future[list[tuple[int, _Done]]], list[tuple[int, CompareRequest]]] = {
-                pool.submit(_work, chunk): chunk for chunk in pending}
+            futures: dict[Future[list[tuple[int, _Done]]], list[tuple[int, CompareRequest]]] = {}
+            for chunk in pending:
+                try:
+                    futures[pool.submit(_work, chunk)] = chunk
+                except BrokenProcessPool:
+                    lost.append(chunk)
             for future in as_completed(futures):
                 try:
                     outcomes = future.result()
@@ -503,19 +514,20 @@ def _in_processes(evaluator: Evaluator, cases: Sequence[CompareRequest], workers
                     lost.append(futures[future])
                     continue
                 for index, outcome in outcomes:
-                    done[index] = outcome
-                    if progress is not None:
-                        progress(outcome[0])
+                    record(index, outcome)
+        lost_cases = [item for chunk in lost for item in chunk]
+        if not done and len(lost_cases) == len(cases):  # no worker could run anything: not a case's fault
+            for index, case in lost_cases:
+                record(index, evaluator._deterministic(case))
+            break
         if single:
-            for index, case in (item for chunk in lost for item in chunk):
+            for index, case in lost_cases:
                 report = fault_report(case, "internal engine error: the worker process evaluating this case "
                                             "died (out of memory or a crash in a database driver)")
                 finish_timings(report, 0.0)
-                done[index] = (report, None)
-                if progress is not None:
-                    progress(done[index][0])
+                record(index, (report, None))
             break
-        pending, single = [[item] for chunk in lost for item in chunk], True
+        pending, single = [[item] for item in lost_cases], True
     return [done[i] for i in range(len(cases))]
 
 

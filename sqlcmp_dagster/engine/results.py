@@ -692,8 +692,10 @@ def _null_counts_agree(e_frame: pl.DataFrame, a_frame: pl.DataFrame, keys: list[
 
 
 def _sample(relation: Relation, rows: pl.Series, limit: int = 5) -> list[list[Any]]:
-    """The first ``limit`` of the given rows, as the database returned them."""
+    """The first ``limit`` of the given rows in the database's order (the lowest row numbers: a join leaves its
+    rows in no fixed order, and a sample must not depend on thread scheduling)."""
     if not relation.width:
         return []
-    picked = relation.frame.with_row_index(_ROW).filter(pl.col(_ROW).is_in(rows.head(limit).cast(pl.UInt32).implode()))
+    first = rows.sort().head(limit).cast(pl.UInt32)
+    picked = relation.frame.with_row_index(_ROW).filter(pl.col(_ROW).is_in(first.implode()))
     return [list(r) for r in picked.drop(_ROW).iter_rows()]
