@@ -17,7 +17,7 @@ import hashlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,7 +29,8 @@ import polars as pl
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
+from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
+    binary_text
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, unsafe_reason
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
@@ -54,6 +55,8 @@ PRIVILEGED_PG_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_exec
 #: Rows fetched per round trip at most; fewer when rows are wide, so one round trip stays near a MiB.
 _FETCH_ROWS = 1024
 _FETCH_BYTES = 1 << 20
+#: Characters of text (bytes of binary) of one cell that a report's samples and result tables show.
+SAMPLE_CELL_CHARS = 200
 
 
 class PrivilegedRoleError(ValueError):
@@ -85,9 +88,10 @@ class Relation:
         return [{"name": n, "type": str(t)} for n, t in zip(self.names, self.frame.dtypes)]
 
     def to_rows(self, limit: int | None = None) -> dict[str, Any]:
-        """``{columns, rows}`` in the suite's pre-materialized format, optionally only the first ``limit`` rows."""
+        """``{columns, rows}`` as a report or prompt shows them (cells as :func:`shown_rows`), optionally only
+        the first ``limit`` rows."""
         frame = self.frame if limit is None else self.frame.head(limit)
-        return {"columns": list(self.names), "rows": [list(r) for r in frame.iter_rows()]}
+        return {"columns": list(self.names), "rows": shown_rows(frame.iter_rows())}
 
 
 @dataclass(frozen=True)
@@ -279,7 +283,10 @@ class ExecutionAdapter:
         except sa.exc.DBAPIError as failure:
             return Execution(False, None, execution_error(_db_message(failure)), (time.perf_counter() - started) * 1000)
         except self._driver_errors as failure:
-            return Execution(False, None, execution_error(str(failure).strip()), (time.perf_counter() - started) * 1000)
+            message = str(failure).strip()
+            if isinstance(failure, sqlite3.DataError) and "too big" in message:  # the length limit of _session
+                message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
+            return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
         except sa.exc.SQLAlchemyError as failure:
             return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
         except (ValueError, OverflowError, UnicodeError, sqlite3.Error) as failure:  # driver-side conversions
@@ -382,6 +389,25 @@ def cut_cell(value: Any, limit: int) -> Any:
         unit = "bytes" if isinstance(value, bytes) else "characters"
         marker = f"…[cut at {limit} of {len(value)} {unit}, sha256 {hashlib.sha256(whole).hexdigest()[:16]}]"
         return value[:limit] + (marker.encode() if isinstance(value, bytes) else marker)
+    return value
+
+
+def shown_rows(rows: Iterable[Sequence[Any]], limit: int = SAMPLE_CELL_CHARS) -> list[list[Any]]:
+    r"""Rows as a report shows them: text longer than ``limit`` characters cut with a marker naming its length,
+    binary as :func:`~sqlcmp_dagster.engine.models.binary_text` of its first ``limit`` bytes (also marked).
+
+    >>> shown_rows([("x" * 5, b"\x00\xff", 1)], limit=3)
+    [['xxx…[5 characters]', '\\x00ff', 1]]
+    """
+    return [[_shown(value, limit) for value in row] for row in rows]
+
+
+def _shown(value: Any, limit: int) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value)
+        return binary_text(value[:limit]) + (f"…[{len(value)} bytes]" if len(value) > limit else "")
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]}…[{len(value)} characters]"
     return value
 
 

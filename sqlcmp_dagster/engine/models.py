@@ -182,3 +182,32 @@ class Report(_Strict):
     evidence: dict[str, Any]
     run_metadata: dict[str, Any]
     metrics: dict[str, Any]
+
+    @field_validator("diagnostic_scores", "performance_scores", "mismatch_map", "validity", "evidence",
+                     "run_metadata", "metrics")
+    @classmethod
+    def _json_safe(cls, value: Any) -> Any:
+        """Binary values anywhere in the report become text (:func:`binary_text`): JSON has no bytes, and a
+        non-UTF-8 blob would otherwise crash serialization and lose the whole batch's reports."""
+        return json_safe(value)
+
+
+def binary_text(value: bytes) -> str:
+    r"""A binary value as reports show it: ``\x`` and lowercase hex, PostgreSQL's ``bytea`` output form.
+
+    >>> print(binary_text(b"\x00\xff"))
+    \x00ff
+    """
+    return "\\x" + value.hex()
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every ``bytes``/``bytearray``/``memoryview`` inside dicts, lists and tuples as
+    :func:`binary_text`."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return binary_text(bytes(value))
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.diagnostics import SCORES
+from sqlcmp_dagster.engine.execution import shown_rows
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
@@ -128,8 +129,8 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     }
     mismatch_map = {
         "per_column": diagnostics["per_column_mismatch_map"],
-        "missing_rows_sample": result.missing_rows,
-        "extra_rows_sample": result.extra_rows,
+        "missing_rows_sample": shown_rows(result.missing_rows),
+        "extra_rows_sample": shown_rows(result.extra_rows),
     }
     return _report(
         validation,

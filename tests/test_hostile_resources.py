@@ -1,0 +1,211 @@
+"""Hostile actual queries against availability, on every engine they apply to (issue 11 items 4, 5, 6, 8, 9).
+
+Huge cells and results are bounded while fetching (memory measured as the peak RSS of a child process against
+the same child running a trivial query), binary values are reported as ``\\x`` hex and compared as bytes, the
+SQLite watchdog stops one long VM step at the timeout, an over-long query is refused before parsing, a case's
+total budget cuts its probes, and a batch holding all of these still writes every other case's report.
+Bounds are generous multiples of what the fix allows and far below what the unfixed code used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
+from sqlcmp_dagster.engine.pipeline import compare
+
+#: One hostile result per engine: 300 rows of about 1 MB each (300 MB unbounded).
+WIDE_ROWS = {
+    "sqlite": "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 300) "
+              "SELECT i, zeroblob(1000000) AS z FROM r",
+    "duckdb": "SELECT range AS i, repeat('x', 1000000) AS z FROM range(300)",
+    "postgres": "SELECT g AS i, repeat('x', 1000000) AS z FROM generate_series(1, 300) g",
+}
+#: The query of issue 11 item 6: each VM step replaces through a 20 MB string, so a step takes long.
+SLOW_STEPS = ("WITH RECURSIVE r(i, s) AS (SELECT 0, hex(zeroblob(10000000)) UNION ALL "
+              "SELECT i + 1, replace(s, '0', '0') FROM r WHERE i < 100000) SELECT max(i) FROM r")
+BLOB = {"sqlite": "x'00ff'", "duckdb": "'\\x00\\xFF'::BLOB", "postgres": "'\\x00ff'::bytea"}
+OTHER_BLOB = {"sqlite": "x'00fe'", "duckdb": "'\\x00\\xFE'::BLOB", "postgres": "'\\x00fe'::bytea"}
+HUGE_TEXT = {"duckdb": "repeat('x', 5000000) || '{end}'", "postgres": "repeat('x', 5000000) || '{end}'"}
+
+
+@pytest.fixture(scope="module")
+def duck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path_factory.mktemp("duck") / "resources.duckdb"
+    connection = duckdb.connect(str(path))
+    connection.execute("CREATE TABLE t AS SELECT range AS a FROM range(10)")
+    connection.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    url = os.environ.get("SQLCMP_TEST_PG_URL")
+    if not url:
+        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
+            pytest.fail("SQLCMP_TEST_PG_URL is not set: run .ci/services.sh")
+        pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
+    yield url
+
+
+@pytest.fixture(scope="module")
+def targets(request: pytest.FixtureRequest, duck: Path, sample_db: Path) -> dict[str, str]:
+    return {"sqlite": str(sample_db), "duckdb": str(duck), "postgres": request.getfixturevalue("pg_url")}
+
+
+@pytest.fixture(scope="module")
+def baseline_rss() -> dict[str, int]:
+    """Peak RSS of the child on a trivial query, per target (measured once)."""
+    return {}
+
+
+def baseline(cache: dict[str, int], target: str) -> int:
+    if target not in cache:
+        cache[target] = peak_rss_kb(target, "SELECT 1 AS i", {"enable_counterfactual_probes": False})[0]
+    return cache[target]
+
+
+def peak_rss_kb(target: str, sql: str, config: dict[str, object]) -> tuple[int, dict[str, object]]:
+    """Peak RSS (KiB) of a child process that compares ``sql`` with ``SELECT 1`` on ``target``, and its report."""
+    script = (
+        "import json, re, sys\n"
+        "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
+        "from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig\n"
+        "from sqlcmp_dagster.engine.pipeline import compare\n"
+        "target, sql, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])\n"
+        "request = CompareRequest(expected_sql='SELECT 1 AS i', actual_sql=sql, config=EvalConfig(**config))\n"
+        "report = json.dumps(compare(request, ExecutionAdapter(target)).model_dump(mode='json'))\n"
+        # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forked parent (pytest) across exec.
+        "peak = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+        "print(json.dumps({'rss': peak, 'report': report}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, target, sql, json.dumps(config)], capture_output=True,
+                          text=True, timeout=300, check=True)
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return int(result["rss"]), json.loads(result["report"])
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "postgres"])
+def test_max_result_bytes_bounds_memory_while_fetching(engine: str, targets: dict[str, str],
+                                                       baseline_rss: dict[str, int]) -> None:
+    """300 MB of rows with max_result_bytes=8 MB: the child's peak stays within 100 MB of a trivial query's
+    (unbounded, the rows alone are 300 MB)."""
+    config = {"max_result_bytes": 8_000_000, "enable_counterfactual_probes": False}
+    peak, report = peak_rss_kb(targets[engine], WIDE_ROWS[engine], config)
+    assert peak - baseline(baseline_rss, targets[engine]) < 100 * 1024, (engine, baseline_rss, peak)
+    assert any("max_result_bytes=8,000,000" in w for w in report["warnings"]), report["warnings"]
+    assert len(json.dumps(report)) < 200_000  # samples carry cut cells, not megabytes
+
+
+def test_max_result_bytes_truncates_on_duckdb(targets: dict[str, str]) -> None:
+    """DuckDB truncates and reports the same way (its driver materializes the whole result first, so its
+    memory is not measured here: see the README's security section)."""
+    execution = ExecutionAdapter(targets["duckdb"]).execute(WIDE_ROWS["duckdb"], max_bytes=8_000_000)
+    assert execution.success and execution.relation is not None and execution.relation.truncated
+    assert execution.relation.height < 10
+    assert any("max_result_bytes=8,000,000" in w for w in execution.warnings)
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "postgres"])
+def test_huge_cells_are_cut_with_a_digest_and_compared_truthfully(engine: str, targets: dict[str, str]) -> None:
+    adapter = ExecutionAdapter(targets[engine])
+    same = HUGE_TEXT[engine].format(end="a")
+    pass_report = compare(CompareRequest(expected_sql=f"SELECT {same} AS v", actual_sql=f"SELECT {same} AS v"),
+                          adapter)
+    assert pass_report.deterministic_verdict == "pass"
+    assert any("max_cell_bytes=1,048,576 were cut" in w for w in pass_report.warnings), pass_report.warnings
+    # The values differ only past the cut: the digest in the marker keeps them apart.
+    fail_report = compare(CompareRequest(expected_sql=f"SELECT {same} AS v",
+                                         actual_sql=f"SELECT {HUGE_TEXT[engine].format(end='b')} AS v"), adapter)
+    assert fail_report.deterministic_verdict == "fail"
+    text = json.dumps(fail_report.model_dump(mode="json"))
+    assert len(text) < 50_000 and "characters]" in text  # samples show a few hundred characters and a marker
+    adapter.close()
+
+
+def test_sqlite_refuses_a_value_past_max_cell_bytes_inside_the_engine(targets: dict[str, str],
+                                                                     baseline_rss: dict[str, int]) -> None:
+    config = {"enable_counterfactual_probes": False}
+    peak, report = peak_rss_kb(targets["sqlite"], "SELECT zeroblob(300000000), zeroblob(300000000)", config)
+    assert peak - baseline(baseline_rss, targets["sqlite"]) < 50 * 1024, (baseline_rss, peak)
+    assert "string or blob too big (a value longer than max_cell_bytes=1,048,576)" in json.dumps(report)
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres"])
+def test_binary_values_are_hex_in_reports_and_compared_as_bytes(engine: str, targets: dict[str, str]) -> None:
+    adapter = ExecutionAdapter(targets[engine])
+    equal = compare(CompareRequest(expected_sql=f"SELECT {BLOB[engine]} AS v", actual_sql=f"SELECT {BLOB[engine]} AS v"),
+                    adapter)
+    assert equal.deterministic_verdict == "pass"
+    differ = compare(CompareRequest(expected_sql=f"SELECT {BLOB[engine]} AS v",
+                                    actual_sql=f"SELECT {OTHER_BLOB[engine]} AS v"), adapter)
+    assert differ.deterministic_verdict == "fail"
+    dumped = differ.model_dump(mode="json")
+    assert dumped["mismatch_map"]["extra_rows_sample"] == [["\\x00fe"]]
+    assert dumped["mismatch_map"]["missing_rows_sample"] == [["\\x00ff"]]
+    text = compare(CompareRequest(expected_sql=f"SELECT {BLOB[engine]} AS v", actual_sql="SELECT 'x' AS v"), adapter)
+    assert text.deterministic_verdict == "fail"  # text is not binary
+    adapter.close()
+
+
+def test_sqlite_watchdog_stops_one_long_vm_step(sample_db: Path) -> None:
+    """Issue 11 item 6: the progress handler alone ran 154 s on this query at a 1 s timeout."""
+    adapter = ExecutionAdapter(str(sample_db))
+    started = time.monotonic()
+    execution = adapter.execute(SLOW_STEPS, timeout_ms=500, max_cell_bytes=64 << 20)
+    assert execution.error is not None and execution.error.category == "timeout", execution
+    assert time.monotonic() - started < 0.5 + 5
+    assert adapter.execute("SELECT count(*) FROM products").success  # the connection pool is still usable
+
+
+def test_max_sql_chars_refuses_before_parsing(sample_db: Path) -> None:
+    """Issue 11 item 8: an 800 KB query used 118 s of CPU in the parser; now it is a parse failure at once."""
+    huge = "SELECT " + "+".join(["1"] * 400_000)
+    report = compare(CompareRequest(expected_sql="SELECT 1", actual_sql=huge), ExecutionAdapter(str(sample_db)))
+    assert report.blocked_reason == "parse_failure"
+    assert "query too long: 800,006 characters exceed max_sql_chars=50,000" in json.dumps(report.model_dump())
+    small = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1 + 1 + 1",
+                                   config=EvalConfig(max_sql_chars=10)), ExecutionAdapter(str(sample_db)))
+    assert "exceed max_sql_chars=10" in json.dumps(small.model_dump())
+
+
+def test_batch_with_resource_attacks_writes_every_other_report(tmp_path: Path, targets: dict[str, str]) -> None:
+    """Issue 11 item 5: one non-UTF-8 blob lost the whole batch's reports. Every attack here is bounded and
+    each good case is still written and passes."""
+    good = [{"case_id": f"good_{engine}", "db": target, "expected_sql": "SELECT 1 AS a", "actual_sql": "SELECT 1 AS a"}
+            for engine, target in targets.items()]
+    hostile = [
+        {"case_id": "blob", "db": targets["sqlite"], "expected_sql": "SELECT 1", "actual_sql": "SELECT x'00ff'"},
+        {"case_id": "bytea", "db": targets["postgres"], "expected_sql": "SELECT 1",
+         "actual_sql": "SELECT '\\xdeadbeef'::bytea"},
+        {"case_id": "zeroblob", "db": targets["sqlite"], "expected_sql": "SELECT 1",
+         "actual_sql": "SELECT zeroblob(300000000)"},
+        {"case_id": "steps", "db": targets["sqlite"], "expected_sql": "SELECT 1", "actual_sql": SLOW_STEPS,
+         "config": {"query_timeout_ms": 500, "max_cell_bytes": 64 << 20}},
+        {"case_id": "long", "db": targets["duckdb"], "expected_sql": "SELECT 1",
+         "actual_sql": "SELECT " + "+".join(["1"] * 30_000)},
+    ]
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps(c) + "\n" for c in [*hostile[:2], *good, *hostile[2:]]), encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    main(["evaluate", str(suite), "--out", str(out), "--workers", "2"])
+    reports = {r["case_id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert set(reports) == {c["case_id"] for c in [*good, *hostile]}
+    assert all(reports[c["case_id"]]["deterministic_verdict"] == "pass" for c in good)
+    assert reports["blob"]["mismatch_map"]["extra_rows_sample"] == [["\\x00ff"]]
+    assert reports["bytea"]["mismatch_map"]["extra_rows_sample"] == [["\\xdeadbeef"]]
+    assert "max_cell_bytes" in json.dumps(reports["zeroblob"])
+    assert reports["steps"]["error_types"] == ["timeout"]
+    assert "max_sql_chars" in json.dumps(reports["long"])
