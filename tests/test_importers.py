@@ -58,14 +58,15 @@ def _written(cases: list[ImportedCase], tmp_path: Path) -> Path:
 
 
 def test_bird_pairs_by_question_id_not_position(tmp_path: Path) -> None:
-    questions = [{"question_id": 7, "db_id": "x", "question": "q7", "SQL": "SELECT 7", "evidence": "hint"},
+    questions = [{"question_id": 7, "db_id": "x", "question": "q7", "SQL": "SELECT 7", "evidence": "hint",
+                  "difficulty": "challenging"},
                  {"question_id": 3, "db_id": "y", "question": "q3", "SQL": "SELECT 3", "evidence": ""}]
     (tmp_path / "q.json").write_text(json.dumps(questions), encoding="utf-8")
     preds = {"3": "SELECT 30\t----- bird -----\ty", "7": "SELECT 70\t----- bird -----\tx"}
     (tmp_path / "p.json").write_text(json.dumps(preds), encoding="utf-8")
     cases = import_bird(tmp_path / "q.json", tmp_path / "p.json")
     assert [(c.case_id, c.actual_sql, c.context) for c in cases] == [
-        ("bird-7", "SELECT 70", {"evidence": "hint"}), ("bird-3", "SELECT 30", None)]
+        ("bird-7", "SELECT 70", {"evidence": "hint", "difficulty": "challenging"}), ("bird-3", "SELECT 30", None)]
     (tmp_path / "p.json").write_text(json.dumps({"3": preds["3"], "8": preds["7"]}), encoding="utf-8")
     with pytest.raises(BenchmarkFormatError, match=r"1 without a prediction \(e.g. \['7'\]\).*\['8'\]"):
         import_bird(tmp_path / "q.json", tmp_path / "p.json")

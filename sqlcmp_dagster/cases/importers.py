@@ -109,9 +109,10 @@ def import_bird(questions: Path, predictions: Path, db_dir: Path | None = None) 
             raise BenchmarkFormatError(f"{predictions}: prediction {qid} names database {db.strip()!r}, the question "
                                f"{item['db_id']!r}")
         _check_db(db_dir, item["db_id"], f"{questions}: question {qid}")
-        evidence = item.get("evidence")
+        # BIRD's difficulty (simple/moderate/challenging) is kept so that reports break down by it
+        context = {key: item[key] for key in ("evidence", "difficulty") if item.get(key)}
         cases.append(ImportedCase(f"bird-{qid}", str(item.get("question", "")), str(item["SQL"]).strip(),
-                                  sql.strip(), item["db_id"], {"evidence": evidence} if evidence else None))
+                                  sql.strip(), item["db_id"], context or None))
     return cases
 
 

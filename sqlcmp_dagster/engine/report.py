@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.diagnostics import SCORES
 from sqlcmp_dagster.engine.execution import shown_rows
+from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
@@ -116,7 +117,7 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
                 f"{diagnostics['evidence_strength']} evidence{', ambiguous' if diagnostics['ambiguous_case'] else ''})")
     explanations = [headline] + ([] if passed else list(diagnostics["evidence"]))
     if analysis.alternatives > 1:
-        explanations.append(f"best of {analysis.alternatives} expected queries: #{analysis.index}")
+        explanations.append(f"best of {analysis.alternatives} expected queries: #{analysis.index + 1}")
     warnings = list(validation.warnings) + result.warnings + analysis.warnings
     for index, side in enumerate(validation.expected):
         warnings += _expected_failure(index, side, len(validation.expected))
@@ -160,14 +161,21 @@ def fault_report(request: CompareRequest, message: str) -> Report:
         diagnostic_scores=None, performance_scores=None, severity="critical failure", explanations=[message],
         mismatch_map=None, error_types=["unknown_error"], blocked_reason="execution_failure", warnings=[message],
         validity={"case_valid": False, "invalid_reason": message}, evidence={"engine_error": message},
-        run_metadata=_run_metadata(request, None, None, None, {}), metrics=_empty_metrics(),
+        run_metadata=_run_metadata(request, None, None, None, {}, None), metrics=_empty_metrics(),
     )
 
 
 def render_text(report: Report) -> str:
-    """A report as a person reads it: verdict, scores, explanations, per-column map, warnings."""
-    lines = [f"case {report.case_id}: {report.deterministic_verdict.upper()} ({report.severity}), "
-             f"overall {report.overall_score:.3f}"]
+    """A report as a person reads it: verdict, scores, explanations, per-column map, warnings.
+
+    An invalid case (no expected query runs) is headed INVALID rather than FAIL: it says nothing about the
+    query under test.
+    """
+    if report.validity.get("case_valid", True):
+        headline = f"{report.deterministic_verdict.upper()} ({report.severity}), overall {report.overall_score:.3f}"
+    else:
+        headline = f"INVALID ({report.validity.get('invalid_reason') or 'no expected query runs'})"
+    lines = [f"case {report.case_id}: {headline}"]
     if report.blocked_reason:
         lines.append(f"blocked: {report.blocked_reason}")
     scores = [f"{name} {value:.3f}" for name, value in
@@ -227,7 +235,8 @@ def _report(validation: Validation, *, verdict: str, overall: float, severity_la
         warnings=_unique(warnings),
         validity=_validity(validation),
         evidence=evidence,
-        run_metadata=_run_metadata(request, validation.dialect, validation.database, mode, all_timings),
+        run_metadata=_run_metadata(request, validation.dialect, validation.database, mode, all_timings,
+                                   _hardness(validation, chosen_index)),
         metrics=metrics,
     )
 
@@ -297,7 +306,7 @@ def _failed_sides(validation: Validation) -> list[dict[str, Any]]:
 
 
 def _expected_failure(index: int, side: Side, count: int) -> list[str]:
-    name = "expected query" if count == 1 else f"expected query #{index}"
+    name = "expected query" if count == 1 else f"expected query #{index + 1}"  # people count from 1
     if not side.parsed.success:
         return [f"{name} does not parse: {side.parsed.error}"]
     if side.execution is not None and side.execution.error is not None:
@@ -305,9 +314,24 @@ def _expected_failure(index: int, side: Side, count: int) -> list[str]:
     return []
 
 
+def _hardness(validation: Validation, chosen_index: int | None) -> Hardness | None:
+    """Spider's hardness of the expected query the verdict used (else the first that parsed), or None."""
+    order = ([chosen_index] if chosen_index is not None else []) + list(range(len(validation.expected)))
+    tree = next((validation.expected[i].parsed.ast for i in order if validation.expected[i].parsed.ast is not None),
+                None)
+    return spider_hardness(tree) if tree is not None else None
+
+
 def _run_metadata(request: CompareRequest, dialect: str | None, database: str | None, mode: str | None,
-                  timings: dict[str, float]) -> dict[str, Any]:
+                  timings: dict[str, float], hardness: Hardness | None) -> dict[str, Any]:
+    """Where and how the case ran, plus what groups it in breakdowns: the question, Spider's hardness of the
+    expected query and the benchmark's own difficulty label (``context.difficulty``, e.g. BIRD's)."""
+    context = request.context if isinstance(request.context, dict) else {}
+    difficulty = context.get("difficulty")
     return {
+        "user_query": request.user_query,
+        "hardness": hardness,
+        "difficulty": str(difficulty) if difficulty is not None else None,
         "engine_version": ENGINE_VERSION,
         "dialect": dialect,
         "database": database,

@@ -9,18 +9,21 @@ database ships without rows) reads better when a person can see how many there a
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
 
 SEVERITIES = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
+#: BIRD's difficulty labels, in rising order (other labels follow them by name).
+BIRD_DIFFICULTIES = ("simple", "moderate", "challenging")
 
 
 def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, Any]:
-    """Pass rate, severity counts, attribution counts, error types, invalid cases and a per-database breakdown
-    of ``reports``."""
+    """Pass rate, severity counts, attribution counts, error types, invalid cases and breakdowns of ``reports``
+    per database, per Spider hardness of the expected query and per the benchmark's own difficulty label."""
     reports = list(reports)
     valid = [r for r in reports if r.validity.get("case_valid", True)]
     passed = sum(r.deterministic_verdict == "pass" for r in valid)
@@ -45,7 +48,11 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
         "blocked_counts": dict(blocked.most_common()),
         "error_type_counts": dict(errors.most_common()),
         "mean_overall_score": round(sum(r.overall_score for r in valid) / len(valid), 6) if valid else None,
-        "per_database": _per_database(reports),
+        "per_database": _breakdown(reports, lambda r: database_label(r.run_metadata.get("database"))),
+        "per_hardness": _breakdown(reports, lambda r: r.run_metadata.get("hardness") or "unknown",
+                                   order=HARDNESS_LEVELS),
+        "per_difficulty": _breakdown([r for r in reports if r.run_metadata.get("difficulty")],
+                                     lambda r: str(r.run_metadata["difficulty"]), order=BIRD_DIFFICULTIES),
     }
 
 
@@ -69,14 +76,15 @@ def database_label(identifier: str | None) -> str:
     return PurePosixPath(path).stem or identifier
 
 
-def _per_database(reports: list[Report]) -> dict[str, dict[str, Any]]:
-    """Cases, passes (and how many of them vacuous), failures, invalid cases and pass rate per database, by
-    database name."""
+def _breakdown(reports: list[Report], label: Callable[[Report], str], order: Sequence[str] = ()) \
+        -> dict[str, dict[str, Any]]:
+    """Cases, passes (and how many of them vacuous), failures, invalid cases and pass rate per group of
+    ``reports`` (grouped by ``label``): the groups named in ``order`` first, in that order, then the rest by name."""
     groups: dict[str, list[Report]] = defaultdict(list)
     for report in reports:
-        groups[database_label(report.run_metadata.get("database"))].append(report)
+        groups[label(report)].append(report)
     breakdown = {}
-    for name in sorted(groups):
+    for name in sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g)):
         valid = [r for r in groups[name] if r.validity.get("case_valid", True)]
         passed = sum(r.deterministic_verdict == "pass" for r in valid)
         breakdown[name] = {"cases": len(groups[name]), "passed": passed, "failed": len(valid) - passed,
@@ -98,11 +106,14 @@ def render_summary(summary: dict[str, Any]) -> str:
         lines.append("likely source: " + ", ".join(f"{k} {v}" for k, v in summary["attribution_counts"].items()))
     if summary["error_type_counts"]:
         lines.append("errors: " + ", ".join(f"{k} {v}" for k, v in summary["error_type_counts"].items()))
-    if len(summary.get("per_database", {})) > 1:
-        lines.append("per database (passed/valid):")
-        lines.extend(f"  {name:32} {row['passed']:5}/{row['passed'] + row['failed']:<5} "
-                     + ("n/a" if row["pass_rate"] is None else f"{row['pass_rate']:6.1%}")
-                     + (f"  ({row['vacuous_passes']} vacuous)" if row["vacuous_passes"] else "")
-                     + (f"  ({row['invalid']} invalid)" if row["invalid"] else "")
-                     for name, row in summary["per_database"].items())
+    for key, title, minimum in (("per_hardness", "per Spider hardness", 1), ("per_difficulty", "per difficulty", 1),
+                                ("per_database", "per database", 2)):
+        groups = summary.get(key) or {}
+        if len(groups) >= minimum:
+            lines.append(f"{title} (passed/valid):")
+            lines.extend(f"  {name:32} {row['passed']:5}/{row['passed'] + row['failed']:<5} "
+                         + ("n/a" if row["pass_rate"] is None else f"{row['pass_rate']:6.1%}")
+                         + (f"  ({row['vacuous_passes']} vacuous)" if row["vacuous_passes"] else "")
+                         + (f"  ({row['invalid']} invalid)" if row["invalid"] else "")
+                         for name, row in groups.items())
     return "\n".join(lines)
