@@ -1,7 +1,9 @@
 """The ``sqlcmp`` command line: ``compare`` one pair, ``evaluate`` a suite, ``demo`` the bundled sample.
 
-Exit status (sqlcmp-spec.md section 4): 0 pass (for ``evaluate``: every valid case passed), 1 fail, 2 bad
-input or usage, with the message on stderr and no stack trace.
+Exit status (sqlcmp-spec.md section 4, plus 3 for invalid cases): 0 pass (for ``evaluate``: every case passed),
+1 fail (for ``evaluate``: at least one valid case failed), 2 bad input or usage (for ``evaluate`` also: suite
+lines that could not be loaded), 3 invalid case (no expected query runs, so the query under test could not be
+judged; for ``evaluate``: no valid case failed but some were invalid). Messages go to stderr, never a stack trace.
 """
 
 from __future__ import annotations
@@ -17,14 +19,23 @@ from pydantic import ValidationError
 
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.atomic import atomic_path
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
 from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator, compare
 from sqlcmp_dagster.engine.report import render_text
+from sqlcmp_dagster.engine.report import ENGINE_VERSION
 from sqlcmp_dagster.engine.summary import render_summary, summarize
+from sqlcmp_dagster.progress import Progress
+from sqlcmp_dagster.reporting.cases import ReportsFileError, find_report, is_failed, read_reports, write_csv
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INVALID = 0, 1, 2, 3
+EXIT_CODES = """exit status:
+  0  pass (evaluate: every case passed; diff: no regression, or no --fail-on-regression)
+  1  fail (evaluate: at least one valid case failed; diff --fail-on-regression: a case regressed)
+  2  bad input or usage (evaluate: also suite lines that could not be loaded, after the others ran)
+  3  invalid case: no expected query runs, so the actual query could not be judged
+     (evaluate: no valid case failed but at least one case was invalid)"""
 
 
 class UsageError(Exception):
@@ -45,49 +56,87 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sqlcmp", description=__doc__.splitlines()[0])
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(prog="sqlcmp", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
+                                     formatter_class=formatter)
+    parser.add_argument("--version", action="version", version=f"sqlcmp {ENGINE_VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    one = commands.add_parser("compare", help="compare one actual query with the expected one")
-    one.add_argument("--db", required=True, help="SQLAlchemy URL or path to a SQLite file")
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES,
+                                   formatter_class=formatter)
+
+    one = command("compare", "compare one actual query with the expected one")
+    one.add_argument("--db", required=True, help="SQLAlchemy URL, or path to a SQLite (.sqlite, .db) or DuckDB file")
     one.add_argument("--expected-sql", required=True, action="append",
-                     help="expected query (repeat for several acceptable ones)")
-    one.add_argument("--actual-sql", required=True)
-    one.add_argument("--user-query", default="")
+                     help="expected (ground-truth) query; repeat for several acceptable ones")
+    one.add_argument("--actual-sql", required=True, help="the query under test (e.g. the model's)")
+    one.add_argument("--user-query", default="", help="the natural-language question (shown in reports)")
     _config_options(one)
-    one.add_argument("--format", choices=("text", "json"), default="text")
+    one.add_argument("--format", choices=("text", "json"), default="text",
+                     help="text for people (default) or the full JSON report")
     one.set_defaults(handler=_compare)
 
-    batch = commands.add_parser("evaluate", help="evaluate a suite, one report per line")
+    batch = command("evaluate", "evaluate a suite, one report per line")
     batch.add_argument("suite", type=Path, help="suite file (.jsonl, .yaml, .parquet)")
     target = batch.add_mutually_exclusive_group()
     target.add_argument("--db-dir", type=Path, help="folder of SQLite databases, cases name them by db id")
     target.add_argument("--db", help="database for cases that name none (URL or SQLite path)")
-    batch.add_argument("--out", type=Path, required=True, help="output JSONL file")
-    batch.add_argument("--workers", type=int, default=1)
+    batch.add_argument("--out", type=Path, required=True, help="output JSONL file, one report per case")
+    batch.add_argument("--workers", type=int, default=1,
+                       help="cases evaluated at once, in threads sharing each database (default 1)")
     batch.add_argument("--summary-out", type=Path, help="also write the summary as JSON here")
+    _output_options(batch)
+    batch.add_argument("--quiet", action="store_true",
+                       help="no progress (by default a bar with rate and ETA on a terminal, a line per tenth of "
+                            "the cases otherwise)")
     _config_options(batch)
     batch.set_defaults(handler=_evaluate)
 
-    importer = commands.add_parser("import", help="turn a Spider or BIRD benchmark into a suite")
+    report = command("report", "summarize a reports file again, or export it as HTML or CSV")
+    report.add_argument("reports", type=Path, help="reports JSONL (sqlcmp evaluate --out)")
+    report.add_argument("--summary-out", type=Path, help="also write the summary as JSON here")
+    _output_options(report)
+    report.set_defaults(handler=_report)
+
+    show = command("show", "one case's report as text")
+    show.add_argument("case_id", help="the case id, as in the suite")
+    show.add_argument("--reports", type=Path, required=True, help="reports JSONL (sqlcmp evaluate --out)")
+    show.add_argument("--format", choices=("text", "json"), default="text",
+                      help="text for people (default) or the full JSON report")
+    show.set_defaults(handler=_show)
+
+    diff = command("diff", "compare two runs over the same cases: regressions, fixes, McNemar's exact test")
+    diff.add_argument("old", type=Path, help="reports JSONL of the earlier run (or the baseline model)")
+    diff.add_argument("new", type=Path, help="reports JSONL of the later run (or the candidate model)")
+    diff.add_argument("--fail-on-regression", action="store_true",
+                      help="exit 1 when any case valid in both runs went from pass to fail (for CI gating)")
+    diff.add_argument("--json-out", type=Path, help="also write the diff as JSON here")
+    diff.add_argument("--html", type=Path, help="also write the diff as one self-contained HTML file")
+    diff.set_defaults(handler=_diff)
+
+    importer = command("import", "turn a Spider or BIRD benchmark into a suite")
     formats = importer.add_subparsers(dest="format", required=True)
     spider = formats.add_parser("spider", help="dev.json + gold SQL file + predictions file")
-    spider.add_argument("--questions", type=Path, required=True)
-    spider.add_argument("--gold", type=Path, required=True)
-    spider.add_argument("--pred", type=Path, required=True)
+    spider.add_argument("--questions", type=Path, required=True, help="Spider's question file (dev.json)")
+    spider.add_argument("--gold", type=Path, required=True, help="gold queries, 'SQL<TAB>db_id' a line (dev_gold.sql)")
+    spider.add_argument("--pred", type=Path, required=True,
+                        help="predictions, one a line in question order: 'SQL' or 'SQL<TAB>db_id'; a blank line "
+                             "is an empty prediction")
     spider.add_argument("--tables", type=Path,
                         help="tables.json: check that each database has every table and column it publishes "
                              "(needs --db-dir); a difference is an error naming them, and nothing is written")
     bird = formats.add_parser("bird", help="question JSON with SQL/db_id + predictions JSON keyed by question id")
-    bird.add_argument("--questions", type=Path, required=True)
-    bird.add_argument("--pred", type=Path, required=True)
+    bird.add_argument("--questions", type=Path, required=True,
+                      help="BIRD's question file (dev.json: question_id, db_id, question, SQL, evidence, difficulty)")
+    bird.add_argument("--pred", type=Path, required=True,
+                      help="predictions: a JSON object keyed by question id ('SQL\\t----- bird -----\\tdb_id')")
     for sub in (spider, bird):
         sub.add_argument("--db-dir", type=Path, help="check that every database exists here")
-        sub.add_argument("--out", type=Path, required=True)
+        sub.add_argument("--out", type=Path, required=True, help="the suite to write (JSONL)")
         sub.set_defaults(handler=_import)
 
-    official = commands.add_parser(
-        "spider-ex", help="compare sqlcmp's verdicts with Spider's official execution accuracy, case by case")
+    official = command("spider-ex", "compare sqlcmp's verdicts with Spider's official execution accuracy, case by case")
     official.add_argument("suite", type=Path, help="the suite that was evaluated (from sqlcmp import spider)")
     official.add_argument("--reports", type=Path, required=True, help="its reports (sqlcmp evaluate --out)")
     official.add_argument("--db-dir", type=Path, required=True, help="the Spider databases the suite ran on")
@@ -95,14 +144,24 @@ def _parser() -> argparse.ArgumentParser:
     official.add_argument("--json-out", type=Path, help="also write the totals and disagreements as JSON")
     official.set_defaults(handler=_spider_ex)
 
-    demo = commands.add_parser("demo", help="evaluate the bundled sample suite on the bundled SQLite database")
-    demo.add_argument("--out-dir", type=Path, default=Path("sqlcmp-demo"))
+    demo = command("demo", "evaluate the bundled sample suite on the bundled SQLite database, through Dagster")
+    demo.add_argument("--out-dir", type=Path, default=Path("sqlcmp-demo"),
+                      help="where the reports, summary, Parquet store and Dagster instance go (default sqlcmp-demo)")
     demo.set_defaults(handler=_demo)
     return parser
 
 
+def _output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--html", type=Path, help="also write a self-contained HTML report here")
+    parser.add_argument("--csv", type=Path, help="also write the per-case table as CSV here")
+    parser.add_argument("--only-failed", action="store_true",
+                        help="list and export only the valid cases that failed (the summary still counts all)")
+
+
 def _config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--mode", choices=("auto", "exact", "order-insensitive", "order-sensitive"))
+    parser.add_argument("--mode", choices=("auto", "exact", "order-insensitive", "order-sensitive"),
+                        help="result comparison; auto (default) is order-sensitive when the expected query ends "
+                             "with ORDER BY")
     parser.add_argument("--atol", type=float, help="numeric absolute tolerance")
     parser.add_argument("--rtol", type=float, help="numeric relative tolerance")
     parser.add_argument("--timeout-ms", type=int, help="query timeout in milliseconds")
@@ -172,6 +231,8 @@ def _compare(args: argparse.Namespace) -> int:
         print(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
     else:
         print(render_text(report))
+    if not report.validity.get("case_valid", True):
+        return EXIT_INVALID
     return EXIT_PASS if report.deterministic_verdict == "pass" else EXIT_FAIL
 
 
@@ -190,17 +251,99 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from error
     for problem in suite.errors:
         print(f"sqlcmp: skipped {problem}", file=sys.stderr)
+    _warn_missing_databases(suite.cases, args.db_dir, args.db)
     evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args),
                           allow_privileged_role=args.allow_privileged_role)
-    reports = _run_batch(evaluator, suite.cases, args.out, args.workers)
+    reports = _run_batch(evaluator, suite.cases, args.out, args.workers, quiet=args.quiet)
     summary = summarize(reports, load_errors=len(suite.errors))
-    if args.summary_out is not None:
-        args.summary_out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     print(render_summary(summary))
     print(f"reports: {args.out}")
+    _write_outputs(args, reports, summary)
     if suite.errors:
         return EXIT_USAGE
-    return EXIT_PASS if summary["failed"] == 0 else EXIT_FAIL
+    if summary["failed"]:
+        return EXIT_FAIL
+    return EXIT_INVALID if summary["invalid_cases"] else EXIT_PASS
+
+
+def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, default_db: str | None) -> None:
+    """Name on stderr every database the suite refers to that cannot be found (its cases will be invalid)."""
+    missing: dict[str, int] = {}
+    for case in cases:
+        target = case.db or default_db
+        if target is None or (case.actual_result is not None and case.expected_result is not None):
+            continue
+        try:
+            resolve_database(target, db_dir)
+        except FileNotFoundError as error:
+            missing[str(error)] = missing.get(str(error), 0) + 1
+    for message, count in missing.items():
+        print(f"sqlcmp: {message}: its {count} case{'s' if count > 1 else ''} will be invalid", file=sys.stderr)
+
+
+def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dict[str, Any]) -> None:
+    """--summary-out, --csv and --html, each announced on stdout; --only-failed narrows the per-case outputs."""
+    if args.summary_out is not None:
+        args.summary_out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    shown = [r for r in reports if is_failed(r)] if args.only_failed else reports
+    if args.csv is not None:
+        write_csv(shown, args.csv)
+        print(f"csv: {args.csv} ({len(shown)} cases)")
+    if args.html is not None:
+        from sqlcmp_dagster.reporting.html import write_report_html
+
+        write_report_html(shown, summary, args.html, title=args.html.stem)
+        print(f"html: {args.html} ({len(shown)} cases)")
+
+
+def _report(args: argparse.Namespace) -> int:
+    reports = _read_reports(args.reports)
+    summary = summarize(reports)
+    print(render_summary(summary))
+    if args.only_failed:
+        failed = [r for r in reports if is_failed(r)]
+        print(f"failed cases ({len(failed)}):")
+        for report in failed:
+            print(f"  {report.case_id}: {report.explanations[0] if report.explanations else report.severity}")
+    _write_outputs(args, reports, summary)
+    return EXIT_PASS
+
+
+def _show(args: argparse.Namespace) -> int:
+    report = find_report(_read_reports(args.reports), args.case_id)
+    if report is None:
+        raise UsageError(f"{args.reports} has no case {args.case_id!r}")
+    if args.format == "json":
+        print(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
+    else:
+        print(render_text(report))
+    return EXIT_PASS
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.reporting.diff import diff_runs, render_diff
+
+    old, new = _read_reports(args.old), _read_reports(args.new)
+    diff = diff_runs(old, new)
+    if not diff["cases_in_both"]:
+        raise UsageError(f"{args.old} and {args.new} have no case id in common: nothing to compare")
+    print(render_diff(diff))
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(diff, indent=2, ensure_ascii=False), encoding="utf-8")
+        print(f"json: {args.json_out}")
+    if args.html is not None:
+        from sqlcmp_dagster.reporting.html import write_diff_html
+
+        write_diff_html(diff, old, new, args.html, title=f"{args.old.name} vs {args.new.name}")
+        print(f"html: {args.html}")
+    return EXIT_FAIL if args.fail_on_regression and diff["regressed"] else EXIT_PASS
+
+
+def _read_reports(path: Path) -> list[Report]:
+    try:
+        return read_reports(path)
+    except ReportsFileError as error:
+        raise UsageError(str(error)) from error
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -249,12 +392,7 @@ def _spider_ex(args: argparse.Namespace) -> int:
         suite = load_suite(args.suite)
     except ValueError as error:
         raise UsageError(str(error)) from error
-    reports = []
-    for number, line in enumerate(args.reports.read_text(encoding="utf-8").splitlines(), start=1):
-        try:
-            reports.append(Report.model_validate_json(line))
-        except ValidationError as error:
-            raise UsageError(f"{args.reports}:{number}: not a report: {_errors(error)}") from error
+    reports = _read_reports(args.reports)
     missing = {c.case_id for c in suite.cases} - {r.case_id for r in reports}
     if missing:
         raise UsageError(f"{args.reports} has no report for {len(missing)} suite cases (e.g. {sorted(missing)[:3]})")
@@ -275,15 +413,24 @@ def _demo(args: argparse.Namespace) -> int:
     """Materialize every asset on the bundled sample in-process, into a local DAGSTER_HOME under --out-dir.
 
     The sensor cursor is kept beside it, so running the demo again re-materializes only cases that changed.
+    Dagster's own chatter (beta warnings, the first-run telemetry banner, DEBUG event logs) is kept off the
+    screen: the demo's output is the summary and where to look next.
     """
     import os
+    import warnings
 
     out_dir = args.out_dir.resolve()
     home = out_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
+    instance_config = home / "dagster.yaml"
+    if not instance_config.exists():  # a throwaway local instance: no telemetry, and no banner asking about it
+        instance_config.write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     import dagster as dg
 
+    warnings.filterwarnings("ignore", category=dg.BetaWarning)
+    warnings.filterwarnings("ignore", category=dg.PreviewWarning)
+    from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_db_dir
     from sqlcmp_dagster.definitions import build_definitions
     from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
@@ -291,24 +438,26 @@ def _demo(args: argparse.Namespace) -> int:
     defs = build_definitions(storage_dir=str(storage))
     cursor_file = out_dir / "sensor_cursor.json"
     cursor = cursor_file.read_text(encoding="utf-8") if cursor_file.is_file() else None
+    ui = f"DAGSTER_HOME={home} SQLCMP_STORAGE_DIR={storage} dagster dev -m sqlcmp_dagster.definitions"
     with dg.DagsterInstance.get() as instance:
         tick = sensor_tick(defs, instance, cursor)
         if not all(run.success for run in tick.runs):
-            print("sqlcmp: a run failed; see the Dagster UI (dagster dev) for its logs", file=sys.stderr)
+            print(f"sqlcmp: a run failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
             return EXIT_FAIL
         cursor_file.write_text(tick.cursor or "", encoding="utf-8")
         summary_run = materialize_summary(defs, instance)
         if not summary_run.success:
-            print("sqlcmp: evaluation_summary failed", file=sys.stderr)
+            print(f"sqlcmp: evaluation_summary failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
             return EXIT_FAIL
     summary = summary_run.output_for_node("evaluation_summary")
     reports_file = out_dir / "reports.jsonl"
     _export_reports(storage / "case_reports", reports_file)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    print(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s); "
-          f"DAGSTER_HOME={home}")
+    print(f"sample database: {sample_db_dir() / (SAMPLE_DB_ID + '.sqlite')}")
+    print(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s)")
     print(render_summary(summary))
     print(f"reports: {reports_file} (per-case Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
+    print(f"open these results in the Dagster UI:\n  {ui}")
     return EXIT_PASS
 
 
@@ -323,22 +472,15 @@ def _export_reports(folder: Path, out: Path) -> None:
                 handle.write(text + "\n")
 
 
-def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int) -> list[Report]:
+def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int, *,
+               quiet: bool = False) -> list[Report]:
     """Evaluate ``cases`` and write their reports to ``out`` atomically (a partial file never replaces it)."""
-    done = [0]
-    interactive = sys.stderr.isatty()
-
-    def progress(report: Report) -> None:
-        done[0] += 1
-        if interactive:
-            print(f"\r[{done[0]}/{len(cases)}] {report.case_id[:40]:40}", end="", file=sys.stderr, flush=True)
-
+    progress = Progress(len(cases), sys.stderr, quiet=quiet)
     try:
-        reports = evaluator.evaluate_all(cases, workers=workers, progress=progress)
+        reports = evaluator.evaluate_all(cases, workers=workers, progress=lambda r: progress.advance(r.case_id))
     finally:
         evaluator.close()
-        if interactive:
-            print(file=sys.stderr)
+        progress.close()
     with atomic_path(out) as partial, partial.open("w", encoding="utf-8") as handle:
         for report in reports:
             handle.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
@@ -346,12 +488,31 @@ def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, wor
 
 
 def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
+    _check_database_file(db)
     try:
         return ExecutionAdapter(db, allow_privileged_role=allow_privileged_role)
     except FileNotFoundError as error:
         raise UsageError(f"--db: {error}") from error
     except Exception as error:  # SQLAlchemy's URL and driver errors: bad input, not a crash
         raise UsageError(f"--db {db!r}: {type(error).__name__}: {error}") from error
+
+
+def _check_database_file(db: str) -> None:
+    """A SQLite path (or ``sqlite:///`` URL) must name a SQLite file: SQLite itself would accept any file and fail
+    only at the first query, and an empty file would pass ``SELECT 1``."""
+    if db.startswith("sqlite:///"):
+        path = Path(db.removeprefix("sqlite:///").split("?", 1)[0])
+    elif "://" in db or db.lower().endswith(".duckdb"):
+        return
+    else:
+        path = Path(db)
+    if not path.is_file():
+        return  # the adapter names a missing file
+    with path.open("rb") as handle:
+        header = handle.read(16)
+    if header != b"SQLite format 3\x00":
+        what = "an empty file" if not header else "not a SQLite database (no SQLite header)"
+        raise UsageError(f"--db {db}: {what}")
 
 
 def _errors(error: ValidationError) -> str:

@@ -14,6 +14,10 @@ from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.assets.sensors import case_sensor
 
+#: In-process runs print only warnings and errors to the console; every event still goes to the instance's event
+#: log, where the Dagster UI shows it (the DEBUG stream would bury a demo's few lines of summary).
+QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
 
 @dataclass(frozen=True)
 class Tick:
@@ -41,7 +45,7 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
             deleted += request.partition_keys
     resources = defs.resources or {}
     runs = [dg.materialize(LAYERS, instance=instance, resources=resources, partition_key=request.partition_key,
-                           tags=request.tags, raise_on_error=False)
+                           tags=request.tags, raise_on_error=False, run_config=QUIET_CONSOLE)
             for request in result.run_requests or []]
     return Tick(added, deleted, runs, result.cursor)
 
@@ -49,4 +53,4 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
 def materialize_summary(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     """Recompute evaluation_summary over every stored case report."""
     return dg.materialize([*LAYERS, evaluation_summary], instance=instance, resources=defs.resources or {},
-                          selection=[evaluation_summary], raise_on_error=False)
+                          selection=[evaluation_summary], raise_on_error=False, run_config=QUIET_CONSOLE)

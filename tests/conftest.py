@@ -118,6 +118,17 @@ def serve() -> Iterator[Callable[[Callable[[int], tuple[int, Any, float]]], Chat
         server.httpd.server_close()
 
 
+def service(variable: str) -> str:
+    """The value of a service variable set by ``.ci/services.sh``; without it the test is skipped, or fails when
+    ``SQLCMP_REQUIRE_SERVICES=1`` (as in CI)."""
+    value = os.environ.get(variable)
+    if not value:
+        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
+            pytest.fail(f"{variable} is not set: run .ci/services.sh")
+        pytest.skip(f"{variable} not set (run .ci/services.sh to start the service)")
+    return value
+
+
 def spider_data_dir() -> Path:
     """The real Spider dev set: ``SQLCMP_SPIDER_DIR``, else ``../shared/data/spider`` beside the project."""
     configured = os.environ.get("SQLCMP_SPIDER_DIR")

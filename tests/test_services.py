@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
+from conftest import service
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
@@ -26,15 +27,6 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYER_EDGES = {("parsed_cases", "executions"), ("executions", "structural_diffs"),
                ("executions", "result_comparisons"), ("result_comparisons", "diagnostics"),
                ("diagnostics", "judgments"), ("judgments", "case_reports"), ("case_reports", "evaluation_summary")}
-
-
-def _service(variable: str) -> str:
-    value = os.environ.get(variable)
-    if not value:
-        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
-            pytest.fail(f"{variable} is not set: run .ci/services.sh")
-        pytest.skip(f"{variable} not set (run .ci/services.sh to start the service)")
-    return value
 
 
 def _free_port() -> int:
@@ -86,7 +78,7 @@ def test_graphql_lists_every_asset_with_its_lineage(webserver: str) -> None:
 
 
 def test_asset_graph_page_shows_the_assets_in_a_browser(webserver: str, tmp_path: Path) -> None:
-    chromium = _service("SQLCMP_TEST_CHROMIUM")
+    chromium = service("SQLCMP_TEST_CHROMIUM")
     command = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                "--disable-background-networking", "--disable-component-update", "--disable-sync",
                f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=20000", "--dump-dom",
@@ -97,7 +89,7 @@ def test_asset_graph_page_shows_the_assets_in_a_browser(webserver: str, tmp_path
 
 
 def test_postgres_run_and_event_storage(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    url = _service("SQLCMP_TEST_PG_ADMIN_URL")  # Dagster creates its tables: the owner, not the engine's role
+    url = service("SQLCMP_TEST_PG_ADMIN_URL")  # Dagster creates its tables: the owner, not the engine's role
     pytest.importorskip("dagster_postgres")
     home = tmp_path / "home"
     home.mkdir()

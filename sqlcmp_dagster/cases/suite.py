@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,8 @@ class SuiteError:
 class Suite:
     cases: list[CompareRequest]
     errors: list[SuiteError]
+    #: Files of a suite folder that are not suites (reports, configuration), with why they were left out.
+    skipped: list[str] = field(default_factory=list)
 
 
 def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
@@ -55,11 +57,20 @@ def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Su
 
 
 def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
-    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors."""
+    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors.
+
+    A file is a suite when it has a suite's suffix and its first record is a case (has ``expected_sql``). Other
+    files beside the suites, such as reports (``reports.jsonl``) or ``workspace.yaml``, are skipped and listed in
+    :attr:`Suite.skipped`, not loaded as a thousand broken cases.
+    """
     cases: list[CompareRequest] = []
     errors: list[SuiteError] = []
+    skipped: list[str] = []
     seen: dict[str, str] = {}
     for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in SUITE_SUFFIXES):
+        if not is_suite_file(path):
+            skipped.append(f"{path}: not a suite (its first record has no expected_sql)")
+            continue
         suite = load_suite(path, config_overrides)
         errors += suite.errors
         for case in suite.cases:
@@ -69,7 +80,21 @@ def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) ->
                 continue
             seen[case.case_id] = str(path)
             cases.append(case)
-    return Suite(cases, errors)
+    return Suite(cases, errors, skipped)
+
+
+def is_suite_file(path: Path) -> bool:
+    """Whether the first record of ``path`` is a case (a mapping with ``expected_sql``)."""
+    if path.suffix.lower() == ".parquet":
+        import polars as pl
+
+        try:
+            return "expected_sql" in pl.read_parquet_schema(path)
+        except Exception:  # not Parquet at all: not a suite
+            return False
+    items = _jsonl_items(path) if path.suffix.lower() == ".jsonl" else _yaml_items(path)
+    first = next(iter(items), (0, None))[1]
+    return isinstance(first, dict) and "expected_sql" in first
 
 
 def _jsonl_items(path: Path) -> Iterable[tuple[int, Any]]:
@@ -106,6 +131,7 @@ class _Broken:
 def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str, Any]) -> Suite:
     cases: list[CompareRequest] = []
     errors: list[SuiteError] = []
+    first_line: dict[str, int] = {}
     for number, item in items:
         if isinstance(item, _Broken):
             errors.append(SuiteError(str(path), number, item.message))
@@ -117,6 +143,12 @@ def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str,
         item.setdefault("case_id", f"{path.stem}:{number}")
         if overrides:
             item["config"] = {**overrides, **(item.get("config") or {})}
+        case_id = str(item["case_id"])
+        if case_id in first_line:
+            errors.append(SuiteError(str(path), number, f"duplicate case_id {case_id!r} (first on line "
+                                                        f"{first_line[case_id]}): skipped"))
+            continue
+        first_line[case_id] = number
         try:
             cases.append(CompareRequest.model_validate(item))
         except ValidationError as error:

@@ -121,9 +121,9 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     warnings = list(validation.warnings) + result.warnings + analysis.warnings
     for index, side in enumerate(validation.expected):
         warnings += _expected_failure(index, side, len(validation.expected))
+    # The attribution evidence is in explanations and diagnostic_scores.evidence already: not repeated here.
     evidence = {
         "clauses": {name: detail for name, detail in structure.clause_match.items() if not detail["match"]},
-        "attribution": diagnostics["evidence"],
         "probes": diagnostics["probes"],
         "matched_expected_index": analysis.index,
         "column_mapping": result.schema_match["column_mapping"],

@@ -1,0 +1,91 @@
+"""Reading a reports file and flattening each report into one row of the per-case table (CSV and HTML)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from sqlcmp_dagster.engine.atomic import atomic_path
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.summary import database_label
+
+#: The per-case table's columns, in order (the CSV header).
+CASE_COLUMNS = ("case_id", "outcome", "severity", "overall_score", "structure_score", "result_score",
+                "likely_source_clause", "confidence", "database", "hardness", "difficulty", "blocked_reason",
+                "error_types", "user_query", "expected_sql", "actual_sql", "explanation")
+
+
+class ReportsFileError(ValueError):
+    """A reports file that cannot be read; the message names the file and line."""
+
+
+def read_reports(path: Path) -> list[Report]:
+    """Every report of a JSONL reports file (``sqlcmp evaluate --out``), in file order."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ReportsFileError(f"{path}: {error.strerror}") from error
+    except UnicodeDecodeError as error:
+        raise ReportsFileError(f"{path}: not UTF-8 text (byte {error.start})") from error
+    reports = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            reports.append(Report.model_validate_json(line))
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "line"
+            raise ReportsFileError(f"{path}:{number}: not a report ({where}: {first['msg']})") from error
+    return reports
+
+
+def outcome(report: Report) -> str:
+    """``pass``, ``fail`` or ``invalid`` (no expected query runs: not the query under test's error)."""
+    return report.deterministic_verdict if report.validity.get("case_valid", True) else "invalid"
+
+
+def is_failed(report: Report) -> bool:
+    """What ``--only-failed`` keeps: valid cases that failed (invalid cases are not the model's failures)."""
+    return outcome(report) == "fail"
+
+
+def case_row(report: Report) -> dict[str, Any]:
+    """One report as a flat row of :data:`CASE_COLUMNS`."""
+    validation = report.metrics.get("validation") or {}
+    diagnostics = report.diagnostic_scores or {}
+    return {
+        "case_id": report.case_id,
+        "outcome": outcome(report),
+        "severity": report.severity,
+        "overall_score": round(report.overall_score, 6),
+        "structure_score": None if report.structure_score is None else round(report.structure_score, 6),
+        "result_score": None if report.result_score is None else round(report.result_score, 6),
+        "likely_source_clause": diagnostics.get("likely_source_clause"),
+        "confidence": diagnostics.get("confidence"),
+        "database": database_label(report.run_metadata.get("database")),
+        "hardness": report.run_metadata.get("hardness"),
+        "difficulty": report.run_metadata.get("difficulty"),
+        "blocked_reason": report.blocked_reason,
+        "error_types": " ".join(report.error_types),
+        "user_query": report.run_metadata.get("user_query") or "",
+        "expected_sql": validation.get("normalized_sql_expected") or "",
+        "actual_sql": validation.get("normalized_sql_actual") or "",
+        "explanation": report.explanations[0] if report.explanations else "",
+    }
+
+
+def write_csv(reports: list[Report], out: Path) -> None:
+    """The per-case table as CSV (one row per report, :data:`CASE_COLUMNS`), written atomically."""
+    with atomic_path(out) as partial, partial.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=CASE_COLUMNS)
+        writer.writeheader()
+        for report in reports:
+            writer.writerow(case_row(report))
+
+
+def find_report(reports: list[Report], case_id: str) -> Report | None:
+    return next((r for r in reports if r.case_id == case_id), None)

@@ -1,0 +1,120 @@
+"""The HTML report: one self-contained file (styles, script and SVG charts inline, nothing fetched) that opens
+offline in any browser and can be attached to a ticket or a CI artifact.
+
+It holds the summary with charts, a sortable and filterable table of cases, and per case the question, both
+queries side by side with the differing lines marked, samples of the missing and extra rows with the differing
+cells marked, the explanations and the re-execution probes. The table can be pre-filtered from the address
+(``report.html#outcome=fail&q=orders``), which also lets a headless browser test the filtering.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+import sqlglot
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from sqlcmp_dagster.engine.atomic import atomic_path
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.report import ENGINE_VERSION
+from sqlcmp_dagster.engine.summary import SEVERITIES
+from sqlcmp_dagster.reporting.cases import case_row
+
+_ENVIRONMENT = Environment(loader=PackageLoader("sqlcmp_dagster.reporting", "templates"),
+                           autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+
+
+def write_report_html(reports: list[Report], summary: dict[str, Any], out: Path, *, title: str) -> None:
+    """Write the HTML report of ``reports`` (the table and details) with ``summary`` (over the whole run)."""
+    charts = [("Outcome", {"passed": summary["passed"], "failed": summary["failed"],
+                           "invalid": summary["invalid_cases"]}),
+              ("Severity", {k: summary["severity_counts"].get(k, 0) for k in SEVERITIES}),
+              ("Likely source clause", summary["attribution_counts"])]
+    breakdowns = [(title_, rows) for key, title_ in (("per_hardness", "Per Spider hardness"),
+                                                     ("per_difficulty", "Per difficulty"),
+                                                     ("per_database", "Per database"))
+                  if (rows := summary.get(key))]
+    _write(out, "report.html", title=title, summary=summary, charts=charts, breakdowns=breakdowns,
+           cases=[case_view(r) for r in reports])
+
+
+def write_diff_html(diff: dict[str, Any], old: list[Report], new: list[Report], out: Path, *, title: str) -> None:
+    """Write the HTML page of a run-to-run diff; changed cases get the new run's details beside the old outcome."""
+    new_by_id = {r.case_id: r for r in new}
+    changed = [change for change in diff["changes"] if change["case_id"] in new_by_id]
+    breakdowns = [(t, diff[k]) for k, t in (("per_hardness", "Per Spider hardness"), ("per_database", "Per database"))
+                  if diff[k]]
+    _write(out, "diff.html", title=title, diff=diff, changes=changed, breakdowns=breakdowns,
+           cases=[case_view(new_by_id[c["case_id"]]) for c in changed], old_count=len(old), new_count=len(new))
+
+
+def _write(out: Path, template: str, **context: Any) -> None:
+    page = _ENVIRONMENT.get_template(template).render(engine_version=ENGINE_VERSION, **context)
+    with atomic_path(out) as partial:
+        partial.write_text(page, encoding="utf-8")
+
+
+def case_view(report: Report) -> dict[str, Any]:
+    """Everything the page shows about one case."""
+    row = case_row(report)
+    dialect = report.run_metadata.get("dialect") or "sqlite"
+    expected, actual = side_by_side(row["expected_sql"], row["actual_sql"], dialect)
+    evidence = report.evidence or {}
+    return {
+        "row": row,
+        "anchor": "case-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in report.case_id),
+        "expected_lines": expected,
+        "actual_lines": actual,
+        "differing_clauses": sorted((evidence.get("clauses") or {}).keys()),
+        "explanations": report.explanations,
+        "warnings": report.warnings,
+        "probes": evidence.get("probes") or [],
+        "samples": result_samples(report),
+    }
+
+
+def side_by_side(expected: str, actual: str, dialect: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
+    """Both queries pretty-printed one clause a line, each line paired with whether it differs from the other side.
+
+    >>> side_by_side("SELECT a FROM t WHERE x > 1", "SELECT a FROM t WHERE x >= 1", "sqlite")[1]
+    [('SELECT', False), ('  a', False), ('FROM t', False), ('WHERE', False), ('  x >= 1', True)]
+    """
+    left, right = _pretty(expected, dialect), _pretty(actual, dialect)
+    left_changed, right_changed = [True] * len(left), [True] * len(right)
+    for block in difflib.SequenceMatcher(a=left, b=right, autojunk=False).get_matching_blocks():
+        for offset in range(block.size):
+            left_changed[block.a + offset] = right_changed[block.b + offset] = False
+    return list(zip(left, left_changed)), list(zip(right, right_changed))
+
+
+def _pretty(sql: str, dialect: str) -> list[str]:
+    if not sql:
+        return []
+    try:
+        return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0].splitlines()
+    except (sqlglot.errors.SqlglotError, ValueError, RecursionError):  # shown as given when it does not re-print
+        return sql.splitlines()
+
+
+def result_samples(report: Report) -> dict[str, Any] | None:
+    """The missing (expected, not returned) and extra (returned, not expected) sample rows, each cell paired with
+    whether it differs from the most similar row of the other sample: where a row is nearly right, the wrong
+    cells stand out."""
+    mismatch = report.mismatch_map or {}
+    missing = mismatch.get("missing_rows_sample") or []
+    extra = mismatch.get("extra_rows_sample") or []
+    if not missing and not extra:
+        return None
+    columns = list(((mismatch.get("per_column") or {}).get("attributes") or {}).keys())
+    return {"columns": columns, "missing": _marked(missing, extra), "extra": _marked(extra, missing)}
+
+
+def _marked(rows: list[list[Any]], others: list[list[Any]]) -> list[list[tuple[Any, bool]]]:
+    marked = []
+    for row in rows:
+        closest = max(others, key=lambda other: sum(a == b for a, b in zip(row, other)), default=None)
+        marked.append([(value, closest is None or index >= len(closest) or closest[index] != value)
+                       for index, value in enumerate(row)])
+    return marked

@@ -1,0 +1,163 @@
+"""What people read after a run: CSV, --only-failed, show, diff with McNemar's test, the HTML report in a real
+browser, progress lines, and the exit statuses."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import service
+from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.reporting.diff import mcnemar_exact
+
+CASES = [  # (case id, expected, actual in the old run, actual in the new run)
+    ("keeps_passing", "SELECT name FROM products", "SELECT name FROM products", "SELECT name FROM products"),
+    ("regresses", "SELECT name FROM products WHERE price > 17", "SELECT name FROM products WHERE price > 17",
+     "SELECT name FROM products WHERE price >= 17"),
+    ("gets_fixed", "SELECT count(*) FROM orders", "SELECT count(*) FROM customers", "SELECT count(*) FROM orders"),
+    ("broken_gold", "SELECT nope FROM nowhere", "SELECT 1", "SELECT 1"),
+]
+
+
+def _suite(path: Path, run: int) -> Path:
+    path.write_text("".join(json.dumps({"case_id": case_id, "user_query": f"question {case_id}", "expected_sql": gold,
+                                        "actual_sql": (old, new)[run], "db": "shop"}) + "\n"
+                            for case_id, gold, old, new in CASES), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> dict[str, Path]:
+    """Two evaluated runs of the same cases: one case regresses, one is fixed, one is invalid in both."""
+    folder = tmp_path_factory.mktemp("runs")
+    paths = {}
+    for run, name in enumerate(("old", "new")):
+        paths[name] = folder / f"{name}.jsonl"
+        assert main(["evaluate", str(_suite(folder / f"{name}_suite.jsonl", run)), "--db-dir", str(sample_dir),
+                     "--out", str(paths[name]), "--quiet"]) == 1
+    return paths
+
+
+def test_csv_and_only_failed(runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(runs["new"]), "--csv", str(tmp_path / "all.csv")]) == 0
+    with (tmp_path / "all.csv").open(encoding="utf-8", newline="") as handle:
+        rows = {row["case_id"]: row for row in csv.DictReader(handle)}
+    assert [rows[c]["outcome"] for c, *_ in CASES] == ["pass", "fail", "pass", "invalid"]
+    assert rows["regresses"]["likely_source_clause"] == "selection_predicate"
+    assert rows["regresses"]["user_query"] == "question regresses" and rows["regresses"]["hardness"] == "easy"
+    capsys.readouterr()
+    assert main(["report", str(runs["new"]), "--only-failed", "--csv", str(tmp_path / "failed.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "failed cases (1):\n  regresses: fail (moderate issue)" in out
+    with (tmp_path / "failed.csv").open(encoding="utf-8", newline="") as handle:
+        assert [row["case_id"] for row in csv.DictReader(handle)] == ["regresses"]  # invalid is not a failure
+
+
+def test_show_one_case_and_version(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["show", "broken_gold", "--reports", str(runs["new"])]) == 0
+    assert capsys.readouterr().out.startswith("case broken_gold: INVALID (no expected query parses and executes)")
+    assert main(["show", "nope", "--reports", str(runs["new"])]) == 2
+    assert "has no case 'nope'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert re.fullmatch(r"sqlcmp \S+\n", capsys.readouterr().out)
+
+
+def test_diff_counts_regressions_and_gates_ci(runs: dict[str, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["diff", str(runs["old"]), str(runs["new"]), "--json-out", str(tmp_path / "diff.json")]
+    assert main(args) == 0  # a regression alone does not fail the command ...
+    assert main(args + ["--fail-on-regression", "--html", str(tmp_path / "diff.html")]) == 1  # ... unless asked
+    out = capsys.readouterr().out
+    assert "3 cases valid in both runs: pass rate 66.7% -> 66.7% (2 -> 2); 1 regressed, 1 fixed" in out
+    diff = json.loads((tmp_path / "diff.json").read_text(encoding="utf-8"))
+    assert (diff["regressed"], diff["fixed"], diff["mcnemar_p_value"]) == (["regresses"], ["gets_fixed"], 1.0)
+    assert diff["severity_changes"] == {"pass -> moderate issue": 1, "major issue -> pass": 1}
+    page = (tmp_path / "diff.html").read_text(encoding="utf-8")
+    assert 'data-outcome="regressed"' in page and 'data-outcome="fixed"' in page
+
+
+@pytest.mark.parametrize(("regressed", "fixed", "p_value"), [
+    (0, 5, 0.0625),  # 2 * 0.5**5
+    (2, 10, 2 * (1 + 12 + 66) / 4096),  # binomial(12, 1/2): P(X <= 2), doubled
+    (3, 3, 1.0),
+])
+def test_mcnemar_exact_is_the_two_sided_binomial_test(regressed: int, fixed: int, p_value: float) -> None:
+    assert mcnemar_exact(regressed, fixed) == pytest.approx(p_value, rel=1e-12)
+    assert mcnemar_exact(fixed, regressed) == mcnemar_exact(regressed, fixed)
+
+
+def test_progress_lines_when_not_a_terminal_and_quiet(tmp_path: Path, sample_dir: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({"case_id": f"c{i}", "expected_sql": f"SELECT {i}", "actual_sql": f"SELECT {i}",
+                                         "db": "shop"}) + "\n" for i in range(20)), encoding="utf-8")
+    base = ["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(tmp_path / "r.jsonl")]
+    assert main(base) == 0
+    lines = capsys.readouterr().err.splitlines()  # captured stderr is not a terminal: plain lines, one per tenth
+    assert len(lines) == 10 and lines[-1].startswith("[20/20] 100%")
+    assert all(re.fullmatch(r"\[\d+/20\] +\d+%  [\d.]+ cases/s  ETA \d+:\d\d", line) for line in lines)
+    assert main(base + ["--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_exit_statuses_for_invalid_cases_missing_databases_and_non_databases(
+        tmp_path: Path, sample_dir: Path, sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = ["compare", "--db", str(sample_db), "--expected-sql", "SELECT nope FROM nowhere", "--actual-sql", "SELECT 1"]
+    assert main(broken) == 3
+    assert capsys.readouterr().out.startswith("case cli: INVALID")
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"case_id": "a", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "gone"}\n'
+                     '{"case_id": "b", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "gone"}\n',
+                     encoding="utf-8")
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(tmp_path / "r.jsonl")]) == 3
+    assert f"database 'gone' not found under {sample_dir}: its 2 cases will be invalid" in capsys.readouterr().err
+    not_a_database = tmp_path / "notes.sqlite"
+    not_a_database.write_text("just text", encoding="utf-8")
+    for target in (str(not_a_database), f"sqlite:///{not_a_database}"):
+        assert main(["compare", "--db", target, "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1"]) == 2
+        assert "not a SQLite database" in capsys.readouterr().err
+
+
+def test_duplicate_case_ids_are_reported(tmp_path: Path, sample_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"case_id": "a", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n'
+                     '{"case_id": "a", "expected_sql": "SELECT 2", "actual_sql": "SELECT 2", "db": "shop"}\n',
+                     encoding="utf-8")
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert f"{suite}:2: duplicate case_id 'a' (first on line 1): skipped" in capsys.readouterr().err
+    assert len((tmp_path / "r.jsonl").read_text(encoding="utf-8").splitlines()) == 1
+
+
+def test_html_report_filters_in_a_headless_browser(runs: dict[str, Path], tmp_path: Path) -> None:
+    chromium = service("SQLCMP_TEST_CHROMIUM")
+    page = tmp_path / "report.html"
+    assert main(["report", str(runs["new"]), "--html", str(page)]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert "http://" not in text and "https://" not in text  # self-contained: nothing is fetched
+    flags = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+             "--disable-background-networking", "--disable-component-update", f"--user-data-dir={tmp_path / 'p'}",
+             "--virtual-time-budget=5000", "--window-size=1280,1600"]
+    screenshot = tmp_path / "report.png"
+    subprocess.run([*flags, f"--screenshot={screenshot}", page.as_uri() + "#outcome=fail"], capture_output=True,
+                   timeout=120, check=True)
+    assert screenshot.stat().st_size > 10_000 and screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    def visible_rows(fragment: str) -> set[str]:
+        dom = subprocess.run([*flags, "--dump-dom", page.as_uri() + fragment], capture_output=True, text=True,
+                             timeout=120, check=True).stdout
+        rows = re.findall(r'<tr data-outcome="\w+" data-group="\w+"[^>]*?( hidden(?:="")?)?>\s*<td><a href="#case-(\w+)"',
+                          dom)
+        assert len(rows) == len(CASES), dom[:2000]
+        return {case_id for hidden, case_id in rows if not hidden}
+
+    assert visible_rows("") == {c for c, *_ in CASES}
+    assert visible_rows("#outcome=fail") == {"regresses"}
+    assert visible_rows("#outcome=pass&q=fixed") == {"gets_fixed"}
+    assert visible_rows("#q=price") == {"regresses"}  # the search reaches the question and the SQL
