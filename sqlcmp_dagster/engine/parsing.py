@@ -350,13 +350,29 @@ _TOKEN_REPR = re.compile(r"<Token token_type: TokenType\.(\w+), text: (.*?), lin
 
 
 def _parse_message(error: ParseError) -> str:
-    """sqlglot's first error as a person reads it: what was expected, the token found, line and column."""
+    """sqlglot's first error as a person reads it: what was expected, the token found, line and column.
+
+    >>> parse("SELECT * FROM t WHERE", "sqlite").error
+    'incomplete WHERE: something required after it is missing (line 1, column 21)'
+    """
     if not error.errors:
         return _first_line(str(error))
     first = error.errors[0]
     description = _TOKEN_REPR.sub(
         lambda m: "end of input" if m.group(1) == "SENTINEL" else repr(m.group(2)), first["description"])
+    description = _MISSING_PART.sub(lambda m: f"incomplete {_NODE_WORDS.get(m.group(2), m.group(2).upper())}: "
+                                              "something required after it is missing", description)
     return f"{description} (line {first['line']}, column {first['col']})"
+
+
+#: sqlglot's "Required keyword: 'this' missing for <class 'sqlglot.expressions.query.Where'>" names its own
+#: classes; people read the SQL keyword instead (``SELECT * FROM t WHERE`` is an incomplete WHERE).
+_MISSING_PART = re.compile(r"Required keyword: '(\w+)' missing for <class '[\w.]*?\.?(\w+)'>")
+_NODE_WORDS = {"Where": "WHERE", "Having": "HAVING", "Group": "GROUP BY", "Order": "ORDER BY", "Join": "JOIN",
+               "Limit": "LIMIT", "Offset": "OFFSET", "Select": "SELECT", "From": "FROM", "Ordered": "ORDER BY",
+               "Alias": "AS", "In": "IN", "Between": "BETWEEN", "Case": "CASE", "If": "CASE WHEN",
+               "Cast": "CAST", "Subquery": "subquery", "Union": "UNION", "Except": "EXCEPT",
+               "Intersect": "INTERSECT"}
 
 
 def _first_line(message: str) -> str:
