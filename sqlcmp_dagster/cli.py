@@ -84,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     target.add_argument("--db", help="database for cases that name none (URL or SQLite path)")
     batch.add_argument("--out", type=Path, required=True, help="output JSONL file, one report per case")
     batch.add_argument("--workers", type=int, default=1,
-                       help="cases evaluated at once, in threads sharing each database (default 1)")
+                       help="worker processes evaluating cases at once (default 1: in this process)")
     batch.add_argument("--summary-out", type=Path, help="also write the summary as JSON here")
     _output_options(batch)
     batch.add_argument("--quiet", action="store_true",
