@@ -465,11 +465,13 @@ def _export_reports(folder: Path, out: Path) -> None:
     """Every stored case report as one JSONL file, in case-id order."""
     import polars as pl
 
+    from sqlcmp_dagster.engine.records import reports_from_frame
+
     frames = [pl.read_parquet(p) for p in sorted(folder.glob("*.parquet"))]
     with out.open("w", encoding="utf-8") as handle:
         for frame in frames:
-            for text in frame["report"]:
-                handle.write(text + "\n")
+            for report in reports_from_frame(frame):
+                handle.write(report.model_dump_json() + "\n")
 
 
 def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int, *,

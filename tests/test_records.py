@@ -8,13 +8,18 @@ import pytest
 
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
-from sqlcmp_dagster.engine.pipeline import Evaluator, choose, result_layer, structural_layer, validate
-from sqlcmp_dagster.engine.records import (result_from_record, result_record, structure_from_record,
-                                           structure_record, validation_from_record, validation_record)
+from sqlcmp_dagster.engine.pipeline import Evaluator, choose, diagnostic_layer, result_layer, structural_layer, \
+    validate
+import polars as pl
+
+from sqlcmp_dagster.engine.records import (DIAGNOSTICS, RESULT, STRUCTURE, diagnostics_from_row, diagnostics_row,
+                                           result_from_row, result_row, structure_from_row, structure_row,
+                                           validation_from_record, validation_record)
 
 
 @pytest.mark.parametrize("case_id", ["fail_filter", "pass_pre_materialized", "exec_missing_column", "parse_failure",
-                                     "pass_multiple_expected"])
+                                     "pass_multiple_expected", "fail_missing_column", "fail_rounding",
+                                     "fail_date_filter"])
 def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
     case = next(c for c in load_suite(sample_suite_path()).cases if c.case_id == case_id)
     evaluator = Evaluator(db_dir=sample_dir)
@@ -32,9 +37,19 @@ def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
             assert before.relation.frame.equals(after.relation.frame) and before.relation.names == after.relation.names
     if not restored.runnable() or not validation.actual.executed_ok:
         return
-    for structure in structural_layer(restored).values():
-        assert structure_from_record(structure_record(structure)) == structure
+    structures = structural_layer(restored)
+    for index, structure in structures.items():
+        assert structure_from_row(_stored(structure_row(index, structure), STRUCTURE)) == structure
     results = result_layer(restored)
-    assert choose(results) == choose(result_layer(validation))
-    for result in results.values():
-        assert result_from_record(result_record(result)) == result
+    index = choose(results)
+    assert index == choose(result_layer(validation))
+    for number, result in results.items():
+        assert result_from_row(_stored(result_row(number, result), RESULT)) == result
+    found, _ = diagnostic_layer(restored, index, structures[index], results[index], database)
+    stored = pl.DataFrame([diagnostics_row(found)], schema=DIAGNOSTICS).row(0, named=True)
+    assert diagnostics_from_row(stored) == found
+
+
+def _stored(value: dict[str, object], dtype: pl.DataType) -> dict[str, object]:
+    """``value`` after a trip through a polars column of ``dtype`` (what the layer tables store)."""
+    return pl.Series([value], dtype=dtype).to_list()[0]

@@ -19,6 +19,7 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
@@ -128,7 +129,7 @@ def test_supersql_through_dagster_matches_the_cli(spider_suites: dict[str, Path]
         assert summary_run.success
         summary = summary_run.output_for_node("evaluation_summary")
     stored = {r.case_id: r for f in (pl.read_parquet(p) for p in (tmp_path / "store" / "case_reports").glob("*.parquet"))
-              for r in (Report.model_validate_json(t) for t in f["report"])}
+              for r in reports_from_frame(f)}
     evaluator = Evaluator(db_dir=spider_suites["db_dir"])
     try:
         library = {r.case_id: r for r in evaluator.evaluate_all(load_suite(cases_dir / "spider.jsonl").cases)}

@@ -17,7 +17,8 @@ from sqlcmp_dagster.contracts import contract_check, contract_spec
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Validation, finish_timings
-from sqlcmp_dagster.engine.records import result_from_record, structure_from_record, validation_from_record
+from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
+    validation_from_record
 from sqlcmp_dagster.engine.report import ENGINE_VERSION, Analysis, blocked_report, build_report, fault_report
 
 #: One partition per case id, added and removed by the case sensor as suite files change.
@@ -39,7 +40,8 @@ def layer_asset(name: str, **kwargs: Any) -> Callable[[Callable[..., pl.DataFram
         def run(*args: Any, **inner: Any) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
             frame = compute(*args, **inner)
             faults = frame.filter(pl.col("fault").is_not_null()).height if "fault" in frame.columns else 0
-            yield dg.Output(frame, metadata={"cases": frame.height, "faults": faults})
+            yield dg.Output(frame, metadata={"cases": frame.height, "faults": faults,
+                                             "dagster/column_schema": table_schema(frame.schema)})
             yield contract_check(name, frame)
 
         run.__signature__ = inspect.signature(compute).replace(  # type: ignore[attr-defined]
@@ -57,6 +59,16 @@ def layer_asset(name: str, **kwargs: Any) -> Callable[[Callable[..., pl.DataFram
         )(run)
 
     return decorate
+
+
+def table_schema(schema: pl.Schema) -> dg.TableSchema:
+    """The column schema Dagster shows for an asset: each column with its polars type (nested types spelled
+    out, e.g. ``List(Struct({'clause': String, ...}))``).
+
+    >>> table_schema(pl.Schema({"case_id": pl.Utf8, "evidence": pl.List(pl.Utf8)})).columns[1].type
+    'List(String)'
+    """
+    return dg.TableSchema(columns=[dg.TableColumn(name, str(dtype)) for name, dtype in schema.items()])
 
 
 def per_case(frame: pl.DataFrame, compute: Callable[[dict[str, Any]], dict[str, Any]],
@@ -99,6 +111,10 @@ def to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+def chosen(alternatives: list[dict[str, Any]], index: int) -> dict[str, Any]:
+    """The stored comparison (a ``structures`` or ``results`` entry) against expected alternative ``index``."""
+    return next(entry for entry in alternatives if entry["expected_index"] == index)
+
 
 def report_from_layers(row: dict[str, Any]) -> Report:
     """The deterministic report from the stored layers (a row of executions, structural_diffs,
@@ -116,12 +132,12 @@ def report_from_layers(row: dict[str, Any]) -> Report:
         # order the frames are joined (see joined()).
         analysis = Analysis(
             index=index,
-            structure=structure_from_record(json.loads(row["structures"])[str(index)]),
-            result=result_from_record(json.loads(row["results"])[str(index)]),
+            structure=structure_from_row(chosen(row["structures"], index)),
+            result=result_from_row(chosen(row["results"], index)),
             alternatives=len(validation.expected),
-            diagnostics=json.loads(row["diagnostics"]),
-            performance=json.loads(row["performance"]) if row["performance"] else None,
-            warnings=json.loads(row["performance_warnings"] or "[]"),
+            diagnostics=diagnostics_from_row(row),
+            performance=row["performance"],
+            warnings=list(row["performance_warnings"] or []),
             timings=timings,
         )
         report = build_report(validation, analysis)
@@ -131,15 +147,11 @@ def report_from_layers(row: dict[str, Any]) -> Report:
     return report
 
 
-def outcome_to_text(outcome: JudgeOutcome) -> str:
-    return to_json({"judgment": outcome.judgment.model_dump() if outcome.judgment else None,
-                    "metadata": outcome.metadata, "warnings": outcome.warnings, "skipped": outcome.skipped})
-
-
-def outcome_from_text(text: str | None) -> JudgeOutcome:
-    """The stored judgment; a case without one (judge disabled) reads as skipped by policy."""
-    if not text:
+def outcome_of(row: dict[str, Any]) -> JudgeOutcome:
+    """The stored judgment of a ``judgments`` row; a case without one (judge disabled) reads as skipped by
+    policy."""
+    if row["status"] in (None, "disabled"):
         return JudgeOutcome(None, {}, skipped="judge disabled for this deployment")
-    data = json.loads(text)
-    judgment = Judgment.model_validate(data["judgment"]) if data["judgment"] else None
-    return JudgeOutcome(judgment, data["metadata"], data["warnings"], data["skipped"])
+    judgment = Judgment.model_validate(row["judgment"]) if row["judgment"] else None
+    return JudgeOutcome(judgment, json.loads(row["judge_metadata"] or "{}"), list(row["judge_warnings"] or []),
+                        row["skipped"])

@@ -8,7 +8,7 @@ import dagster as dg
 import polars as pl
 
 from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
-from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.summary import summarize
 
 
@@ -17,7 +17,7 @@ from sqlcmp_dagster.engine.summary import summarize
           automation_condition=dg.AutomationCondition.eager(),
           description="Pass rate, severity, attribution and invalid-case counts over all case reports.")
 def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataFrame) -> dict[str, Any]:
-    reports = [Report.model_validate_json(text) for text in case_reports["report"]] if case_reports.height else []
+    reports = reports_from_frame(case_reports)
     summary = summarize(reports)
     context.add_output_metadata({
         "pass_rate": summary["pass_rate"] if summary["pass_rate"] is not None else float("nan"),

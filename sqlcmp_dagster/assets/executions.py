@@ -5,14 +5,13 @@ from typing import Any
 import polars as pl
 
 from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
+from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.pipeline import execute_layer
 from sqlcmp_dagster.engine.records import validation_record
 from sqlcmp_dagster.engine.report import blocked_by
 from sqlcmp_dagster.resources import DatabaseResource
 
-SCHEMA = {"validation": pl.Utf8, "relations": pl.List(pl.Binary), "execution_success_actual": pl.Boolean,
-          "execution_success_expected": pl.Boolean, "execution_time_actual_ms": pl.Float64,
-          "error_category_actual": pl.Utf8, "blocked_reason": pl.Utf8}
+SCHEMA = frame_schema("executions")
 
 
 @layer_asset("executions", description="Results, timings, schemas and mapped errors of both queries.")
@@ -28,7 +27,7 @@ def executions(parsed_cases: pl.DataFrame, database: DatabaseResource) -> pl.Dat
                 "execution_success_expected": any(s.executed_ok for s in validation.expected)
                 if any(s.execution for s in validation.expected) else None,
                 "execution_time_actual_ms": actual.elapsed_ms if actual else None,
-                "error_category_actual": actual.error.category if actual and actual.error else None,
+                "execution_error_actual": actual.error.model_dump() if actual and actual.error else None,
                 "blocked_reason": blocked_by(validation)}
 
     return per_case(parsed_cases, execute_case, SCHEMA)

@@ -7,13 +7,12 @@ import polars as pl
 
 from sqlcmp_dagster.assets.common import cases_partitions, layer_asset, per_case
 from sqlcmp_dagster.cases.suite import case_version
+from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.pipeline import parse_layer, resolve_dialect
 from sqlcmp_dagster.engine.records import validation_record
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
-SCHEMA = {"case_hash": pl.Utf8, "dialect": pl.Utf8, "validation": pl.Utf8, "relations": pl.List(pl.Binary),
-          "parse_success_actual": pl.Boolean, "parse_success_expected": pl.Boolean,
-          "normalized_sql_actual": pl.Utf8}
+SCHEMA = frame_schema("parsed_cases")
 
 
 @layer_asset("parsed_cases", description="Both queries of each case parsed into ASTs and canonical SQL.")

@@ -4,13 +4,13 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.assets.common import layer_asset, per_case, to_json, validation_of
+from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
 from sqlcmp_dagster.engine.pipeline import choose, result_layer
-from sqlcmp_dagster.engine.records import result_record
+from sqlcmp_dagster.contracts.schemas import frame_schema
+from sqlcmp_dagster.engine.records import result_row
 from sqlcmp_dagster.resources import DatabaseResource
 
-SCHEMA = {"results": pl.Utf8, "chosen_index": pl.Int64, "mode_pass": pl.Boolean, "row_overlap": pl.Float64,
-          "cell_overlap": pl.Float64}
+SCHEMA = frame_schema("result_comparisons")
 
 
 @layer_asset("result_comparisons", description="Bag/ordered comparison, overlaps, tolerance and NULL checks.")
@@ -22,7 +22,7 @@ def result_comparisons(executions: pl.DataFrame, database: DatabaseResource) -> 
         adapter, _ = database.open(validation.request)
         results = result_layer(validation, adapter)
         index = choose(results)
-        return {"results": to_json({str(i): result_record(r) for i, r in results.items()}), "chosen_index": index,
+        return {"results": [result_row(i, r) for i, r in results.items()], "chosen_index": index,
                 "mode_pass": results[index].mode_pass, "row_overlap": results[index].row_overlap,
                 "cell_overlap": results[index].cell_overlap}
 

@@ -4,11 +4,12 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.assets.common import layer_asset, per_case, to_json, validation_of
+from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
 from sqlcmp_dagster.engine.pipeline import structural_layer
-from sqlcmp_dagster.engine.records import structure_record
+from sqlcmp_dagster.contracts.schemas import frame_schema
+from sqlcmp_dagster.engine.records import structure_row
 
-SCHEMA = {"structures": pl.Utf8, "normalized_sql_match": pl.Boolean, "clause_weighted_distance": pl.Float64}
+SCHEMA = frame_schema("structural_diffs")
 
 
 @layer_asset("structural_diffs", description="Clause-by-clause AST comparison of actual and expected.")
@@ -18,7 +19,7 @@ def structural_diffs(executions: pl.DataFrame) -> pl.DataFrame:
             return {}
         structures = structural_layer(validation_of(row))
         first = structures[min(structures)]
-        return {"structures": to_json({str(i): structure_record(s) for i, s in structures.items()}),
+        return {"structures": [structure_row(i, s) for i, s in structures.items()],
                 "normalized_sql_match": first.normalized_sql_match,
                 "clause_weighted_distance": first.clause_weighted_distance}
 

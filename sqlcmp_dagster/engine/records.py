@@ -15,12 +15,13 @@ from typing import Any
 import polars as pl
 from sqlglot import exp
 
+from sqlcmp_dagster.engine.diagnostics import SCORES
 from sqlcmp_dagster.engine.execution import Execution, Relation
-from sqlcmp_dagster.engine.models import CompareRequest, ExecutionError
+from sqlcmp_dagster.engine.models import CompareRequest, ExecutionError, Report
 from sqlcmp_dagster.engine.parsing import ParseOutcome
 from sqlcmp_dagster.engine.pipeline import Side, Validation
 from sqlcmp_dagster.engine.results import ColumnStats, ResultComparison
-from sqlcmp_dagster.engine.structure import StructuralComparison
+from sqlcmp_dagster.engine.structure import CLAUSE_WEIGHTS, StructuralComparison
 
 
 def validation_record(validation: Validation) -> tuple[str, list[bytes]]:
@@ -49,24 +50,6 @@ def validation_from_record(text: str, frames: list[bytes]) -> Validation:
         warnings=list(payload["warnings"]),
         timings=dict(payload["timings"]),
     )
-
-
-def structure_record(structure: StructuralComparison) -> dict[str, Any]:
-    return structure.metrics()
-
-
-def structure_from_record(record: dict[str, Any]) -> StructuralComparison:
-    return StructuralComparison(**record)
-
-
-def result_record(result: ResultComparison) -> dict[str, Any]:
-    return dataclasses.asdict(result)
-
-
-def result_from_record(record: dict[str, Any]) -> ResultComparison:
-    fields = dict(record)
-    fields["columns"] = [ColumnStats(**c) for c in fields["columns"]]
-    return ResultComparison(**fields)
 
 
 def _side_payload(side: Side) -> dict[str, Any]:
@@ -109,3 +92,181 @@ def _frame_bytes(relation: Relation | None) -> bytes:
     buffer = io.BytesIO()
     relation.frame.write_ipc(buffer)
     return buffer.getvalue()
+
+
+# --- Typed layer tables -------------------------------------------------------------------------------------
+# The polars types under which the Dagster layer assets store each layer's metrics, named as in the glossary:
+# a user can query the store directly (e.g. ``structures[1].clause_match.ordering.match``). Maps keyed by
+# names the data chooses (columns of a result) become lists of structs with the key as a field; sampled result
+# rows, whose values have any type, are JSON arrays (one string per row).
+
+_TEXTS = pl.List(pl.Utf8)
+CLAUSE_DETAIL = pl.Struct({"match": pl.Boolean, "similarity": pl.Float64, "expected": _TEXTS, "actual": _TEXTS})
+#: One structural comparison (``metrics.structure``) against expected alternative ``expected_index``.
+STRUCTURE = pl.Struct({"expected_index": pl.Int64, "normalized_sql_match": pl.Boolean,
+                       "clause_match": pl.Struct({name: CLAUSE_DETAIL for name in CLAUSE_WEIGHTS}),
+                       "clause_weighted_distance": pl.Float64})
+COLUMN_PAIR = pl.Struct({"expected": pl.Utf8, "actual": pl.Utf8})
+SCHEMA_MATCH = pl.Struct({"match": pl.Boolean, "attribute_count_match": pl.Boolean, "expected_attributes": _TEXTS,
+                          "actual_attributes": _TEXTS, "names_match": pl.Boolean, "types_match": pl.Boolean,
+                          "order_match": pl.Boolean, "column_mapping": pl.List(COLUMN_PAIR),
+                          "missing_attributes": _TEXTS, "extra_attributes": _TEXTS})
+CARDINALITY_MATCH = pl.Struct({"expected_rows": pl.Int64, "actual_rows": pl.Int64, "delta": pl.Int64,
+                               "ratio": pl.Float64, "match": pl.Boolean})
+NUMERIC_TOLERANCE_MATCH = pl.Struct({"atol": pl.Float64, "rtol": pl.Float64, "numeric_columns": _TEXTS,
+                                     "compared_cells": pl.Int64, "within_tolerance_cells": pl.Int64,
+                                     "outside_tolerance_cells": pl.Int64, "max_abs_diff": pl.Float64,
+                                     "match": pl.Boolean})
+COLUMN_STATS = pl.Struct({"name": pl.Utf8, "actual_index": pl.Int64, "actual_name": pl.Utf8, "numeric": pl.Boolean,
+                          "compared": pl.Int64, "mismatched": pl.Int64, "null_mismatched": pl.Int64,
+                          "within_tolerance": pl.Int64, "max_abs_diff": pl.Float64, "max_rel_diff": pl.Float64})
+#: One result comparison (the ``metrics.result`` family and what Layer 4 reads) against ``expected_index``.
+RESULT = pl.Struct({"expected_index": pl.Int64, "comparison_mode": pl.Utf8, "mode_pass": pl.Boolean,
+                    "bag_pass": pl.Boolean, "ordered_pass": pl.Boolean, "schema_match": SCHEMA_MATCH,
+                    "row_overlap": pl.Float64, "cell_overlap": pl.Float64, "cardinality_match": CARDINALITY_MATCH,
+                    "numeric_tolerance_match": NUMERIC_TOLERANCE_MATCH, "null_handling_match": pl.Boolean,
+                    "columns": pl.List(COLUMN_STATS), "matched_rows": pl.Int64, "bag_matched_rows": pl.Int64,
+                    "missing_rows": _TEXTS, "extra_rows": _TEXTS, "extra_columns": _TEXTS, "vacuous": pl.Boolean,
+                    "ties_checked": pl.Boolean, "tie_ambiguous": pl.Boolean, "warnings": _TEXTS})
+COLUMN_MISMATCH = pl.Struct({"attribute": pl.Utf8, "actual_attribute": pl.Utf8, "status": pl.Utf8,
+                             "compared_cells": pl.Int64, "mismatched_cells": pl.Int64, "null_mismatches": pl.Int64,
+                             "mismatch_rate": pl.Float64, "severity": pl.Utf8, "within_tolerance_cells": pl.Int64,
+                             "max_abs_diff": pl.Float64})
+PER_COLUMN_MISMATCH_MAP = pl.Struct({"attributes": pl.List(COLUMN_MISMATCH), "extra_attributes": _TEXTS})
+PROBE = pl.Struct({"clause": pl.Utf8, "passed": pl.Boolean, "sql": pl.Utf8})
+#: Layer 4 (``metrics.diagnostics`` with the attribution, probes and evidence), one column per metric.
+DIAGNOSTICS: dict[str, pl.DataType] = {
+    **{name: pl.Float64() for name in SCORES}, "ordering_error_flag": pl.Boolean(),
+    "cardinality_explosion_flag": pl.Boolean(), "per_column_mismatch_map": PER_COLUMN_MISMATCH_MAP,
+    "likely_source_clause": pl.Utf8(), "confidence": pl.Float64(), "evidence_strength": pl.Utf8(),
+    "ambiguous_case": pl.Boolean(), "probes": pl.List(PROBE), "evidence": _TEXTS}
+PERFORMANCE = pl.Struct({"execution_time_ratio": pl.Float64, "resource_cost_score": pl.Float64,
+                         "plan_complexity_score": pl.Float64, "plan_complexity_expected": pl.Float64})
+EXECUTION_ERROR = pl.Struct({"category": pl.Utf8, "message": pl.Utf8})
+
+
+def structure_row(index: int, structure: StructuralComparison) -> dict[str, Any]:
+    """A structural comparison as a value of :data:`STRUCTURE`."""
+    return {"expected_index": index, **structure.metrics()}
+
+
+def structure_from_row(row: dict[str, Any]) -> StructuralComparison:
+    return StructuralComparison(normalized_sql_match=row["normalized_sql_match"],
+                                clause_match={name: dict(detail) for name, detail in row["clause_match"].items()},
+                                clause_weighted_distance=row["clause_weighted_distance"])
+
+
+def result_row(index: int, result: ResultComparison) -> dict[str, Any]:
+    """A result comparison as a value of :data:`RESULT`."""
+    fields = dataclasses.asdict(result)
+    schema = dict(fields["schema_match"])
+    schema["column_mapping"] = [{"expected": k, "actual": v} for k, v in schema["column_mapping"].items()]
+    return {"expected_index": index, **fields, "schema_match": schema,
+            "missing_rows": [_json_row(r) for r in result.missing_rows],
+            "extra_rows": [_json_row(r) for r in result.extra_rows]}
+
+
+def result_from_row(row: dict[str, Any]) -> ResultComparison:
+    fields = {k: v for k, v in row.items() if k != "expected_index"}
+    schema = dict(fields["schema_match"])
+    schema["column_mapping"] = {pair["expected"]: pair["actual"] for pair in schema["column_mapping"]}
+    return ResultComparison(**{**fields, "schema_match": schema,
+                               "cardinality_match": dict(fields["cardinality_match"]),
+                               "numeric_tolerance_match": dict(fields["numeric_tolerance_match"]),
+                               "columns": [ColumnStats(**c) for c in fields["columns"]],
+                               "missing_rows": [json.loads(r) for r in fields["missing_rows"]],
+                               "extra_rows": [json.loads(r) for r in fields["extra_rows"]]})
+
+
+def diagnostics_row(found: dict[str, Any]) -> dict[str, Any]:
+    """Layer 4's output as the columns of :data:`DIAGNOSTICS` (the per-column map as a list by attribute)."""
+    column_map = found["per_column_mismatch_map"]
+    return {**found, "per_column_mismatch_map": {
+        "attributes": [{"attribute": name, **detail} for name, detail in column_map["attributes"].items()],
+        "extra_attributes": column_map["extra_attributes"]}}
+
+
+def diagnostics_from_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`diagnostics_row`; a map entry keeps only the keys the engine gave it (the numeric
+    ones only on numeric columns, the counts only on columns the actual result has)."""
+    column_map = row["per_column_mismatch_map"]
+    attributes = {}
+    for entry in column_map["attributes"]:
+        detail = {k: v for k, v in entry.items() if k != "attribute"}
+        if detail["status"] == "missing":
+            detail = {k: detail[k] for k in ("actual_attribute", "status", "mismatch_rate", "severity")}
+        elif detail["within_tolerance_cells"] is None:
+            del detail["within_tolerance_cells"], detail["max_abs_diff"]
+        attributes[entry["attribute"]] = detail
+    return {**{name: row[name] for name in DIAGNOSTICS},
+            "per_column_mismatch_map": {"attributes": attributes,
+                                        "extra_attributes": list(column_map["extra_attributes"])},
+            "probes": [dict(p) for p in row["probes"]], "evidence": list(row["evidence"])}
+
+
+def _json_row(row: list[Any]) -> str:
+    """A sampled result row as a JSON array; values JSON lacks (dates, decimals, bytes) become their text."""
+    return json.dumps(row, ensure_ascii=False, default=str)
+
+
+DIAGNOSTIC_SCORES = pl.Struct({**{name: pl.Float64 for name in SCORES}, "confidence": pl.Float64,
+                               "ordering_error_flag": pl.Boolean, "cardinality_explosion_flag": pl.Boolean,
+                               "likely_source_clause": pl.Utf8, "evidence_strength": pl.Utf8,
+                               "ambiguous_case": pl.Boolean, "evidence": _TEXTS})
+VALIDITY = pl.Struct({"parse_success_actual": pl.Boolean, "parse_success_expected": pl.List(pl.Boolean),
+                      "execution_success_actual": pl.Boolean, "execution_success_expected": pl.List(pl.Boolean),
+                      "case_valid": pl.Boolean, "invalid_reason": pl.Utf8})
+TIMINGS = pl.Struct({name: pl.Float64 for name in ("parse_ms", "execution_ms", "comparison_ms", "diagnostics_ms",
+                                                   "probe_execution_ms", "total_ms", "engine_overhead_ms")})
+RUN_METADATA = pl.Struct({"engine_version": pl.Utf8, "dialect": pl.Utf8, "database": pl.Utf8,
+                          "config_hash": pl.Utf8, "comparison_mode": pl.Utf8, "timings": TIMINGS, "judge": pl.Utf8})
+#: The output contract as one typed row per case (``case_reports``). Objects whose keys the data chooses
+#: (``mismatch_map``, ``evidence``, ``metrics`` and the judge's run metadata) are JSON text; their typed form is
+#: in the layer tables (``diagnostics.per_column_mismatch_map``, ``structural_diffs.structures``, ...).
+REPORT: dict[str, pl.DataType] = {
+    "case_id": pl.Utf8(), "deterministic_verdict": pl.Utf8(), "ai_advisory_verdict": pl.Utf8(),
+    "verdict_consistency_flag": pl.Boolean(), "overall_score": pl.Float64(), "structure_score": pl.Float64(),
+    "result_score": pl.Float64(), "diagnostic_scores": DIAGNOSTIC_SCORES, "performance_scores": PERFORMANCE,
+    "severity": pl.Utf8(), "explanations": _TEXTS, "mismatch_map": pl.Utf8(), "error_types": _TEXTS,
+    "blocked_reason": pl.Utf8(), "warnings": _TEXTS, "validity": VALIDITY, "evidence": pl.Utf8(),
+    "run_metadata": RUN_METADATA, "metrics": pl.Utf8()}
+_JSON_FIELDS = ("mismatch_map", "evidence", "metrics")
+
+
+def report_row(report: Report) -> dict[str, Any]:
+    """A report as a row of :data:`REPORT`."""
+    data = report.model_dump(mode="json")
+    metadata = data["run_metadata"]
+    return {**data, **{name: _json(data[name]) for name in _JSON_FIELDS},
+            "run_metadata": {**metadata, "judge": _json(metadata["judge"])}}
+
+
+def report_from_row(row: dict[str, Any]) -> Report:
+    """The inverse of :func:`report_row` (timings a report did not record stay absent)."""
+    data = {name: row[name] for name in REPORT}
+    metadata = dict(data["run_metadata"])
+    metadata["timings"] = {k: v for k, v in metadata["timings"].items() if v is not None}
+    metadata["judge"] = _unjson(metadata["judge"])
+    return Report.model_validate({**data, **{name: _unjson(data[name]) for name in _JSON_FIELDS},
+                                  "run_metadata": metadata})
+
+
+def reports_from_frame(frame: pl.DataFrame) -> list[Report]:
+    """Every report of a ``case_reports`` frame (as stored, or as read from the store's Parquet files)."""
+    return [report_from_row(row) for row in frame.iter_rows(named=True)]
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _unjson(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+#: The advisory judgment (the ten AI-judge metrics and the advisory verdict), as the ``judgments`` asset stores it.
+JUDGMENT = pl.Struct({
+    "intent_adequacy_judgment": pl.Utf8, "database_scoped_equivalence_judgment": pl.Utf8,
+    "acceptable_deviation_judgment": pl.Utf8, "short_rationale": pl.Utf8, "evidence_bullets": _TEXTS,
+    "decision_summary": pl.Utf8, "severity_classification": pl.Utf8, "confidence": pl.Float64,
+    "evidence_strength": pl.Utf8, "ambiguous_case": pl.Boolean, "advisory_verdict": pl.Utf8})
