@@ -110,8 +110,11 @@ def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> N
 def test_attribution_is_confirmed_by_re_execution(suite_reports: dict[str, Report]) -> None:
     report = suite_reports["fail_extra_columns"]
     probes = report.diagnostic_scores and report.evidence["probes"]
-    assert probes and probes[0] == {**probes[0], "clause": "projection", "passed": True}
+    assert probes and probes[0] == {**probes[0], "clauses": ["projection"], "passed": True}
     assert report.diagnostic_scores["evidence_strength"] == "high"
+    fix = report.diagnostic_scores["suggested_fix"]
+    assert fix["found"] and fix["clauses"] == ["projection"] and fix["verified_by"] == "execution"
+    assert fix["sql"] == "SELECT name FROM customers WHERE city = 'Porto'"
     assert "actual returns 2 extra columns (city, email)" in report.explanations
 
 

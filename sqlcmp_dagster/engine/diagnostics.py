@@ -2,24 +2,26 @@
 
 Each candidate clause gets a score from two kinds of signal: the clause differs in the AST (Layer 2), and the
 results differ the way that clause would make them differ (Layer 3: extra columns for the projection, one-sided
-overlap for a predicate, fan-out for a join, ...). Where they can, *counterfactual probes* settle it: the actual
-query is re-run with one clause taken from the expected query, and if the results then match, that clause is
-the error. Probes are supplied by the caller as a function, so this module runs no SQL itself.
+overlap for a predicate, fan-out for a join, ...). Where a database is at hand, execution settles it: the
+verified-minimal-fix search (:mod:`repair`) finds the fewest clauses whose transplant from the expected query
+makes the results match, and the attribution then comes from that fix, not from the heuristics (a one-clause fix
+is strong evidence; a fix needing several clauses names them all and is ambiguous). The caller supplies the
+function that runs a candidate, so this module runs no SQL itself.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.models import EvidenceStrength, SourceClause
+from sqlcmp_dagster.engine.repair import CLAUSE_WORDS, FixSearch, Runner, Transplant, search_fix
 from sqlcmp_dagster.engine.results import ResultComparison
-from sqlcmp_dagster.engine.structure import CLAUSE_ARGS, QueryShape, StructuralComparison
+from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison
 
 #: Score name -> the source clause it stands for, in the order of the glossary.
 SCORES: dict[str, SourceClause] = {
@@ -30,8 +32,8 @@ SCORES: dict[str, SourceClause] = {
     "aggregate_function_error_score": "aggregate_function",
     "limit_topk_error_score": "top_k",
 }
-#: The source clause a probe confirms when swapping in the expected version of a structural clause fixes it.
-_PROBE_SOURCE: dict[str, SourceClause] = {
+#: The source clause a structural clause belongs to when transplanting it fixes the results.
+_CLAUSE_SOURCE: dict[str, SourceClause] = {
     "projection": "projection",
     "distinct": "projection",
     "selection_predicate": "selection_predicate",
@@ -41,17 +43,32 @@ _PROBE_SOURCE: dict[str, SourceClause] = {
     "ordering": "ordering",
     "top_k": "top_k",
 }
+#: How a source clause is named in the headline when no verified fix names the exact clause.
+SOURCE_WORDS: dict[str, str] = {
+    "projection": "SELECT list",
+    "selection_predicate": "WHERE/HAVING predicate",
+    "join": "FROM/JOIN clause",
+    "aggregation_grain": "GROUP BY",
+    "aggregate_function": "aggregate function",
+    "ordering": "ORDER BY",
+    "top_k": "LIMIT/OFFSET and the ORDER BY it cuts",
+}
 #: A cardinality ratio beyond this factor (either way) is fan-out or compression, not noise.
 EXPLOSION_RATIO = 2.0
-
-Probe = Callable[[exp.Expression], ResultComparison | None]
+#: Confidence of an attribution proven by a fix of 1, 2 or 3 clauses (fewer clauses, stronger proof).
+FIX_CONFIDENCE = {1: 0.95, 2: 0.75, 3: 0.6}
+FIX_STRENGTH: dict[int, EvidenceStrength] = {1: "high", 2: "medium", 3: "low"}
+#: Error scores of the fix's primary clause, of its other clauses, and the cap on clauses the fix proves unneeded.
+PRIMARY_SCORE, SECONDARY_SCORE, UNNEEDED_CAP = 0.9, 0.6, 0.25
 
 
 @dataclass(frozen=True)
-class ProbeOutcome:
-    clause: str
-    passed: bool | None  # None: the probe could not run (unsupported shape or an execution error)
-    sql: str | None
+class Duplicates:
+    """Rows that repeat an earlier row of the same result: extra rows that are copies point at a join's
+    fan-out (or a missing DISTINCT), not at a predicate that lets other rows through."""
+
+    expected: int = 0
+    actual: int = 0
 
 
 def diagnose(
@@ -62,54 +79,70 @@ def diagnose(
     *,
     expected_tree: exp.Expression,
     actual_tree: exp.Expression,
-    probe: Probe | None,
+    run: Runner | None,
+    dialect: str,
+    budget_ms: int,
+    duplicates: Duplicates = Duplicates(),
 ) -> dict[str, Any]:
-    """All twelve diagnostic metrics plus ``likely_source_clause``, ``probes`` and the evidence sentences."""
+    """All twelve diagnostic metrics plus ``likely_source_clause``, ``suggested_fix``, ``probes`` (every
+    transplant executed) and the evidence sentences."""
     column_map = per_column_mismatch_map(result)
     if result.mode_pass:
         return {**{name: 0.0 for name in SCORES}, "ordering_error_flag": False,
                 "cardinality_explosion_flag": False, "per_column_mismatch_map": column_map,
                 "likely_source_clause": None, "confidence": 1.0, "evidence_strength": "high",
-                "ambiguous_case": False, "probes": [], "evidence": []}
+                "ambiguous_case": False, "suggested_fix": None, "probes": [], "evidence": []}
 
-    signals = _Signals(structure, expected, actual, result)
-    scores = signals.scores()
-    evidence = signals.evidence()
     ordering_flag = result.bag_pass and not result.mode_pass
-    probes = _run_probes(structure, expected_tree, actual_tree, probe) if probe is not None and not ordering_flag \
-        else []
-    confirmed = [p for p in probes if p.passed]
-    confirmed_sources = {_confirmed_source(p.clause, expected, actual) for p in confirmed}
-    for outcome in probes:
-        if outcome.passed is not None:
-            verdict = "makes the results match" if outcome.passed else "does not make the results match"
-            evidence.append(f"re-running the actual query with the expected {outcome.clause.replace('_', ' ')} "
-                            f"{verdict}")
+    signals = _Signals(structure, expected, actual, result, duplicates)
+    raw = signals.scores()
+    evidence = signals.evidence(ordering_flag)
+    search = search_fix(structure, expected_tree, actual_tree, run, dialect=dialect, budget_ms=budget_ms) \
+        if run is not None else None
+    if search is not None:
+        evidence += _probe_sentences(search)
 
-    ranked: list[tuple[float, SourceClause]] = sorted(
-        ((score, SCORES[name]) for name, score in scores.items()), key=lambda item: -item[0])
+    scores = dict(raw)
     strength: EvidenceStrength
-    if ordering_flag:
-        source: SourceClause | None = "ordering"
-        confidence, strength, ambiguous = 0.95, "high", False
-        evidence.insert(0, "the results hold the same rows but in a different order")
-    elif confirmed_sources:
+    fix_sources = [_fix_sources(f, ordering_flag, expected, actual) for f in search.fixes] if search is not None else []
+    chosen = 0
+    if fix_sources:
+        # The primary clause: among the clauses of every minimal fix, the one the result signals point at most.
+        candidates = [(s, i) for i, sources in enumerate(fix_sources) for s in sources]
+        source, chosen = max(candidates, key=lambda item: (_raw_score(raw, item[0], ordering_flag), -item[1]))
+        proven = {s for sources in fix_sources for s in sources}
+        size = len(search.fixes[chosen].clauses) if search is not None else 1
+        ambiguous = len(proven) > 1
+        confidence = FIX_CONFIDENCE.get(size, 0.5) - (0.2 if ambiguous and size == 1 else 0.0)
+        strength = FIX_STRENGTH.get(size, "low")
         for name, clause in SCORES.items():
-            if clause in confirmed_sources:
-                scores[name] = max(scores[name], 0.9)
-        source = max(sorted(confirmed_sources), key=lambda c: scores.get(_score_name(c), 0.9))
-        ambiguous = len(confirmed_sources) > 1
-        confidence, strength = (0.7 if ambiguous else 0.95), "high"
+            if clause == source:
+                scores[name] = max(raw[name], PRIMARY_SCORE)
+            elif clause in proven:
+                scores[name] = min(max(raw[name], SECONDARY_SCORE), scores.get(_score_name(source), 1.0))
+            else:
+                scores[name] = min(raw[name], UNNEEDED_CAP)
+    elif ordering_flag:
+        source, confidence, strength, ambiguous = "ordering", 0.95, "high", False
     else:
-        top, source = ranked[0]
+        ranked = sorted(((score, SCORES[name]) for name, score in raw.items()), key=lambda item: -item[0])
+        top, heuristic = ranked[0]
         second = ranked[1][0]
         if top <= 0:
             source, confidence, strength, ambiguous = None, 0.0, "low", True
         else:
+            source = heuristic
             confidence = top * (0.5 + 0.5 * (top - second) / top)
             ambiguous = second >= 0.8 * top
-            corroborating = signals.corroboration(source)
+            corroborating = signals.corroboration(heuristic)
             strength = "high" if corroborating >= 3 else "medium" if corroborating == 2 else "low"
+            if search is not None:  # execution looked for a fix and found none: the heuristics stay unproven
+                strength = "low" if strength == "low" else "medium"
+    if ordering_flag:
+        evidence.insert(0, "the results hold the same rows but in a different order")
+    suggested = search.suggested_fix(chosen) if search is not None else None
+    if suggested is not None:
+        evidence.insert(0, suggested["explanation"])
     return {
         **{name: round(value, 4) for name, value in scores.items()},
         "ordering_error_flag": ordering_flag,
@@ -119,9 +152,20 @@ def diagnose(
         "confidence": round(confidence, 4),
         "evidence_strength": strength,
         "ambiguous_case": ambiguous,
-        "probes": [{"clause": p.clause, "passed": p.passed, "sql": p.sql} for p in probes],
+        "suggested_fix": suggested,
+        "probes": [t.record() for t in search.transplants] if search is not None else [],
         "evidence": evidence,
     }
+
+
+def likely_source_words(diagnostics: dict[str, Any]) -> str:
+    """What the headline names: the clauses of the verified fix when there is one, else the source clause."""
+    fix = diagnostics.get("suggested_fix") or {}
+    source = diagnostics.get("likely_source_clause")
+    if fix.get("found"):  # the clauses of the likely source first
+        clauses = sorted(fix["clauses"], key=lambda c: _CLAUSE_SOURCE[c] != source)
+        return _join_words([CLAUSE_WORDS[c] for c in clauses])
+    return SOURCE_WORDS.get(source, "unknown") if source else "unknown"
 
 
 def per_column_mismatch_map(result: ResultComparison) -> dict[str, Any]:
@@ -144,14 +188,17 @@ def per_column_mismatch_map(result: ResultComparison) -> dict[str, Any]:
             **({"within_tolerance_cells": stat.within_tolerance, "max_abs_diff": stat.max_abs_diff}
                if stat.numeric else {}),
         }
-    return {"attributes": columns, "extra_attributes": result.extra_columns}
+    # Which rows the cells were compared in: in order-sensitive and exact modes rows pair by position (within
+    # ties), so an order-only failure shows cells that differ although every row is in both results.
+    pairing = "multiset" if result.comparison_mode == "order-insensitive" else "in order"
+    return {"attributes": columns, "extra_attributes": result.extra_columns, "pairing": pairing}
 
 
 class _Signals:
     """The raw signals behind the scores, computed once and shared by scores, evidence and corroboration."""
 
     def __init__(self, structure: StructuralComparison, expected: QueryShape, actual: QueryShape,
-                 result: ResultComparison) -> None:
+                 result: ResultComparison, duplicates: Duplicates) -> None:
         self.result = result
         self.expected = expected
         self.actual = actual
@@ -170,6 +217,10 @@ class _Signals:
         self.wrong_columns = [s for s in mapped if s.mismatched / s.compared >= 0.5]
         self.partly_wrong = bool(self.wrong_columns) and len(self.wrong_columns) < len(mapped)
         self.aggregates_differ = Counter(expected.aggregates) != Counter(actual.aggregates)
+        unexpected = self.m - matched
+        # Every unexpected actual row can be a copy of a row the actual result already has: fan-out.
+        self.copies = 0 < unexpected <= duplicates.actual - duplicates.expected
+        self.limited = any(v is not None for v in (expected.limit, actual.limit, expected.offset, actual.offset))
 
     def scores(self) -> dict[str, float]:
         diff = {name: 1.0 - value for name, value in self.sim.items()}
@@ -179,6 +230,8 @@ class _Signals:
             projection *= 0.6
         asymmetry = abs(self.precision - self.recall)
         predicate = max(diff["selection_predicate"], diff["post_aggregation_predicate"])
+        if self.copies:  # the extra rows are copies: a predicate lets other rows through, it does not copy them
+            asymmetry = 0.0
         filter_score = 0.6 * predicate + 0.4 * asymmetry * (1.0 if predicate else 0.5)
         card_shift = min(1.0, self.log_ratio)
         join = 0.6 * diff["join"] + 0.4 * card_shift if diff["join"] else 0.2 * card_shift
@@ -190,6 +243,9 @@ class _Signals:
         at_limit = self.m in (self.expected.limit, self.actual.limit) or self.n in (self.expected.limit,
                                                                                     self.actual.limit)
         topk = 0.7 * diff["top_k"] + 0.3 * (at_limit and not self.card_close) if diff["top_k"] else 0.0
+        if self.limited and diff["ordering"] and not self.result.bag_pass:
+            # An ORDER BY that differs before a LIMIT changes which rows survive the cut: a top-k error.
+            topk = max(topk, 0.7 * diff["ordering"] + 0.3 * (self.result.bag_matched_rows < max(self.n, self.m)))
         return {
             "projection_error_score": min(1.0, projection),
             "filter_error_score": min(1.0, filter_score),
@@ -205,7 +261,7 @@ class _Signals:
 
     def corroboration(self, source: SourceClause) -> int:
         """How many independent signals point at ``source``."""
-        clause_names = [c for c, s in _PROBE_SOURCE.items() if s == source]
+        clause_names = [c for c, s in _CLAUSE_SOURCE.items() if s == source]
         count = sum(not self.clause_match[c]["match"] for c in clause_names if c in self.clause_match)
         if source == "projection":
             count += self.schema_diff + self.partly_wrong
@@ -216,11 +272,15 @@ class _Signals:
         elif source == "aggregate_function":
             count += self.aggregates_differ + bool(self.wrong_columns)
         elif source == "top_k":
-            count += not self.card_close
+            count += (not self.card_close) + (self.limited and not self.clause_match["ordering"]["match"])
         return count
 
-    def evidence(self) -> list[str]:
-        """Plain-language sentences, one per signal, in the order a person would check them."""
+    def evidence(self, ordering_flag: bool) -> list[str]:
+        """Plain-language sentences, one per signal, in the order a person would check them.
+
+        Each sentence restates a metric of the report (the property tests hold them to it). On an order-only
+        failure the per-column counts describe rows paired by position, so they are told as misplaced rows.
+        """
         r, out = self.result, []
         schema = r.schema_match
         if schema["extra_attributes"]:
@@ -236,10 +296,18 @@ class _Signals:
         if r.bag_matched_rows < max(self.n, self.m):
             out.append(f"{r.bag_matched_rows} of {self.n} expected rows are in the actual result; "
                        f"{self.m - r.bag_matched_rows} actual rows are not expected")
-        for stat in self.result.columns:
+        if ordering_flag:
+            out.append(f"{self.n - r.matched_rows} of {self.n} rows are at a different position")
+        paired = "paired rows" if r.comparison_mode == "order-insensitive" else "rows paired in order"
+        for stat in self.result.columns if not ordering_flag else []:
             if stat.actual_index is not None and stat.mismatched:
                 detail = f" (max abs diff {stat.max_abs_diff:g})" if stat.numeric and stat.max_abs_diff else ""
-                out.append(f"column {stat.name} differs in {stat.mismatched} of {stat.compared} paired rows{detail}")
+                out.append(f"column {stat.name} differs in {stat.mismatched} of {stat.compared} {paired}{detail}")
+        if self.copies:
+            out.append(f"the {self.m - r.bag_matched_rows} unexpected actual rows are copies of rows already in "
+                       "the actual result (a join's fan-out or a missing DISTINCT)")
+        if self.limited and not self.clause_match["ordering"]["match"] and not r.bag_pass:
+            out.append("ORDER BY differs before a LIMIT/OFFSET: it changes which rows are kept")
         if self.aggregates_differ:
             out.append(f"aggregate functions differ: expected {self.expected.aggregates or 'none'}, "
                        f"actual {self.actual.aggregates or 'none'}")
@@ -250,47 +318,45 @@ class _Signals:
         return out
 
 
-def _run_probes(structure: StructuralComparison, expected_tree: exp.Expression, actual_tree: exp.Expression,
-                probe: Probe) -> list[ProbeOutcome]:
-    """Swap each differing clause of the expected query into the actual one, one at a time, and re-run."""
-    if not (isinstance(expected_tree, exp.Select) and isinstance(actual_tree, exp.Select)):
-        return []
-    outcomes: list[ProbeOutcome] = []
-    for clause in structure.differing():
-        if clause not in CLAUSE_ARGS:
-            continue
-        candidate = swap_clause(actual_tree, expected_tree, clause)
-        result = probe(candidate)
-        outcomes.append(ProbeOutcome(clause, None if result is None else result.mode_pass, candidate.sql()))
-    return outcomes
+def _probe_sentences(search: FixSearch) -> list[str]:
+    """One sentence per single-clause transplant that ran: what re-running with that clause showed."""
+    out = []
+    for transplant in search.transplants:
+        if len(transplant.clauses) == 1 and transplant.passed is not None:
+            verdict = "makes the results match" if transplant.passed else "does not make the results match"
+            out.append(f"re-running the actual query with the expected {CLAUSE_WORDS[transplant.clauses[0]]} "
+                       f"{verdict}")
+    return out
 
 
-def swap_clause(actual: exp.Select, expected: exp.Select, clause: str) -> exp.Select:
-    """A copy of ``actual`` with ``clause`` (a :data:`CLAUSE_ARGS` name) taken from ``expected``.
+def _fix_sources(fix: Transplant, ordering_flag: bool, expected: QueryShape, actual: QueryShape) \
+        -> list[SourceClause]:
+    """The source clauses a verified fix proves, in the fix's order.
 
-    >>> import sqlglot
-    >>> swap_clause(sqlglot.parse_one("SELECT a FROM t WHERE x = 2"),
-    ...             sqlglot.parse_one("SELECT a FROM t WHERE x = 1"), "selection_predicate").sql()
-    'SELECT a FROM t WHERE x = 1'
+    An ORDER BY whose transplant fixes results that hold different rows changed which rows a LIMIT keeps: a
+    top-k error. A fixed projection whose only difference is the aggregate functions is an aggregate error.
     """
-    candidate = actual.copy()
-    for arg in CLAUSE_ARGS[clause]:
-        value = expected.args.get(arg)
-        if isinstance(value, list):
-            candidate.set(arg, [v.copy() for v in value])
-        else:
-            candidate.set(arg, value.copy() if value is not None else None)
-    return candidate
+    sources: list[SourceClause] = []
+    for clause in fix.clauses:
+        source = _CLAUSE_SOURCE[clause]
+        if source == "ordering" and not ordering_flag:
+            source = "top_k"
+        elif source == "projection" and Counter(expected.aggregates) != Counter(actual.aggregates):
+            source = "aggregate_function"
+        if source not in sources:
+            sources.append(source)
+    return sources
 
 
-def _confirmed_source(clause: str, expected: QueryShape, actual: QueryShape) -> SourceClause:
-    """A fixed projection whose only difference is the aggregate functions points at the aggregate function."""
-    source = _PROBE_SOURCE[clause]
-    if source == "projection" and Counter(expected.aggregates) != Counter(actual.aggregates):
-        return "aggregate_function"
-    return source
+def _raw_score(scores: dict[str, float], source: SourceClause, ordering_flag: bool) -> float:
+    if source == "ordering":
+        return 1.0 if ordering_flag else 0.0
+    return scores[_score_name(source)]
 
 
 def _score_name(source: SourceClause) -> str:
     return next((name for name, clause in SCORES.items() if clause == source), "")
 
+
+def _join_words(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -26,13 +26,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.diagnostics import diagnose
+from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose
 from sqlcmp_dagster.engine.judge import JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
     resolve_database
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
     ResultTable
-from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse
+from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse, unalias_tables
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results, cut_inside_tie
@@ -250,18 +250,22 @@ def choose(results: dict[int, ResultComparison]) -> int:
 
 def diagnostic_layer(validation: Validation, index: int, structure: StructuralComparison,
                      result: ResultComparison, database: ExecutionAdapter | None) -> tuple[dict[str, Any], float]:
-    """Layer 4 for the chosen alternative, with counterfactual probes when a database is at hand.
+    """Layer 4 for the chosen alternative, with the verified-minimal-fix search when a database is at hand.
 
-    Returns the diagnostics and the milliseconds the probes spent executing queries.
+    Every candidate of the search is derived from the actual query and runs exactly as the actual query did:
+    through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
+    case's ``query_timeout_ms`` as its budget. Returns the diagnostics and the milliseconds the candidates
+    spent executing.
     """
     config, dialect = validation.request.config, validation.dialect
     expected_side = validation.expected[index]
     expected_shape = expected_side.shape(dialect)
     probe_ms = [0.0]
 
-    def probe(tree: exp.Expression) -> ResultComparison | None:
+    def run(tree: exp.Expression, timeout_ms: int) -> ResultComparison | None:
         assert database is not None and expected_side.relation is not None
-        execution = database.execute(tree.sql(dialect=dialect), timeout_ms=config.query_timeout_ms,
+        execution = database.execute(tree.sql(dialect=dialect),
+                                     timeout_ms=min(timeout_ms, config.query_timeout_ms),
                                      max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                                      max_cell_bytes=config.max_cell_bytes)
         probe_ms[0] += execution.elapsed_ms
@@ -273,9 +277,25 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     can_probe = (config.enable_counterfactual_probes and database is not None
                  and not validation.actual.pre_materialized and not expected_side.pre_materialized)
     diagnostics = diagnose(structure, expected_shape, validation.actual.shape(dialect), result,
-                           expected_tree=expected_side.tree(dialect), actual_tree=validation.actual.tree(dialect),
-                           probe=probe if can_probe else None)
+                           expected_tree=_transplantable(expected_side),
+                           actual_tree=_transplantable(validation.actual),
+                           run=run if can_probe else None, dialect=dialect, budget_ms=config.query_timeout_ms,
+                           duplicates=Duplicates(_duplicate_rows(expected_side.relation),
+                                                 _duplicate_rows(validation.actual.relation)))
     return diagnostics, probe_ms[0]
+
+
+def _transplantable(side: Side) -> exp.Expression:
+    """The tree clauses are transplanted between: the parsed query with table aliases resolved (so that a clause
+    reads the same in either query) and nothing else rewritten (the canonical tree also folds identifier
+    case, which changes what a double-quoted SQLite string means)."""
+    assert side.parsed.ast is not None
+    return unalias_tables(side.parsed.ast.copy())
+
+
+def _duplicate_rows(relation: Relation | None) -> int:
+    """Rows that repeat an earlier row (fan-out evidence for Layer 4)."""
+    return 0 if relation is None else relation.height - relation.frame.n_unique()
 
 
 def performance_layer(validation: Validation, index: int, database: ExecutionAdapter | None) \

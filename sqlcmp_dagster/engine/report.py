@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from sqlcmp_dagster.engine.diagnostics import SCORES
+from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
 from sqlcmp_dagster.engine.execution import shown_rows
 from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
@@ -30,9 +30,10 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 #: The twelve diagnostic metrics of the glossary, in its order.
 DIAGNOSTIC_METRICS = (*SCORES, "ordering_error_flag", "cardinality_explosion_flag", "per_column_mismatch_map",
                       "confidence", "evidence_strength", "ambiguous_case")
-#: ``diagnostic_scores``: the six error scores and confidence, both flags, and the attribution.
+#: ``diagnostic_scores``: the six error scores and confidence, both flags, the attribution, and the verified
+#: minimal fix (``suggested_fix``, an addition nested here so that the spec's top-level keys stay as they are).
 DIAGNOSTIC_SCORE_KEYS = (*SCORES, "confidence", "ordering_error_flag", "cardinality_explosion_flag",
-                         "likely_source_clause", "evidence_strength", "ambiguous_case", "evidence")
+                         "likely_source_clause", "evidence_strength", "ambiguous_case", "suggested_fix", "evidence")
 PERFORMANCE_METRICS = ("execution_time_ratio", "resource_cost_score", "plan_complexity_score")
 
 
@@ -113,7 +114,8 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     headline = (f"pass: the results match under {mode} comparison ({result.matched_rows} rows{tie})"
                 if passed else
                 f"fail ({label}): the results differ under {mode} comparison; likely source "
-                f"{diagnostics['likely_source_clause'] or 'unknown'} (confidence {diagnostics['confidence']:.2f}, "
+                f"{diagnostics['likely_source_clause'] or 'unknown'}: {likely_source_words(diagnostics)} "
+                f"(confidence {diagnostics['confidence']:.2f}, "
                 f"{diagnostics['evidence_strength']} evidence{', ambiguous' if diagnostics['ambiguous_case'] else ''})")
     explanations = [headline] + ([] if passed else list(diagnostics["evidence"]))
     if analysis.alternatives > 1:
@@ -128,10 +130,12 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
         "matched_expected_index": analysis.index,
         "column_mapping": result.schema_match["column_mapping"],
     }
+    # On an order-only failure every row is in both results: rows unpaired by position are not missing.
+    order_only = diagnostics["ordering_error_flag"]
     mismatch_map = {
         "per_column": diagnostics["per_column_mismatch_map"],
-        "missing_rows_sample": shown_rows(result.missing_rows),
-        "extra_rows_sample": shown_rows(result.extra_rows),
+        "missing_rows_sample": [] if order_only else shown_rows(result.missing_rows),
+        "extra_rows_sample": [] if order_only else shown_rows(result.extra_rows),
     }
     return _report(
         validation,
