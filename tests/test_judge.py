@@ -83,6 +83,9 @@ def test_prompt_is_grounded_bounded_and_split_by_verdict(sample_dir: Path) -> No
     assert f"first 3 of {relation.height} rows; the rest are truncated" in prompt
     assert prompt.count("[") < 60  # three rows of samples, not the table
     assert "filter_error_score" in prompt and report.explanations[0] in prompt
+    fix = report.diagnostic_scores["suggested_fix"]
+    assert fix["found"] and f"proven by execution on this database, not a guess): transplanting " \
+        f"{', '.join(fix['clauses'])} from the expected query gives a query whose results match: {fix['sql']}" in prompt
     passing = _case("SELECT 1", "SELECT 1")
     assert "false positive" in build_prompt(passing, evaluator.evaluate(passing), None, None, 3)
 

@@ -29,7 +29,7 @@ from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.execution import Relation
 from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Report, Severity
 
-PROMPT_VERSION = "sqlcmp-judge/1"
+PROMPT_VERSION = "sqlcmp-judge/2"
 
 _FALSE_POSITIVE_TASK = (
     "The deterministic checks PASSED this case. Look for a false positive: does the actual query only match "
@@ -168,7 +168,8 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
         "severity": report.severity,
         "overall_score": report.overall_score,
         "result_metrics": _without_rows(report.metrics.get("result")),
-        "diagnostics": {k: v for k, v in (report.diagnostic_scores or {}).items() if k != "evidence"},
+        "diagnostics": {k: v for k, v in (report.diagnostic_scores or {}).items()
+                        if k not in ("evidence", "suggested_fix")},
         "explanations": report.explanations,
         "warnings": report.warnings,
     }
@@ -184,6 +185,7 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
         f"Actual SQL: {request.actual_sql}",
         f"Schema and business context: {json.dumps(request.context, default=str) if request.context else '(none)'}",
         f"Deterministic evidence (JSON): {json.dumps(evidence, default=str)}",
+        _verified_fix(report),
         _sample("Expected result", expected, max_rows),
         _sample("Actual result", actual, max_rows),
         "Answer with one JSON object and nothing else, with exactly these keys: "
@@ -196,6 +198,18 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
         "advisory_verdict (pass|fail).",
     ]
     return "\n\n".join(parts)
+
+
+def _verified_fix(report: Report) -> str:
+    """The verified minimal fix as evidence: a corrected query that was run, not one to propose."""
+    fix = (report.diagnostic_scores or {}).get("suggested_fix")
+    if fix is None:
+        return "Verified fix: none searched (the case passed, or it could not be re-executed)."
+    if not fix["found"]:
+        return f"Verified fix: {fix['explanation']}."
+    return (f"Verified fix (proven by execution on this database, not a guess): transplanting "
+            f"{', '.join(fix['clauses'])} from the expected query gives a query whose results match: "
+            f"{fix['sql']}")
 
 
 async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, budget: Budget) -> JudgeOutcome:
