@@ -132,14 +132,20 @@ COLUMN_MISMATCH = pl.Struct({"attribute": pl.Utf8, "actual_attribute": pl.Utf8, 
                              "compared_cells": pl.Int64, "mismatched_cells": pl.Int64, "null_mismatches": pl.Int64,
                              "mismatch_rate": pl.Float64, "severity": pl.Utf8, "within_tolerance_cells": pl.Int64,
                              "max_abs_diff": pl.Float64})
-PER_COLUMN_MISMATCH_MAP = pl.Struct({"attributes": pl.List(COLUMN_MISMATCH), "extra_attributes": _TEXTS})
-PROBE = pl.Struct({"clause": pl.Utf8, "passed": pl.Boolean, "sql": pl.Utf8})
+PER_COLUMN_MISMATCH_MAP = pl.Struct({"attributes": pl.List(COLUMN_MISMATCH), "extra_attributes": _TEXTS,
+                                     "pairing": pl.Utf8})
+#: One transplant of the verified-minimal-fix search (``evidence.probes``).
+PROBE = pl.Struct({"clauses": _TEXTS, "passed": pl.Boolean, "sql": pl.Utf8})
+#: ``diagnostic_scores.suggested_fix``.
+SUGGESTED_FIX = pl.Struct({"found": pl.Boolean, "sql": pl.Utf8, "clauses": _TEXTS, "size": pl.Int64,
+                           "verified_by": pl.Utf8, "candidates_tried": pl.Int64, "alternatives": pl.List(_TEXTS),
+                           "explanation": pl.Utf8})
 #: Layer 4 (``metrics.diagnostics`` with the attribution, probes and evidence), one column per metric.
 DIAGNOSTICS: dict[str, pl.DataType] = {
     **{name: pl.Float64() for name in SCORES}, "ordering_error_flag": pl.Boolean(),
     "cardinality_explosion_flag": pl.Boolean(), "per_column_mismatch_map": PER_COLUMN_MISMATCH_MAP,
     "likely_source_clause": pl.Utf8(), "confidence": pl.Float64(), "evidence_strength": pl.Utf8(),
-    "ambiguous_case": pl.Boolean(), "probes": pl.List(PROBE), "evidence": _TEXTS}
+    "ambiguous_case": pl.Boolean(), "suggested_fix": SUGGESTED_FIX, "probes": pl.List(PROBE), "evidence": _TEXTS}
 PERFORMANCE = pl.Struct({"execution_time_ratio": pl.Float64, "resource_cost_score": pl.Float64,
                          "plan_complexity_score": pl.Float64, "plan_complexity_expected": pl.Float64})
 EXECUTION_ERROR = pl.Struct({"category": pl.Utf8, "message": pl.Utf8})
@@ -183,7 +189,7 @@ def diagnostics_row(found: dict[str, Any]) -> dict[str, Any]:
     column_map = found["per_column_mismatch_map"]
     return {**found, "per_column_mismatch_map": {
         "attributes": [{"attribute": name, **detail} for name, detail in column_map["attributes"].items()],
-        "extra_attributes": column_map["extra_attributes"]}}
+        "extra_attributes": column_map["extra_attributes"], "pairing": column_map["pairing"]}}
 
 
 def diagnostics_from_row(row: dict[str, Any]) -> dict[str, Any]:
@@ -200,8 +206,16 @@ def diagnostics_from_row(row: dict[str, Any]) -> dict[str, Any]:
         attributes[entry["attribute"]] = detail
     return {**{name: row[name] for name in DIAGNOSTICS},
             "per_column_mismatch_map": {"attributes": attributes,
-                                        "extra_attributes": list(column_map["extra_attributes"])},
-            "probes": [dict(p) for p in row["probes"]], "evidence": list(row["evidence"])}
+                                        "extra_attributes": list(column_map["extra_attributes"]),
+                                        "pairing": column_map["pairing"]},
+            "suggested_fix": _suggested_fix(row["suggested_fix"]),
+            "probes": [{**p, "clauses": list(p["clauses"])} for p in row["probes"]], "evidence": list(row["evidence"])}
+
+
+def _suggested_fix(stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    if stored is None:
+        return None
+    return {**stored, "clauses": list(stored["clauses"]), "alternatives": [list(a) for a in stored["alternatives"]]}
 
 
 def _json_row(row: list[Any]) -> str:
@@ -212,7 +226,7 @@ def _json_row(row: list[Any]) -> str:
 DIAGNOSTIC_SCORES = pl.Struct({**{name: pl.Float64 for name in SCORES}, "confidence": pl.Float64,
                                "ordering_error_flag": pl.Boolean, "cardinality_explosion_flag": pl.Boolean,
                                "likely_source_clause": pl.Utf8, "evidence_strength": pl.Utf8,
-                               "ambiguous_case": pl.Boolean, "evidence": _TEXTS})
+                               "ambiguous_case": pl.Boolean, "suggested_fix": SUGGESTED_FIX, "evidence": _TEXTS})
 VALIDITY = pl.Struct({"parse_success_actual": pl.Boolean, "parse_success_expected": pl.List(pl.Boolean),
                       "execution_success_actual": pl.Boolean, "execution_success_expected": pl.List(pl.Boolean),
                       "case_valid": pl.Boolean, "invalid_reason": pl.Utf8})
