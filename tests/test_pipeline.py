@@ -291,3 +291,18 @@ def test_an_expected_query_runs_once_per_batch_and_file_state(tmp_path: Path, sa
     os.utime(db, ns=(db.stat().st_atime_ns, db.stat().st_mtime_ns + 10**9))  # the file changed: run again
     assert validate(models[1], adapter, cache=cache).expected[0].execution is not first.expected[0].execution
     adapter.close()
+
+
+def test_the_expected_result_cache_is_bounded_by_cells(tmp_path: Path, sample_db: Path) -> None:
+    adapter = ExecutionAdapter(str(sample_db))
+    cache = ExpectedResults(capacity_cells=100)
+    small, large = "SELECT name FROM products WHERE price > 40", "SELECT * FROM products"
+    for sql in (small, large):
+        validate(CompareRequest(expected_sql=sql, actual_sql=sql), adapter, cache=cache)
+    again = [validate(CompareRequest(expected_sql=sql, actual_sql=sql), adapter, cache=cache) for sql in (small, large)]
+    assert again[0].expected[0].execution is not None and again[1].expected[0].execution is not None
+    first = validate(CompareRequest(expected_sql=small, actual_sql=small), adapter, cache=cache).expected[0]
+    assert first.execution is again[0].expected[0].execution  # a small result is kept
+    last = validate(CompareRequest(expected_sql=large, actual_sql=large), adapter, cache=cache).expected[0]
+    assert last.execution is not again[1].expected[0].execution  # a result over a tenth of the bound is not
+    adapter.close()

@@ -134,3 +134,38 @@ def test_cardinality_delta_and_ratio() -> None:
     result = cmp((["a"], [(1,), (2,)]), (["a"], [(1,), (2,), (3,), (4,), (5,), (6,)]))
     assert result.cardinality_match == {"expected_rows": 2, "actual_rows": 6, "delta": 4, "ratio": 3.0,
                                         "match": False}
+
+
+def test_integers_compare_exactly_at_any_size() -> None:
+    assert not cmp((["v"], [(12345678901,)]), (["v"], [(12345678910,)])).mode_pass  # within rtol as floats
+    assert not cmp((["v"], [(9007199254740993,)]), (["v"], [(9007199254740992,)]), mode="exact").mode_pass
+    huge = 2**100  # beyond Int64: the column is Int128 or exact text, never a rounded float
+    assert not cmp((["v"], [(huge,)]), (["v"], [(huge + 1,)])).mode_pass
+    assert cmp((["v"], [(huge,)]), (["v"], [(huge,)])).mode_pass
+    off_by_one = cmp((["v"], [(9007199254740993,), (1,)]), (["v"], [(9007199254740992,), (1,)]))
+    assert off_by_one.columns[0].numeric and off_by_one.columns[0].mismatched == 1
+    # Tolerance still applies as soon as one side holds floating-point (or decimal) values.
+    assert cmp((["v"], [(12345678901,)]), (["v"], [(12345678910.0,)])).mode_pass
+
+
+def test_booleans_are_not_integers() -> None:
+    assert not cmp((["v"], [(True,), (False,)]), (["v"], [(1,), (0,)])).mode_pass
+    assert cmp((["v"], [(True,), (False,)]), (["v"], [(False,), (True,)])).mode_pass
+
+
+def test_sqlite_comparisons_are_integers_and_equal_to_0_1_columns(run: Any) -> None:
+    report = run("SELECT price > 17 FROM products", "SELECT CASE WHEN price > 17 THEN 1 ELSE 0 END FROM products")
+    assert report.deterministic_verdict == "pass"
+
+
+def test_column_permutation_search_is_bounded_and_says_so() -> None:
+    names = [f"c{i}" for i in range(10)]
+    # Ten columns of one value: every mapping ties. With one extra row no mapping can pair every row, so the
+    # search is not even started; with equal heights it is cut at its budget and the report says so.
+    extra = cmp((names, [tuple([1] * 10)] * 3), (names, [tuple([1] * 10)] * 4))
+    assert not extra.mode_pass and not any("permutation search" in w for w in extra.warnings)
+    rows = [tuple([1] * 10)] * 3
+    different = cmp((names, rows), (names, rows[:2] + [tuple([1] * 9 + [2])]))
+    assert not different.mode_pass
+    assert any("column-permutation search cut" in w for w in different.warnings)
+    assert cmp((names, rows), (names, list(rows))).warnings == []  # the identity matches at once: no search

@@ -143,7 +143,9 @@ def tagged_text(series: pl.Series) -> pl.Series:
     ['n:1.0', None]
     """
     dtype = series.dtype
-    if dtype.is_numeric() or dtype == pl.Boolean:
+    if dtype == pl.Boolean:  # a boolean is not a number: true never equals 1
+        text, tag = series.cast(pl.Utf8), "l:"
+    elif dtype.is_numeric():
         text, tag = series.cast(pl.Float64).cast(pl.Utf8), "n:"
     elif dtype == pl.Utf8:
         text, tag = series, "s:"

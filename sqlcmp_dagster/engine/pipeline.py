@@ -123,12 +123,15 @@ class ExpectedResults:
     Keyed by the database's fingerprint (resolved path, size, modification time and inode of the file), the
     dialect, the SQL text and every option of the case's config. Only file databases (SQLite, DuckDB) are
     cached: a server's content cannot be fingerprinted cheaply, so its queries always run. Only successful
-    executions are kept (a failure may be transient), at most ``capacity`` of them, least recently used first out.
+    executions are kept (a failure may be transient), bounded by the cells they hold (``capacity_cells``; least
+    recently used first out), so memory stays bounded whatever the suite; a result larger than a tenth of that
+    is not kept at all.
     """
 
-    def __init__(self, capacity: int = 256) -> None:
-        self.capacity = capacity
+    def __init__(self, capacity_cells: int = 5_000_000) -> None:
+        self.capacity_cells = capacity_cells
         self._entries: OrderedDict[tuple[object, ...], Execution] = OrderedDict()
+        self._cells = 0
 
     @staticmethod
     def key(database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> tuple[object, ...] | None:
@@ -150,11 +153,19 @@ class ExpectedResults:
         return hit
 
     def put(self, key: tuple[object, ...], execution: Execution) -> None:
-        if execution.success:
-            self._entries[key] = execution
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
+        cells = _cells(execution)
+        if not execution.success or key in self._entries or cells > self.capacity_cells // 10:
+            return
+        self._entries[key] = execution
+        self._cells += cells
+        while self._cells > self.capacity_cells:
+            _, dropped = self._entries.popitem(last=False)
+            self._cells -= _cells(dropped)
+
+
+def _cells(execution: Execution) -> int:
+    relation = execution.relation
+    return 0 if relation is None else max(1, relation.frame.height) * max(1, relation.frame.width)
 
 
 def execute_layer(validation: Validation, database: ExecutionAdapter | None,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +31,13 @@ _OCC = "__occ"
 _GROUP = "__tie"
 #: Residual pairs examined by the last, greedy tolerance pass; beyond this the numeric-order pass stands alone.
 _GREEDY_PAIR_BUDGET = 1_000_000
-#: Candidate column permutations tried when values cannot tell columns apart, and the cells they may cost.
+#: The column-permutation search when values cannot tell columns apart: candidates tried at most, the cells one
+#: candidate may cost, the cells all candidates together may cost, and the steps spent enumerating candidates.
+#: Past any of them the search stops with a warning (ten columns of one value have 10! candidates).
 _MAX_PERMUTATIONS = 120
 _PERMUTATION_CELL_BUDGET = 2_000_000
+_PERMUTATION_TOTAL_CELLS = 20_000_000
+_PERMUTATION_STEPS = 100_000
 #: Below this many rows a frame operation costs its fixed overhead, so fewer operations beat cleverer ones.
 _SMALL_FRAME = 10_000
 
@@ -144,8 +147,11 @@ def compare_results(
     positional = mode == "exact" or config.require_column_order_match
     by_name = mode == "exact" or config.require_column_name_match
 
-    mapping, matched = align_columns(expected, actual, positional=positional, by_name=by_name,
-                                     tolerance=tolerance, nulls_equal=nulls_equal)
+    mapping, matched, cut = align_columns(expected, actual, positional=positional, by_name=by_name,
+                                          tolerance=tolerance, nulls_equal=nulls_equal)
+    if cut:
+        warnings.append(f"column-permutation search cut at its work budget ({cut}): columns whose values cannot "
+                        "tell them apart were aligned greedily, so a permutation that matches may exist untried")
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
     keys = [f"k{i}" for i, _ in mapped]
     if matched is not None:  # alignment already paired every row under this mapping: reuse, do not redo
@@ -271,17 +277,18 @@ def align_columns(
     by_name: bool,
     tolerance: Tolerance,
     nulls_equal: bool,
-) -> tuple[list[int | None], _Matched | None]:
+) -> tuple[list[int | None], _Matched | None, str | None]:
     """One consistent column permutation: for each expected column, the index of its actual column or None.
 
     Positional when column order is required; by (case-insensitive) name when names are required; otherwise by
     the values the columns hold. Columns whose values cannot tell them apart (two columns of equal multisets)
     are resolved by trying their permutations against whole rows, preferring the identity. When a candidate
     was accepted because every row paired under it, that pairing is returned too, so it is not computed again.
+    The third value says which work budget cut the permutation search short (None when it was not cut).
     """
     k, j = expected.width, actual.width
     if positional:
-        return [i if i < j else None for i in range(k)], None
+        return [i if i < j else None for i in range(k)], None, None
     if by_name:
         free = list(range(j))
         mapping: list[int | None] = []
@@ -290,27 +297,73 @@ def align_columns(
             if hit is not None:
                 free.remove(hit)
             mapping.append(hit)
-        return mapping, None
+        return mapping, None, None
     identity: list[int | None] = [i if i < j else None for i in range(k)]
     if k == j and (matched := _rows_match(expected, actual, identity, tolerance, nulls_equal)) is not None:
-        return identity, matched
+        return identity, matched, None
     scores = _column_similarity(expected, actual)
     greedy = _assign(scores, k, j)
     candidates = [greedy]
-    if k == j and expected.height * k <= _PERMUTATION_CELL_BUDGET:
+    cut: str | None = None
+    # Only a mapping under which every row pairs is accepted, so with unequal heights no candidate can be.
+    if k == j and expected.height == actual.height and expected.height * k <= _PERMUTATION_CELL_BUDGET:
         # Only columns that values cannot tell apart (tied best similarity) are permuted among themselves.
         ties = [[c for c in range(j) if scores[i][c] > 0 and scores[i][c] >= max(scores[i]) - 1e-9]
                 for i in range(k)]
-        options = itertools.islice(
-            (list(p) for p in itertools.product(*ties) if len(set(p)) == k), _MAX_PERMUTATIONS)
+        options, cut = _permutations(ties, _MAX_PERMUTATIONS + 1, _PERMUTATION_STEPS)
+        if len(options) > _MAX_PERMUTATIONS:
+            options, cut = options[:_MAX_PERMUTATIONS], f"more than {_MAX_PERMUTATIONS} candidate mappings"
         candidates += sorted((p for p in options if p != greedy),
                              key=lambda p: sum(abs(i - c) for i, c in enumerate(p)))
+    cells = 0
     for candidate in candidates:
         if candidate == identity and k == j:
             continue  # already tried first
+        cells += expected.height * k
+        if cells > _PERMUTATION_TOTAL_CELLS:
+            return greedy, None, f"{_PERMUTATION_TOTAL_CELLS:,} cells compared"
         if (matched := _rows_match(expected, actual, candidate, tolerance, nulls_equal)) is not None:
-            return candidate, matched
-    return greedy, None
+            return candidate, matched, None
+    return greedy, None, cut
+
+
+def _permutations(ties: list[list[int]], limit: int, steps: int) -> tuple[list[list[int | None]], str | None]:
+    """Up to ``limit`` one-to-one mappings that send each position ``i`` to one of ``ties[i]``, in the order of
+    ``itertools.product(*ties)``, enumerated depth-first within ``steps`` steps; and why enumeration stopped
+    early (None when every mapping was found or ``limit`` reached).
+
+    >>> _permutations([[0, 1], [0, 1]], 10, 100)
+    ([[0, 1], [1, 0]], None)
+    >>> _permutations([list(range(10))] * 10, 10, 50)[1]
+    '50 enumeration steps'
+    """
+    found: list[list[int | None]] = []
+    chosen: list[int | None] = []
+    used: set[int] = set()
+    spent = 0
+
+    def extend(i: int) -> bool:
+        nonlocal spent
+        if i == len(ties):
+            found.append(list(chosen))
+            return len(found) < limit
+        for c in ties[i]:
+            spent += 1
+            if spent > steps:
+                return False
+            if c in used:
+                continue
+            chosen.append(c)
+            used.add(c)
+            going = extend(i + 1)
+            chosen.pop()
+            used.discard(c)
+            if not going:
+                return False
+        return True
+
+    extend(0)
+    return found, (f"{steps} enumeration steps" if spent > steps else None)
 
 
 @dataclass(frozen=True)
@@ -348,7 +401,7 @@ def pair_rows(
     pairs = [exact]
     e_left = e.join(exact.select(_ROW), on=_ROW, how="anti")
     a_left = a.join(exact.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
-    tolerant = [c for c in keys if c in numeric]
+    tolerant = _floats(e, keys)
     if tolerant and e_left.height and a_left.height and (tolerance.atol > 0 or tolerance.rtol > 0):
         for matcher in (_ordered_tolerance_pairs, _greedy_tolerance_pairs):
             found = matcher(e_left, a_left, keys, tolerant, tolerance, nulls_equal)
@@ -437,18 +490,25 @@ def _positional_pairing(
 ) -> Pairing:
     count = min(e.height, a.height)
     joined = e.head(count).hstack(a.head(count).rename(lambda c: f"{c}_right"))
-    equal = pl.all_horizontal([_cell_equal(c, c in numeric, tolerance, nulls_equal) for c in keys] or [pl.lit(True)])
+    floats = set(_floats(e, keys))
+    equal = pl.all_horizontal([_cell_equal(c, c in floats, tolerance, nulls_equal) for c in keys] or [pl.lit(True)])
     matched = joined.filter(equal).select(_ROW, f"{_ROW}_right")
     unpaired_e = e.join(matched.select(_ROW), on=_ROW, how="anti")[_ROW]
     unpaired_a = a.join(matched.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")[_ROW]
     return Pairing(matched.height, matched, unpaired_e, unpaired_a, aligned=joined.select(_ROW, f"{_ROW}_right"))
 
 
-def _cell_equal(column: str, numeric: bool, tolerance: Tolerance, nulls_equal: bool) -> pl.Expr:
-    """Equality of ``column`` and ``column_right`` under the NULL rule and, for numbers, the tolerance."""
+def _floats(frame: pl.DataFrame, keys: list[str]) -> list[str]:
+    """The comparable columns the numeric tolerance applies to: floating-point (and decimal) values, which
+    :func:`_unify` makes Float64. Integers stay integers and compare exactly, at any size."""
+    return [c for c in keys if frame.schema[c] == pl.Float64]
+
+
+def _cell_equal(column: str, tolerant: bool, tolerance: Tolerance, nulls_equal: bool) -> pl.Expr:
+    """Equality of ``column`` and ``column_right`` under the NULL rule and, for floats, the tolerance."""
     left, right = pl.col(column), pl.col(f"{column}_right")
     both_null = left.is_null() & right.is_null() if nulls_equal else pl.lit(False)
-    if numeric:
+    if tolerant:
         same = tolerance.within(left, right) | (left == right)
     else:
         same = left == right
@@ -464,15 +524,18 @@ def _comparable_frames(
 ) -> tuple[pl.DataFrame, pl.DataFrame, set[str]]:
     """Frames whose paired columns share one dtype, named ``k<i>`` on both sides after expected column ``i``.
 
-    Numbers of any kind become Float64 (compared under tolerance), text stays text, and columns of different
-    families become tagged text so that they compare unequal rather than by accident.
+    Two integer columns stay integers (compared exactly); a floating-point or decimal column against any number
+    becomes Float64 (compared under tolerance); booleans stay booleans and never equal numbers (SQLite has no
+    boolean type: its ``a > 1`` is the integer 0 or 1, so on SQLite a comparison and a 0/1 integer compare
+    equal); text stays text; columns of different families become tagged text so that they compare unequal
+    rather than by accident. Every number column is in the returned set (its cells are reported as numeric).
     """
     e_cols: list[pl.Series] = []
     a_cols: list[pl.Series] = []
     numeric: set[str] = set()
     for i, j in mapped:
         left, right = _unify(expected.frame[:, i], actual.frame[:, j])
-        if left.dtype == pl.Float64:
+        if _type_class(left.dtype) == "numeric":
             numeric.add(f"k{i}")
         e_cols.append(left.alias(f"k{i}"))
         a_cols.append(right.alias(f"k{i}"))
@@ -489,12 +552,13 @@ def _unify(left: pl.Series, right: pl.Series) -> tuple[pl.Series, pl.Series]:
     if lf == "null" and rf == "null":
         return left.cast(pl.Utf8), right.cast(pl.Utf8)
     if lf == "null":
-        lf = rf
-        left = left.cast(pl.Float64 if rf == "numeric" else right.dtype)
+        lf, left = rf, left.cast(pl.Float64 if rf == "float" else right.dtype)
     if rf == "null":
-        rf = lf
-        right = right.cast(pl.Float64 if lf == "numeric" else left.dtype)
-    if lf == rf == "numeric":
+        rf, right = lf, right.cast(pl.Float64 if lf == "float" else left.dtype)
+    if lf == rf == "integer":
+        wide = pl.Int128 if {left.dtype, right.dtype} & {pl.Int128, pl.UInt64} else pl.Int64
+        return left.cast(wide), right.cast(wide)
+    if {lf, rf} <= {"integer", "float"}:
         return left.cast(pl.Float64), right.cast(pl.Float64)
     if lf == rf and left.dtype == right.dtype:
         return left, right
@@ -502,11 +566,22 @@ def _unify(left: pl.Series, right: pl.Series) -> tuple[pl.Series, pl.Series]:
 
 
 def _dtype_family(dtype: pl.DataType) -> str:
+    """``null``, ``integer``, ``float`` (floating-point and decimal), ``boolean``, or the dtype's own name."""
     if dtype == pl.Null:
         return "null"
-    if dtype.is_numeric() or dtype == pl.Boolean:
-        return "numeric"
+    if dtype == pl.Boolean:
+        return "boolean"
+    if dtype.is_integer():
+        return "integer"
+    if dtype.is_numeric():
+        return "float"
     return str(dtype)
+
+
+def _type_class(dtype: pl.DataType) -> str:
+    """The family, with integers and floats both ``numeric`` (what ``types_match`` and similarity compare)."""
+    family = _dtype_family(dtype)
+    return "numeric" if family in ("integer", "float") else family
 
 
 #: Comparable frames, numeric columns and the full row pairing of an accepted column mapping.
@@ -529,7 +604,7 @@ def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]
     """Multiset similarity of every expected column with every actual column (2|A∩B| / (|A|+|B|))."""
     def counts(relation: Relation, index: int) -> pl.DataFrame:
         column = relation.frame[:, index]
-        family = _dtype_family(column.dtype)
+        family = _type_class(column.dtype)
         value = (column.cast(pl.Float64).round(9) if family == "numeric" else tagged_text(column)) \
             if family != "null" else column.cast(pl.Utf8)
         return value.alias("v").to_frame().group_by("v").len()
@@ -604,26 +679,31 @@ def _column_stats(
         pairs = pl.concat([pairing.pairs, extra]) if extra.height else pairing.pairs
     joined = (pairs.join(e_frame, on=_ROW, how="left")
               .join(a_frame.rename({_ROW: f"{_ROW}_right"}), on=f"{_ROW}_right", how="left", suffix="_right"))
+    floats = set(_floats(e_frame, keys))
+    measures: list[pl.Expr] = []  # every column's figures in one frame operation (each costs a fixed overhead)
     for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
         if stat.actual_index is None:
             continue
-        summary = joined.select(
-            pl.len().alias("compared"),
-            (~_cell_equal(key, stat.numeric, tolerance, nulls_equal)).sum().alias("mismatched"),
-            (pl.col(key).is_null() ^ pl.col(f"{key}_right").is_null()).sum().alias("null_mismatched"),
-            *([((pl.col(key) != pl.col(f"{key}_right")) & _cell_equal(key, True, tolerance, nulls_equal))
-               .sum().alias("within"),
-               (pl.col(key) - pl.col(f"{key}_right")).abs().max().alias("max_diff"),
-               ((pl.col(key) - pl.col(f"{key}_right")).abs() / pl.col(key).abs()).max().alias("max_rel")]
-              if stat.numeric else []),
-        ).row(0, named=True)
-        stat.compared = int(summary["compared"])
-        stat.mismatched = int(summary["mismatched"])
-        stat.null_mismatched = int(summary["null_mismatched"])
+        left, right = pl.col(key), pl.col(f"{key}_right")
+        measures += [(~_cell_equal(key, key in floats, tolerance, nulls_equal)).sum().alias(f"{key}:mismatched"),
+                     (left.is_null() ^ right.is_null()).sum().alias(f"{key}:null_mismatched")]
         if stat.numeric:
-            stat.within_tolerance = int(summary["within"] or 0)
-            stat.max_abs_diff = None if summary["max_diff"] is None else float(summary["max_diff"])
-            stat.max_rel_diff = None if summary["max_rel"] is None else float(summary["max_rel"])
+            diff = (left.cast(pl.Float64) - right.cast(pl.Float64)).abs()
+            measures += [((left != right) & _cell_equal(key, key in floats, tolerance, nulls_equal))
+                         .sum().alias(f"{key}:within"),
+                         diff.max().alias(f"{key}:max_diff"),
+                         (diff / left.cast(pl.Float64).abs()).max().alias(f"{key}:max_rel")]
+    summary = joined.select(pl.len().alias("compared"), *measures).row(0, named=True)
+    for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
+        if stat.actual_index is None:
+            continue
+        stat.compared = int(summary["compared"])
+        stat.mismatched = int(summary[f"{key}:mismatched"])
+        stat.null_mismatched = int(summary[f"{key}:null_mismatched"])
+        if stat.numeric:
+            stat.within_tolerance = int(summary[f"{key}:within"] or 0)
+            stat.max_abs_diff = None if summary[f"{key}:max_diff"] is None else float(summary[f"{key}:max_diff"])
+            stat.max_rel_diff = None if summary[f"{key}:max_rel"] is None else float(summary[f"{key}:max_rel"])
     return stats
 
 
@@ -663,8 +743,8 @@ def _schema_match(expected: Relation, actual: Relation, mapping: list[int | None
     a_names = [n.lower() for n in actual.names]
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
     types_match = all(
-        _dtype_family(expected.frame.dtypes[i]) in (_dtype_family(actual.frame.dtypes[j]), "null")
-        or _dtype_family(actual.frame.dtypes[j]) == "null"
+        _type_class(expected.frame.dtypes[i]) in (_type_class(actual.frame.dtypes[j]), "null")
+        or _type_class(actual.frame.dtypes[j]) == "null"
         for i, j in mapped
     )
     used = {j for _, j in mapped}
