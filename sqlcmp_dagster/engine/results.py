@@ -772,10 +772,14 @@ def _null_counts_agree(e_frame: pl.DataFrame, a_frame: pl.DataFrame, keys: list[
 
 
 def _sample(relation: Relation, rows: pl.Series, limit: int = 5) -> list[list[Any]]:
-    """The first ``limit`` of the given rows in the database's order (the lowest row numbers: a join leaves its
-    rows in no fixed order, and a sample must not depend on thread scheduling)."""
+    """The first ``limit`` of the given rows in value order: a database returns the rows of a query without
+    ORDER BY in no fixed order (PostgreSQL's synchronized scans under concurrent cases), so a sample taken by
+    position would differ between two runs of the same case."""
     if not relation.width:
         return []
-    first = rows.sort().head(limit).cast(pl.UInt32)
-    picked = relation.frame.with_row_index(_ROW).filter(pl.col(_ROW).is_in(first.implode()))
-    return [list(r) for r in picked.drop(_ROW).iter_rows()]
+    picked = relation.frame.with_row_index(_ROW).filter(pl.col(_ROW).is_in(rows.cast(pl.UInt32).implode())).drop(_ROW)
+    try:
+        picked = picked.sort(picked.columns, nulls_last=True, maintain_order=True)
+    except pl.exceptions.PolarsError:  # a column polars cannot order (Object): database order, at least stable
+        pass
+    return [list(r) for r in picked.head(limit).iter_rows()]
