@@ -226,3 +226,30 @@ def test_writes_are_refused_on_every_engine_and_nothing_changes(statement: str, 
     assert hashlib.sha256(duck.read_bytes()).hexdigest() == before["duckdb"]
     assert _checksum(pg_url) == before["postgres"]
     assert not Path("/tmp/sqlcmp-copy.csv").exists()
+
+
+def _performance(db: str, expected: str, actual: str) -> tuple[dict[str, object], list[str]]:
+    request = CompareRequest(expected_sql=expected, actual_sql=actual,
+                             config=EvalConfig(enable_performance_metrics=True))
+    adapter = ExecutionAdapter(db)
+    report = compare(request, adapter)
+    adapter.close()
+    assert report.metrics["performance"] is not None and report.performance_scores is not None
+    return report.performance_scores, report.warnings
+
+
+def test_performance_metrics_on_duckdb_from_its_estimated_plan(duck: Path) -> None:
+    performance, warnings = _performance(str(duck), "SELECT kind FROM items WHERE id = 5",
+                                         "SELECT kind FROM items WHERE id = 5 ORDER BY kind")
+    assert performance["plan_complexity_score"] > performance["plan_complexity_expected"] >= 3.0  # SCAN (+ SORT)
+    assert performance["resource_cost_score"] is not None and performance["resource_cost_score"] > 0
+    assert any("indicative" in w and "estimates" in w for w in warnings)
+
+
+def test_performance_metrics_on_postgres_from_explain_json_costs(pg_url: str) -> None:
+    performance, warnings = _performance(
+        pg_url, "SELECT kind FROM sqlcmp_engines.items WHERE id = 5",
+        "SELECT a.kind FROM sqlcmp_engines.items a JOIN sqlcmp_engines.items b ON a.id = b.id WHERE a.id = 5")
+    assert performance["resource_cost_score"] > 1.0  # the self-join's estimated cost is higher
+    assert performance["plan_complexity_score"] > performance["plan_complexity_expected"]
+    assert any("indicative" in w for w in warnings)

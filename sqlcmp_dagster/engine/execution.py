@@ -14,6 +14,7 @@ transaction that is rolled back, is interrupted from a timer at its timeout, and
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 import threading
 import time
@@ -120,6 +121,48 @@ class Plan:
 
     operators: list[str]
     cost: float | None
+
+
+def _plan_operator(name: str, relation: str | None = None) -> str:
+    """An engine's operator name in the words of SQLite's plans, which plan_complexity_score weighs.
+
+    >>> _plan_operator("Index Only Scan", "items"), _plan_operator("HASH_GROUP_BY"), _plan_operator("TOP_N")
+    ('SEARCH items', 'HASH GROUP BY', 'SORT')
+    """
+    words = name.upper().replace("_", " ")
+    if "INDEX" in words or "BITMAP" in words:
+        words = "SEARCH"
+    elif words in ("ORDER BY", "TOP N", "SORT", "INCREMENTAL SORT"):
+        words = "SORT"
+    return f"{words} {relation}" if relation else words
+
+
+def _postgres_plan(root: dict[str, Any]) -> Plan:
+    operators: list[str] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        name = "Hash Aggregate" if node.get("Strategy") == "Hashed" else str(node.get("Node Type", ""))
+        if node.get("Parent Relationship") == "SubPlan":
+            name = f"correlated {name}"
+        operators.append(_plan_operator(name, node.get("Relation Name")))
+        stack.extend(reversed(node.get("Plans", [])))
+    return Plan(operators=operators, cost=float(root["Total Cost"]))
+
+
+def _duckdb_plan(nodes: list[dict[str, Any]]) -> Plan:
+    operators: list[str] = []
+    rows = 0.0
+    stack = list(reversed(nodes))
+    while stack:
+        node = stack.pop()
+        info = node.get("extra_info") or {}
+        table = info.get("Table") if isinstance(info, dict) else None
+        operators.append(_plan_operator(str(node.get("name", "")), str(table).split(".")[-1] if table else None))
+        estimate = info.get("Estimated Cardinality") if isinstance(info, dict) else None
+        rows += float(estimate) if isinstance(estimate, (int, float, str)) and str(estimate).isdigit() else 0.0
+        stack.extend(reversed(node.get("children", [])))
+    return Plan(operators=operators, cost=rows or None)
 
 
 def relation_from_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], truncated: bool = False) -> Relation:
@@ -298,16 +341,30 @@ class ExecutionAdapter:
         return Execution(True, relation, None, elapsed, fetched.warnings)
 
     def explain(self, sql: str) -> Plan | None:
-        """The engine's plan for ``sql``: SQLite's ``EXPLAIN QUERY PLAN`` operators (SQLite reports no cost);
-        other engines' plans are not read yet (None)."""
-        if self.dialect != "sqlite":
+        """The engine's plan for ``sql``, estimated only (a query is never run for its plan: no ANALYZE).
+
+        SQLite: ``EXPLAIN QUERY PLAN`` operators, no cost. PostgreSQL: ``EXPLAIN (FORMAT JSON)``, its node types
+        and the root's estimated total cost. DuckDB: ``EXPLAIN (FORMAT JSON)``, its operators and, as the cost,
+        the estimated rows summed over the operators (DuckDB reports no cost of its own). Operator names are
+        put in SQLite's words (``SCAN``, ``SEARCH`` for index access, ``HASH``, ``NESTED LOOP``, ``SORT``).
+        """
+        prefix = {"sqlite": "EXPLAIN QUERY PLAN ", "postgres": "EXPLAIN (FORMAT JSON) ",
+                  "duckdb": "EXPLAIN (FORMAT JSON) "}.get(self.dialect)
+        if prefix is None:
             return None
         try:
             with self._session(self.timeout_ms) as connection:
-                rows = connection.exec_driver_sql("EXPLAIN QUERY PLAN " + _strip_terminator(sql)).fetchall()
-        except sa.exc.SQLAlchemyError:
+                rows = connection.exec_driver_sql(prefix + _strip_terminator(sql)).fetchall()
+        except (sa.exc.SQLAlchemyError, *self._driver_errors):
             return None
-        return Plan(operators=[str(row[-1]) for row in rows], cost=None)
+        if self.dialect == "sqlite":
+            return Plan(operators=[str(row[-1]) for row in rows], cost=None)
+        try:
+            document = rows[0][-1]
+            nodes = json.loads(document) if isinstance(document, str) else document
+            return _postgres_plan(nodes[0]["Plan"]) if self.dialect == "postgres" else _duckdb_plan(nodes)
+        except (ValueError, KeyError, IndexError, TypeError):
+            return None
 
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself."""

@@ -12,7 +12,7 @@ from typing import Any
 from sqlcmp_dagster.engine.execution import Plan
 
 #: Plan operators that cost the most, with their weight in plan_complexity_score (SQLite EXPLAIN QUERY PLAN
-#: wording; other engines' plans use the same words for the same operators).
+#: wording; ``ExecutionAdapter.explain`` puts PostgreSQL's and DuckDB's operators in the same words).
 OPERATOR_WEIGHTS: dict[str, float] = {
     "SCAN": 3.0,  # full table scan
     "TEMP B-TREE": 2.0,  # sort or DISTINCT materialized in a temporary index
@@ -20,6 +20,7 @@ OPERATOR_WEIGHTS: dict[str, float] = {
     "NESTED LOOP": 2.0,
     "CORRELATED": 2.0,  # correlated subquery, re-run per outer row
     "SEARCH": 1.0,  # index lookup
+    "SORT": 2.0,  # an explicit sort operator (PostgreSQL, DuckDB; SQLite says TEMP B-TREE)
 }
 
 
@@ -39,8 +40,10 @@ def plan_complexity(plan: Plan) -> float:
 def performance_metrics(
     actual_ms: float, expected_ms: float, actual_plan: Plan | None, expected_plan: Plan | None
 ) -> tuple[dict[str, Any], list[str]]:
-    """``metrics.performance`` and the warnings that qualify it."""
-    warnings = ["performance figures come from a single run of each query and are indicative only"]
+    """``metrics.performance`` and the warnings that qualify it. Costs are the optimizer's estimates (no query
+    is run for its plan); the timing ratio comes from the one run each query had."""
+    warnings = ["performance figures come from a single run of each query and are indicative only: timings vary "
+                "with cache state and machine load, and costs are the optimizer's estimates"]
     ratio = actual_ms / expected_ms if expected_ms > 0 else None
     cost: float | None = None
     if actual_plan is not None and expected_plan is not None and actual_plan.cost and expected_plan.cost:
