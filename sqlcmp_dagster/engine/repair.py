@@ -69,6 +69,7 @@ class FixSearch:
     transplants: list[Transplant] = field(default_factory=list)  # every candidate executed, in order
     fixes: list[Transplant] = field(default_factory=list)  # the passing candidates of the smallest size
     stopped: str | None = None  # why the search ended before trying every set up to the bound
+    unsupported: str | None = None  # why the search could not start
 
     def suggested_fix(self, chosen: int = 0) -> dict[str, Any]:
         """``diagnostic_scores.suggested_fix``: the repaired SQL, the clauses changed and how it was verified
@@ -87,6 +88,8 @@ class FixSearch:
     def no_fix_reason(self) -> str:
         movable = [c for c in self.differing if c in CLAUSE_ARGS]
         fixed = [c for c in self.differing if c not in CLAUSE_ARGS]
+        if self.unsupported is not None:
+            return f"no verified fix: {self.unsupported}"
         if not self.differing:
             return ("no verified fix: no top-level clause differs, so there is nothing to transplant (the "
                     "difference is inside an expression the clause comparison treats as equal)")
@@ -114,7 +117,8 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
     """
     differing = tuple(structure.differing())
     if not (isinstance(expected, exp.Select) and isinstance(actual, exp.Select)):
-        return FixSearch(differing, stopped="a set operation or a non-SELECT query has no clauses to transplant")
+        return FixSearch(differing, unsupported="a set operation (UNION/INTERSECT/EXCEPT) is not searched: its "
+                         "branches have no single set of clauses to transplant")
     # Clauses can also differ in what canonicalization folds away (the case of a double-quoted string,
     # which SQLite reads as a literal): compare the trees being transplanted as well.
     textual = {c for c in CLAUSE_ARGS if _clause_sql(expected, c, dialect) != _clause_sql(actual, c, dialect)}
