@@ -26,6 +26,14 @@ def default_storage_dir() -> str:
     return os.environ.get("SQLCMP_STORAGE_DIR") or str(Path(home or ".", "sqlcmp_storage"))
 
 
+#: evaluation_summary follows the case reports without a switch to find: its eager automation condition is
+#: evaluated by this sensor, which runs from the start (Dagster's default automation sensor would be off).
+summary_sensor = dg.AutomationConditionSensorDefinition(
+    "evaluation_summary_follows_cases", target=[evaluation_summary],
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Recomputes evaluation_summary after case reports change (its eager automation condition).")
+
+
 def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None, db_url: str | None = None,
                       storage_dir: str | None = None) -> dg.Definitions:
     """The definitions with explicit locations (tests and the demo) or the environment's defaults."""
@@ -35,7 +43,7 @@ def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None
         assets=[*LAYERS, evaluation_summary],
         jobs=[evaluation_job, summary_job],
         schedules=[nightly_evaluation],
-        sensors=[case_sensor],
+        sensors=[case_sensor, summary_sensor],
         resources={
             "cases": CaseSuiteResource(folder=cases_dir),
             "database": DatabaseResource(db_dir=db_dir, url=db_url or os.environ.get("SQLCMP_DB_URL")),

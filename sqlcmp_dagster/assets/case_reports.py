@@ -1,23 +1,40 @@
 """Final synthesis asset: one report per case under the failure precedence (the output contract), one typed
 column per top-level field."""
 
+from typing import Any
+
+import dagster as dg
 import polars as pl
 
 from sqlcmp_dagster.assets.common import joined, layer_asset, outcome_of, report_from_layers
 from sqlcmp_dagster.engine.judge import apply_judgment
 from sqlcmp_dagster.contracts.schemas import frame_schema
+from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.records import report_from_row, report_row
+from sqlcmp_dagster.reporting.cases import outcome
 
 SCHEMA = {"case_id": pl.Utf8, **frame_schema("case_reports"), "fault": pl.Utf8}
 
 
 @layer_asset("case_reports", description="The report of each case: verdict, scores, severity, explanations.")
-def case_reports(executions: pl.DataFrame, structural_diffs: pl.DataFrame, result_comparisons: pl.DataFrame,
-                 diagnostics: pl.DataFrame, judgments: pl.DataFrame) -> pl.DataFrame:
+def case_reports(context: dg.AssetExecutionContext, executions: pl.DataFrame, structural_diffs: pl.DataFrame,
+                 result_comparisons: pl.DataFrame, diagnostics: pl.DataFrame, judgments: pl.DataFrame) -> pl.DataFrame:
     rows = []
     for row in joined(executions, structural_diffs, result_comparisons, diagnostics, judgments).iter_rows(named=True):
         # A judged case's report was built once already, for the judge's prompt.
         stored = row["deterministic_report"]
-        report = report_from_row(stored) if stored is not None else report_from_layers(row)
-        rows.append({**report_row(apply_judgment(report, outcome_of(row))), "fault": row["fault"]})
+        report = apply_judgment(report_from_row(stored) if stored is not None else report_from_layers(row),
+                                outcome_of(row))
+        # each partition's own verdict, so the Partitions tab tells the cases apart
+        context.add_asset_metadata(partition_metadata(report), partition_key=report.case_id)
+        rows.append({**report_row(report), "fault": row["fault"]})
     return pl.DataFrame(rows, schema=SCHEMA)
+
+
+def partition_metadata(report: Report) -> dict[str, Any]:
+    """What one case's materialization shows in the UI: outcome, severity, score, likely source and hardness."""
+    return {"outcome": outcome(report), "severity": report.severity,
+            "overall_score": dg.MetadataValue.float(report.overall_score),
+            "likely_source_clause": (report.diagnostic_scores or {}).get("likely_source_clause") or "",
+            "hardness": report.run_metadata.get("hardness") or "",
+            "headline": report.explanations[0] if report.explanations else ""}

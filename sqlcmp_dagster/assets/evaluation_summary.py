@@ -20,7 +20,8 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
     reports = reports_from_frame(case_reports)
     summary = summarize(reports)
     context.add_output_metadata({
-        "pass_rate": summary["pass_rate"] if summary["pass_rate"] is not None else float("nan"),
+        "pass_rate": dg.MetadataValue.float(summary["pass_rate"] if summary["pass_rate"] is not None
+                                            else float("nan")),
         "cases": summary["cases"],
         "vacuous_passes": summary["vacuous_passes"],
         "invalid_cases": summary["invalid_cases"],
@@ -29,14 +30,23 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         "errors": dg.MetadataValue.md(bar_chart("Execution error types", summary["error_type_counts"])),
         "validity": dg.MetadataValue.md(bar_chart("Cases", {
             "passed": summary["passed"], "failed": summary["failed"], "invalid": summary["invalid_cases"]})),
+        "passed": summary["passed"],
+        "failed": summary["failed"],
+        "mean_overall_score": dg.MetadataValue.float(summary["mean_overall_score"] if summary["mean_overall_score"]
+                                                     is not None else float("nan")),
+        # one number per hardness level, so the Plots tab shows each level's trend across runs
+        **{f"pass_rate_{level}": dg.MetadataValue.float(row["pass_rate"] if row["pass_rate"] is not None
+                                                        else float("nan"))
+           for level, row in summary["per_hardness"].items()},
+        "per_hardness": dg.MetadataValue.md(database_table(summary["per_hardness"], "hardness")),
         "per_database": dg.MetadataValue.md(database_table(summary["per_database"])),
         "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
     })
     return summary
 
 
-def database_table(per_database: dict[str, dict[str, Any]]) -> str:
-    """The per-database breakdown as a Markdown table.
+def database_table(per_database: dict[str, dict[str, Any]], group: str = "database") -> str:
+    """A breakdown (per database, or per ``group``) as a Markdown table.
 
     >>> print(database_table({"shop": {"cases": 3, "passed": 1, "failed": 1, "vacuous_passes": 1, "invalid": 1,
     ...                                 "pass_rate": 0.5}}))
@@ -44,7 +54,7 @@ def database_table(per_database: dict[str, dict[str, Any]]) -> str:
     |---|---:|---:|---:|---:|---:|---:|
     | shop | 3 | 1 | 1 | 1 | 1 | 50.0% |
     """
-    lines = ["| database | cases | passed | of them vacuous | failed | invalid | pass rate |",
+    lines = [f"| {group} | cases | passed | of them vacuous | failed | invalid | pass rate |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, row in per_database.items():
         rate = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"

@@ -9,7 +9,6 @@ from sqlcmp_dagster.assets.sensors import RANGE_END, RANGE_START
 
 #: On-demand: pick partitions (cases) in the launchpad, or a range of them.
 evaluation_job = dg.define_asset_job("evaluation_job", selection=list(LAYER_ASSETS),
-                                     partitions_def=cases_partitions,
                                      description="Evaluate the selected cases through every layer.")
 summary_job = dg.define_asset_job("summary_job", selection=["evaluation_summary"],
                                   description="Recompute the summary over all stored case reports.")
