@@ -52,11 +52,18 @@ def duck(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def pg_url() -> Iterator[str]:
-    url = os.environ.get("SQLCMP_TEST_PG_URL")
-    if not url:
+    """The engine's URL (SELECT-only role), with a table sqlcmp_hostile_res.t made by the superuser."""
+    url, admin_url = os.environ.get("SQLCMP_TEST_PG_URL"), os.environ.get("SQLCMP_TEST_PG_ADMIN_URL")
+    if not (url and admin_url):
         if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
-            pytest.fail("SQLCMP_TEST_PG_URL is not set: run .ci/services.sh")
+            pytest.fail("SQLCMP_TEST_PG_URL / SQLCMP_TEST_PG_ADMIN_URL not set: run .ci/services.sh")
         pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        for statement in ("DROP SCHEMA IF EXISTS sqlcmp_hostile_res CASCADE", "CREATE SCHEMA sqlcmp_hostile_res",
+                          "CREATE TABLE sqlcmp_hostile_res.t AS SELECT g AS a FROM generate_series(1, 10) g"):
+            connection.execute(sa.text(statement))
+    admin.dispose()
     yield url
 
 
@@ -179,6 +186,28 @@ def test_max_sql_chars_refuses_before_parsing(sample_db: Path) -> None:
     small = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1 + 1 + 1",
                                    config=EvalConfig(max_sql_chars=10)), ExecutionAdapter(str(sample_db)))
     assert "exceed max_sql_chars=10" in json.dumps(small.model_dump())
+
+
+def test_case_timeout_ms_caps_the_probes_and_names_the_cut(pg_url: str) -> None:
+    """Issue 11 item 9: probes (the fix search's candidates) re-run the slow actual query, so a case cost several
+    query timeouts. With case_timeout_ms the queries a case runs fit in its budget, and the cut is named."""
+    adapter = ExecutionAdapter(pg_url)
+    request = CompareRequest(
+        expected_sql="SELECT a FROM sqlcmp_hostile_res.t WHERE a > 2 ORDER BY a DESC",
+        # 0.1 s per row kept: about 0.6 s, and as long again in each probe that keeps the projection
+        actual_sql="SELECT a + length(pg_sleep(0.1)::text) AS a FROM sqlcmp_hostile_res.t WHERE a > 3 ORDER BY a",
+        config=EvalConfig(query_timeout_ms=5000, case_timeout_ms=1000))
+    report = compare(request, adapter)
+    timings = report.run_metadata["timings"]
+    assert timings["parse_ms"] + timings["execution_ms"] + timings["probe_execution_ms"] < 1000 + 300, timings
+    assert any("fix search limited to" in w and "case_timeout_ms=1000" in w for w in report.warnings), \
+        report.warnings
+    unbounded = compare(request.model_copy(update={"config": EvalConfig(query_timeout_ms=5000)}), adapter)
+    assert not any("case_timeout_ms" in w for w in unbounded.warnings)  # 3 x 5 s: nothing was cut
+    starved = compare(request.model_copy(update={"config": EvalConfig(query_timeout_ms=5000, case_timeout_ms=300)}),
+                      adapter)
+    assert starved.error_types == ["timeout"]  # the actual query got what was left of 300 ms
+    adapter.close()
 
 
 def test_batch_with_resource_attacks_writes_every_other_report(tmp_path: Path, targets: dict[str, str]) -> None:

@@ -62,7 +62,9 @@ class EvalConfig(_Strict):
     The resource caps bound what one hostile query can cost: ``max_result_bytes`` (about 64 MiB per result;
     fetching stops there, the result is truncated with a warning), ``max_cell_bytes`` (1 MiB; a longer text or
     binary value is cut with a marker while fetching, or refused by SQLite itself), ``max_sql_chars`` (a longer
-    query is a parse failure before the parser runs).
+    query is a parse failure before the parser runs), ``case_timeout_ms`` (the case's total budget for parsing
+    and every query it runs: expected, actual, counterfactual probes and tie re-checks; default three query
+    timeouts, see :meth:`case_budget_ms`).
     """
 
     comparison_mode: ComparisonMode = "auto"
@@ -77,6 +79,7 @@ class EvalConfig(_Strict):
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0)
     max_cell_bytes: int = Field(default=DEFAULT_MAX_CELL_BYTES, gt=0)
     max_sql_chars: int = Field(default=DEFAULT_MAX_SQL_CHARS, gt=0)
+    case_timeout_ms: int | None = Field(default=None, gt=0)
     enable_ai_judge: bool = False
     enable_performance_metrics: bool = False
     enable_counterfactual_probes: bool = True
@@ -90,6 +93,11 @@ class EvalConfig(_Strict):
         atol = default if self.numeric_abs_tolerance is None else self.numeric_abs_tolerance
         rtol = default if self.numeric_rel_tolerance is None else self.numeric_rel_tolerance
         return atol, rtol
+
+    def case_budget_ms(self) -> int:
+        """``case_timeout_ms``, or three query timeouts when unset: the expected and the actual query can each
+        use their whole timeout and the probes share what is left."""
+        return self.case_timeout_ms if self.case_timeout_ms is not None else 3 * self.query_timeout_ms
 
     def config_hash(self) -> str:
         """A short stable hash of every option, recorded in run_metadata and used for cache keys."""

@@ -186,7 +186,7 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
             if key is not None and (hit := cache.get(key)) is not None:  # type: ignore[union-attr]
                 side.execution = hit
                 continue
-            _execute(side, given, database, database_error, config)
+            _execute(side, given, database, database_error, config, remaining_timeout(validation, execution_ms))
             execution_ms += side.execution.elapsed_ms if side.execution else 0.0
             if key is not None and side.execution is not None:
                 cache.put(key, side.execution)  # type: ignore[union-attr]
@@ -195,6 +195,17 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
                            for w in side.execution.warnings]
     validation.timings["execution_ms"] = execution_ms
     return validation
+
+
+def remaining_timeout(validation: Validation, more_ms: float = 0.0) -> int | None:
+    """The timeout of the case's next query: ``query_timeout_ms``, or less when the case's budget
+    (``case_timeout_ms``) has less left after parsing and the queries run so far (``timings`` plus ``more_ms``
+    not yet recorded there); None when nothing is left. Counting recorded time rather than a clock deadline keeps
+    the budget right when Dagster runs the layers of a case in different steps."""
+    config, timings = validation.request.config, validation.timings
+    spent = timings.get("parse_ms", 0.0) + timings.get("execution_ms", 0.0) + more_ms
+    left = config.case_budget_ms() - spent
+    return None if left < 1 else int(min(config.query_timeout_ms, left))
 
 
 def resolve_dialect(request: CompareRequest, database: ExecutionAdapter | None) -> str:
@@ -244,7 +255,11 @@ def _cut_inside_tie(validation: Validation, side: Side, shape: QueryShape, datab
     uncut_tree.set("limit", None)
     uncut_tree.set("offset", None)
     config = validation.request.config
-    uncut = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=config.query_timeout_ms,
+    timeout_ms = remaining_timeout(validation)
+    if timeout_ms is None:
+        validation.warnings.append(f"LIMIT tie re-check skipped: case_timeout_ms={config.case_budget_ms()} spent")
+        return False
+    uncut = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=timeout_ms,
                              max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                              max_cell_bytes=config.max_cell_bytes)
     validation.timings["execution_ms"] = validation.timings.get("execution_ms", 0.0) + uncut.elapsed_ms
@@ -265,13 +280,14 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
 
     Every candidate of the search is derived from the actual query and runs exactly as the actual query did:
     through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
-    case's ``query_timeout_ms`` as its budget. Returns the diagnostics and the milliseconds the candidates
-    spent executing.
+    case's ``query_timeout_ms`` as its budget, or what is left of ``case_timeout_ms`` when that is less (a
+    warning names the cut). Returns the diagnostics and the milliseconds the candidates spent executing.
     """
     config, dialect = validation.request.config, validation.dialect
     expected_side = validation.expected[index]
     expected_shape = expected_side.shape(dialect)
     probe_ms = [0.0]
+    budget_ms = remaining_timeout(validation)  # the search's whole budget: at most what the case has left
 
     def run(tree: exp.Expression, timeout_ms: int) -> ResultComparison | None:
         assert database is not None and expected_side.relation is not None
@@ -290,9 +306,13 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     diagnostics = diagnose(structure, expected_shape, validation.actual.shape(dialect), result,
                            expected_tree=_transplantable(expected_side),
                            actual_tree=_transplantable(validation.actual),
-                           run=run if can_probe else None, dialect=dialect, budget_ms=config.query_timeout_ms,
+                           run=run if can_probe and budget_ms is not None else None, dialect=dialect,
+                           budget_ms=budget_ms or 0,
                            duplicates=Duplicates(_duplicate_rows(expected_side.relation),
                                                  _duplicate_rows(validation.actual.relation)))
+    if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
+        validation.warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
+                                   f": what was left of case_timeout_ms={config.case_budget_ms()}")
     return diagnostics, probe_ms[0]
 
 
@@ -563,7 +583,9 @@ def _in_processes(evaluator: Evaluator, cases: Sequence[CompareRequest], workers
 
 
 def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter | None,
-             database_error: str | None, config: EvalConfig) -> None:
+             database_error: str | None, config: EvalConfig, timeout_ms: int | None) -> None:
+    """Materialize one side: from the case's given result, else by executing it within ``timeout_ms`` (None:
+    the case's budget is spent, so the query is not run and fails as a timeout that says so)."""
     if given is not None:
         side.pre_materialized = True
         side.execution = Execution(True, relation_from_rows(given.columns, [tuple(r) for r in given.rows]),
@@ -573,7 +595,11 @@ def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter |
         message = database_error or "no database to execute against"
         side.execution = Execution(False, None, ExecutionError(category="unknown_error", message=message), 0.0)
         return
-    side.execution = database.execute(side.sql, parsed=side.parsed, timeout_ms=config.query_timeout_ms,
+    if timeout_ms is None:
+        message = f"not run: the case's time budget case_timeout_ms={config.case_budget_ms()} was spent before it"
+        side.execution = Execution(False, None, ExecutionError(category="timeout", message=message), 0.0)
+        return
+    side.execution = database.execute(side.sql, parsed=side.parsed, timeout_ms=timeout_ms,
                                       max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                                       max_cell_bytes=config.max_cell_bytes)
 
