@@ -159,6 +159,9 @@ def test_postgres_compare_end_to_end(pg_url: str) -> None:
     assert report.run_metadata["dialect"] == "postgres"
     assert report.deterministic_verdict == "fail"
     assert report.diagnostic_scores["likely_source_clause"] == "selection_predicate"
+    fix = report.diagnostic_scores["suggested_fix"]  # verified on PostgreSQL, in its read-only transaction
+    assert fix["found"] and fix["clauses"] == ["selection_predicate"]
+    assert fix["sql"] == "SELECT kind, COUNT(*) FROM sqlcmp_engines.items GROUP BY kind"
 
 
 def test_ten_million_rows_are_capped_not_materialized(duck: Path, pg_url: str, sample_db: Path) -> None:
