@@ -27,6 +27,14 @@ su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp_sele
   su postgres -c "psql -qc \"CREATE ROLE sqlcmp_select LOGIN PASSWORD 'sqlcmp_select'\""
 su postgres -c "psql -q -d sqlcmp_dagster -c \"ALTER DEFAULT PRIVILEGES FOR ROLE sqlcmp GRANT USAGE ON SCHEMAS TO sqlcmp_select\" \
   -c \"ALTER DEFAULT PRIVILEGES FOR ROLE sqlcmp GRANT SELECT ON TABLES TO sqlcmp_select\""
+# An S3-compatible object store for the case-store tests: moto's server mode (from PyPI, in a venv of its own),
+# on loopback only.
+moto=/opt/sqlcmp-moto
+[ -x "$moto/bin/moto_server" ] || { python3 -m venv "$moto" && "$moto/bin/pip" install -q "moto[server]>=5"; } >&2
+s3_up() { python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:5055/', timeout=2)" 2>/dev/null; }
+if ! s3_up; then setsid "$moto/bin/moto_server" -H 127.0.0.1 -p 5055 </dev/null >/tmp/sqlcmp-moto.log 2>&1 & fi
+for _ in $(seq 1 30); do s3_up && break; sleep 1; done
+echo "export SQLCMP_TEST_S3_ENDPOINT=http://127.0.0.1:5055"
 echo "export SQLCMP_TEST_PG_URL=postgresql+psycopg2://sqlcmp_select:sqlcmp_select@127.0.0.1:5432/sqlcmp_dagster"
 echo "export SQLCMP_TEST_PG_ADMIN_URL=postgresql+psycopg2://sqlcmp:sqlcmp@127.0.0.1:5432/sqlcmp_dagster"
 echo "export SQLCMP_TEST_CHROMIUM=$(command -v chromium)"

@@ -2,7 +2,8 @@
 
 Defaults evaluate the bundled sample (its suite folder and SQLite database); environment variables point it
 elsewhere: ``SQLCMP_CASES_DIR`` (suite folder), ``SQLCMP_DB_DIR`` (SQLite folder), ``SQLCMP_DB_URL``
-(a SQLAlchemy URL for cases that name no database), ``SQLCMP_STORAGE_DIR`` (per-case Parquet store).
+(a SQLAlchemy URL for cases that name no database), ``SQLCMP_STORAGE_DIR`` (the per-case Parquet store: a
+local folder or an fsspec URL such as ``s3://bucket/prefix``).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None
             "cases": CaseSuiteResource(folder=cases_dir),
             "database": DatabaseResource(db_dir=db_dir, url=db_url or os.environ.get("SQLCMP_DB_URL")),
             "judge": LLMJudgeResource(),
-            CASE_STORE: PartitionedParquetIOManager(base_dir=storage_dir or default_storage_dir()),
+            CASE_STORE: PartitionedParquetIOManager(base_path=storage_dir or default_storage_dir()),
         },
     )
 

@@ -1,5 +1,9 @@
-"""Per-partition Parquet storage: one file per (asset, case), so re-materializing a case rewrites only its file.
+"""Per-partition Parquet storage on any fsspec filesystem: one object per (asset, case), so re-materializing a
+case rewrites only its own objects.
 
+The store is named by a URL (``s3://bucket/prefix``, ``gs://bucket/prefix``, ``file:///...``) or a local path,
+through ``universal_pathlib``; credentials and endpoints come from the filesystem's usual configuration (for
+S3: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``) or ``storage_options``.
 A partitioned asset's output is one polars frame with a ``case_id`` column covering every partition of the run;
 it is split by case on write and concatenated on read. An unpartitioned output (the summary) is stored as JSON.
 """
@@ -13,20 +17,22 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
+from upath import UPath
 
 from sqlcmp_dagster.engine.atomic import atomic_path
 
 
 class PartitionedParquetIOManager(dg.ConfigurableIOManager):
-    """Stores ``<base_dir>/<asset>/<case_id>.parquet``; writes go to a temporary name, then are renamed."""
+    """Stores ``<base_path>/<asset>/<case_id>.parquet``. On a local disk a write goes to a temporary name and is
+    renamed; on an object store each object is written whole by one request, which is already atomic."""
 
-    base_dir: str
+    base_path: str
+    storage_options: dict[str, Any] = {}
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
-        folder = Path(self.base_dir, *context.asset_key.path)
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = asset_folder(self.base_path, context.asset_key.path, self.storage_options)
         if not context.has_asset_partitions:
-            _atomic_write(folder / "value.json", json.dumps(obj, indent=2, default=str).encode())
+            _write(folder / "value.json", json.dumps(obj, indent=2, default=str).encode())
             return
         assert isinstance(obj, pl.DataFrame), "partitioned assets return a polars DataFrame"
         expected = set(context.asset_partition_keys)
@@ -35,7 +41,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             if case_id not in expected:
                 raise ValueError(f"{context.asset_key.to_user_string()}: row for case {case_id!r} is outside "
                                  "this run's partitions")
-            _atomic_write(folder / f"{_file_name(str(case_id))}.parquet", _parquet_bytes(part))
+            _write(folder / f"{_file_name(str(case_id))}.parquet", _parquet_bytes(part))
             written.add(case_id)
         missing = expected - written
         if missing:
@@ -43,16 +49,30 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         context.add_output_metadata({"rows": obj.height})
 
     def load_input(self, context: dg.InputContext) -> Any:
-        folder = Path(self.base_dir, *context.asset_key.path)
+        folder = asset_folder(self.base_path, context.asset_key.path, self.storage_options)
         if not context.has_asset_partitions:
-            return json.loads((folder / "value.json").read_text())
+            return json.loads((folder / "value.json").read_bytes())
         paths = {key: folder / f"{_file_name(key)}.parquet" for key in context.asset_partition_keys}
         missing = [key for key, path in paths.items() if not path.exists()]
         if missing:
             raise FileNotFoundError(f"{context.asset_key.to_user_string()} has no stored row for cases "
                                     f"{missing[:5]}: materialize them first")
-        frames = [pl.read_parquet(path) for path in paths.values()]
+        frames = [pl.read_parquet(io.BytesIO(path.read_bytes())) for path in paths.values()]
         return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"case_id": pl.Utf8})
+
+
+def asset_folder(base_path: str, asset: list[str] | str, storage_options: dict[str, Any] | None = None) -> UPath:
+    """Where ``asset``'s objects live under the store ``base_path`` (a URL or a local path)."""
+    parts = [asset] if isinstance(asset, str) else list(asset)
+    return UPath(base_path, **(storage_options or {})).joinpath(*parts)
+
+
+def read_asset(base_path: str, asset: str, storage_options: dict[str, Any] | None = None) -> pl.DataFrame:
+    """Every stored row of a partitioned ``asset`` (e.g. ``case_reports``) from the store at ``base_path``: what
+    a process outside Dagster reads (``engine.records.reports_from_frame`` turns report rows into reports)."""
+    folder = asset_folder(base_path, asset, storage_options)
+    frames = [pl.read_parquet(io.BytesIO(path.read_bytes())) for path in sorted(folder.glob("*.parquet"))]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"case_id": pl.Utf8})
 
 
 def _file_name(case_id: str) -> str:
@@ -66,6 +86,9 @@ def _parquet_bytes(frame: pl.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    with atomic_path(path) as partial:
-        partial.write_bytes(data)
+def _write(path: UPath, data: bytes) -> None:
+    if path.protocol in ("", "file", "local"):
+        with atomic_path(Path(path.path)) as partial:
+            partial.write_bytes(data)
+    else:
+        path.write_bytes(data)

@@ -1,0 +1,95 @@
+"""The case store on an object store: a real S3-compatible server on loopback (moto's server mode, started by
+``.ci/services.sh``, which exports ``SQLCMP_TEST_S3_ENDPOINT``). A full run, a re-run of one changed case that
+rewrites only that case's objects, and a read of the stored reports by a second process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sqlcmp_dagster.cases.sample import sample_suite_path
+from sqlcmp_dagster.definitions import build_definitions
+from sqlcmp_dagster.engine.records import reports_from_frame
+from sqlcmp_dagster.local import sensor_tick
+from sqlcmp_dagster.resources.storage import read_asset
+
+LAYERS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics", "judgments",
+          "case_reports")
+
+
+@pytest.fixture
+def bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh bucket on the loopback S3 server; the store is configured as a deployment would be, by URL and
+    the standard AWS environment variables."""
+    endpoint = os.environ.get("SQLCMP_TEST_S3_ENDPOINT")
+    if not endpoint:
+        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
+            pytest.fail("SQLCMP_TEST_S3_ENDPOINT is not set: run .ci/services.sh")
+        pytest.skip("SQLCMP_TEST_S3_ENDPOINT not set (run .ci/services.sh to start the S3-compatible server)")
+    s3fs = pytest.importorskip("s3fs")
+    for name, value in (("AWS_ACCESS_KEY_ID", "sqlcmp"), ("AWS_SECRET_ACCESS_KEY", "sqlcmp"),
+                        ("AWS_ENDPOINT_URL_S3", endpoint), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    name = f"sqlcmp-dagster-{uuid.uuid4().hex[:12]}"
+    filesystem = s3fs.S3FileSystem(endpoint_url=endpoint, key="sqlcmp", secret="sqlcmp")
+    filesystem.mkdir(name)
+    yield name
+    filesystem.rm(name, recursive=True)
+
+
+def _written(bucket: str) -> dict[str, object]:
+    """When each object of the bucket was last written."""
+    import s3fs
+
+    filesystem = s3fs.S3FileSystem()
+    return {path: info["LastModified"] for path, info in filesystem.find(bucket, detail=True).items()}
+
+
+def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_dir: Path, bucket: str) -> None:
+    source = [json.loads(line) for line in sample_suite_path().read_text().splitlines()][:12]
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    suite = folder / "suite.jsonl"
+    suite.write_text("".join(json.dumps(case) + "\n" for case in source), encoding="utf-8")
+    store = f"s3://{bucket}/store"
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=store)
+    with dg.instance_for_test() as instance:
+        first = sensor_tick(defs, instance, None)
+        assert len(first.runs) == 1 and first.runs[0].success
+        time.sleep(1.1)  # S3 keeps LastModified to the second: a rewrite must be able to show
+        stored = {r.case_id: r for r in reports_from_frame(read_asset(store, "case_reports"))}
+        assert sorted(stored) == sorted(case["case_id"] for case in source)
+        before = _written(bucket)
+        assert len(before) == len(LAYERS) * len(source)
+
+        edited = source[3]["case_id"]
+        source[3] = {**source[3], "actual_sql": "SELECT 42"}
+        suite.write_text("".join(json.dumps(case) + "\n" for case in source), encoding="utf-8")
+        again = sensor_tick(defs, instance, first.cursor)
+        assert [r.dagster_run.tags.get("dagster/partition") for r in again.runs] == [edited]
+        assert again.runs[0].success
+        after = _written(bucket)
+        assert after.keys() == before.keys()
+        assert {path for path in after if after[path] != before[path]} == {
+            f"{bucket}/store/{layer}/{edited}.parquet" for layer in LAYERS}
+
+    reader = ("import json, sys; from sqlcmp_dagster.resources.storage import read_asset; "
+              "from sqlcmp_dagster.engine.records import reports_from_frame; "
+              "print(json.dumps({r.case_id: r.model_dump(mode='json') "
+              "for r in reports_from_frame(read_asset(sys.argv[1], 'case_reports'))}))")
+    out = subprocess.run([sys.executable, "-c", reader, store], capture_output=True, text=True, timeout=120,
+                         env=os.environ.copy())
+    assert out.returncode == 0, out.stderr
+    read = json.loads(out.stdout)
+    assert read[edited]["metrics"]["validation"]["normalized_sql_actual"] == "select 42"
+    assert {k: v for k, v in read.items() if k != edited} == {
+        k: v.model_dump(mode="json") for k, v in stored.items() if k != edited}
