@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -46,13 +47,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
+        sys.stdout.flush()  # inside the try: a closed pipe is reported here, not as a traceback at exit
+        return code
     except UsageError as error:
         print(f"sqlcmp: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("sqlcmp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``sqlcmp diff ... | head``): stop quietly, as Unix tools do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -416,7 +422,6 @@ def _demo(args: argparse.Namespace) -> int:
     Dagster's own chatter (beta warnings, the first-run telemetry banner, DEBUG event logs) is kept off the
     screen: the demo's output is the summary and where to look next.
     """
-    import os
     import warnings
 
     out_dir = args.out_dir.resolve()

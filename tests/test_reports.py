@@ -7,6 +7,7 @@ import csv
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,16 @@ def test_diff_counts_regressions_and_gates_ci(runs: dict[str, Path], tmp_path: P
     assert diff["severity_changes"] == {"pass -> moderate issue": 1, "major issue -> pass": 1}
     page = (tmp_path / "diff.html").read_text(encoding="utf-8")
     assert 'data-outcome="regressed"' in page and 'data-outcome="fixed"' in page
+
+
+def test_output_into_a_closed_pipe_ends_quietly(runs: dict[str, Path]) -> None:
+    """``sqlcmp diff OLD NEW | head -1``: the reader leaves early; no traceback, exit 141 as Unix tools do."""
+    process = subprocess.Popen([sys.executable, "-m", "sqlcmp_dagster.cli", "diff", str(runs["old"]), str(runs["new"])],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    process.stdout.close()  # long before the command has imported its modules and written anything
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 141 and b"Traceback" not in err, err.decode()
 
 
 @pytest.mark.parametrize(("regressed", "fixed", "p_value"), [

@@ -9,11 +9,12 @@ an invalid case says nothing about either model.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from math import comb
 from typing import Any
 
+from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.summary import database_label
 from sqlcmp_dagster.reporting.cases import outcome
@@ -76,7 +77,7 @@ def diff_runs(old: list[Report], new: list[Report]) -> dict[str, Any]:
         "became_valid": [c.case_id for c in changes if c.old_outcome == "invalid" != c.new_outcome],
         "severity_changes": _severity_matrix(moved),
         "per_database": _per_group(paired, lambda c: c.database),
-        "per_hardness": _per_group(paired, lambda c: c.hardness or "unknown"),
+        "per_hardness": _per_group(paired, lambda c: c.hardness or "unknown", order=HARDNESS_LEVELS),
         "changes": [{**asdict(c), "kind": c.kind} for c in moved],
     }
 
@@ -106,14 +107,16 @@ def _paired_figures(paired: list[CaseChange]) -> dict[str, Any]:
     }
 
 
-def _per_group(paired: list[CaseChange], key: Callable[[CaseChange], str]) -> dict[str, dict[str, Any]]:
+def _per_group(paired: list[CaseChange], key: Callable[[CaseChange], str], order: Sequence[str] = ()) \
+        -> dict[str, dict[str, Any]]:
+    """Paired figures per group (counts of regressed and fixed cases): groups in ``order`` first, then by name."""
     groups: dict[str, list[CaseChange]] = defaultdict(list)
     for change in paired:
         groups[key(change)].append(change)
     return {name: {k: v for k, v in _paired_figures(groups[name]).items() if k not in ("regressed", "fixed")}
             | {"regressed": sum(c.kind == "regressed" for c in groups[name]),
                "fixed": sum(c.kind == "fixed" for c in groups[name])}
-            for name in sorted(groups)}
+            for name in sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g))}
 
 
 def _severity_matrix(moved: list[CaseChange]) -> dict[str, int]:
