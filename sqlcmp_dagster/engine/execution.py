@@ -289,7 +289,7 @@ class ExecutionAdapter:
                 self.engine.dispose()
                 raise PrivilegedRoleError(
                     f"refusing to run untrusted SQL as a privileged PostgreSQL role ({', '.join(privileges)}): "
-                    "connect as a SELECT-only role (or one granted pg_read_all_data), or opt in with "
+                    "connect as a role granted SELECT on the evaluated tables only, or opt in with "
                     "--allow-privileged-role")
 
     def execute(
