@@ -182,7 +182,7 @@ def test_max_sql_chars_refuses_before_parsing(sample_db: Path) -> None:
     huge = "SELECT " + "+".join(["1"] * 400_000)
     report = compare(CompareRequest(expected_sql="SELECT 1", actual_sql=huge), ExecutionAdapter(str(sample_db)))
     assert report.blocked_reason == "parse_failure"
-    assert "query too long: 800,006 characters exceed max_sql_chars=50,000" in json.dumps(report.model_dump())
+    assert "query too long: 800,006 characters exceed max_sql_chars=20,000" in json.dumps(report.model_dump())
     small = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1 + 1 + 1",
                                    config=EvalConfig(max_sql_chars=10)), ExecutionAdapter(str(sample_db)))
     assert "exceed max_sql_chars=10" in json.dumps(small.model_dump())
