@@ -1,15 +1,25 @@
-"""1,000 cases through every asset in one run, against the engine alone over the same cases in one process;
-and one case-sensor tick over 10,000 unchanged cases.
+"""The Dagster pipeline's overhead: a suite through every layer asset and the summary in one run, against the
+engine alone over the same cases in one process (1 thread), on the local instance (SQLite run/event storage)
+and, with ``--pg-url``, on PostgreSQL run/event storage; and one case-sensor tick over unchanged cases.
 
-    python benchmarks/dagster_pipeline.py [--cases 1000] [--sensor-cases 10000]
+    python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir DIR [--pg-url URL] [--sensor-cases 10000]
+    python benchmarks/dagster_pipeline.py            # the bundled suite cycled to --cases 1000 cases
 
-Wall time and peak RSS of each part run in a child process of its own (Linux /proc), so the figures do not mix.
+Spider dev (1,034 cases; the command BENCHMARKS.md uses), after
+``sqlcmp import spider --questions $S/dev.json --gold $S/dev_gold.sql --pred $S/predictions/SuperSQL.sql
+--db-dir $S/database --out suite.jsonl``:
+
+    python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir $S/database --pg-url postgresql+psycopg2://...
+
+Each part runs in a child process of its own (wall time and peak RSS from Linux /proc do not mix); the Dagster
+parts print the time spent storing events (cProfile-free: the instance's ``handle_new_event`` is wrapped).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -29,67 +39,127 @@ def write_suite(folder: Path, count: int) -> None:
             handle.write(json.dumps({**source[i % len(source)], "case_id": f"case{i:05d}"}) + "\n")
 
 
-def part(name: str, cases: int, work: Path) -> dict[str, float]:
+def part(name: str, folder: Path, db_dir: Path, work: Path, pg_url: str | None) -> dict[str, float]:
     import dagster as dg
 
-    from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
+    from sqlcmp_dagster.assets.common import cases_partitions
+    from sqlcmp_dagster.assets.sensors import case_sensor
     from sqlcmp_dagster.cases.suite import load_suites
     from sqlcmp_dagster.definitions import build_definitions
     from sqlcmp_dagster.engine.pipeline import Evaluator
-    from sqlcmp_dagster.assets.common import cases_partitions
-    from sqlcmp_dagster.assets.sensors import case_sensor
-    from sqlcmp_dagster.local import sensor_tick
+    from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
-    db_dir = work / "db"
-    build_sample_database(db_dir / f"{SAMPLE_DB_ID}.sqlite")
-    folder = work / f"cases-{name}"
-    write_suite(folder, cases)
     defs = build_definitions(cases_dir=str(folder), db_dir=str(db_dir), storage_dir=str(work / f"store-{name}"))
-    started = time.perf_counter()
     if name == "engine":
         evaluator = Evaluator(db_dir=db_dir)
-        evaluator.evaluate_all(load_suites(folder).cases)
-        return {"seconds": time.perf_counter() - started, "peak_mib": peak_mib()}
-    with dg.instance_for_test() as instance:
-        if name == "dagster":
-            first = sensor_tick(defs, instance, None)
-            assert all(run.success for run in first.runs) and len(first.runs) == 1
-            return {"seconds": time.perf_counter() - started, "peak_mib": peak_mib(), "runs": len(first.runs)}
+        started, cpu = time.perf_counter(), time.process_time()
+        reports = evaluator.evaluate_all(load_suites(folder).cases)
+        return {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu,
+                "peak_mib": peak_mib(), "cases": len(reports),
+                "passed": sum(r.deterministic_verdict == "pass" for r in reports)}
+    with _instance(name, pg_url) as instance:
+        if name in ("dagster", "dagster-pg"):
+            events = _count_event_time(instance)
+            started, cpu = time.perf_counter(), time.process_time()
+            tick = sensor_tick(defs, instance, None)
+            summary = materialize_summary(defs, instance)
+            seconds = time.perf_counter() - started
+            assert all(run.success for run in tick.runs) and summary.success
+            value = summary.output_for_node("evaluation_summary")
+            return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu, "peak_mib": peak_mib(),
+                    "runs": len(tick.runs), "cases": value["cases"],
+                    "passed": value["passed"], "event_seconds": events["seconds"], "events": events["count"]}
         # name == "sensor": register the cases as the first tick would (partitions and cursor, without running
         # them), then time a tick that finds nothing changed.
         with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
             first = case_sensor(context)
-        instance.add_dynamic_partitions(cases_partitions.name, list(first.dynamic_partitions_requests[0].partition_keys))
+        instance.add_dynamic_partitions(cases_partitions.name,
+                                        list(first.dynamic_partitions_requests[0].partition_keys))
         started = time.perf_counter()
         again = sensor_tick(defs, instance, first.cursor)
         assert not again.runs and not again.added
         return {"seconds": time.perf_counter() - started, "peak_mib": peak_mib()}
 
 
+def _instance(name: str, pg_url: str | None):  # noqa: ANN202 (a context manager)
+    import dagster as dg
+
+    if name != "dagster-pg":
+        return dg.instance_for_test()
+    import dagster_postgres  # noqa: F401 (fails early without the postgres extra)
+
+    return dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": pg_url}}})
+
+
+def _count_event_time(instance) -> dict[str, float]:  # noqa: ANN001 (dagster's instance)
+    """Wrap the instance's event handling so the run reports how long storing its events took."""
+    figures = {"seconds": 0.0, "count": 0}
+    original = instance.handle_new_event
+
+    def timed(event, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        started = time.perf_counter()
+        try:
+            return original(event, **kwargs)
+        finally:
+            figures["seconds"] += time.perf_counter() - started
+            figures["count"] += 1
+
+    instance.handle_new_event = timed
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=1000)
+    parser.add_argument("--suite", type=Path, help="a suite file (default: the bundled suite cycled)")
+    parser.add_argument("--db-dir", type=Path, help="the suite's databases")
+    parser.add_argument("--pg-url", help="PostgreSQL URL for a run on PostgreSQL run/event storage")
     parser.add_argument("--sensor-cases", type=int, default=10_000)
-    parser.add_argument("--part", choices=("engine", "dagster", "sensor"))
+    parser.add_argument("--part", choices=("engine", "dagster", "dagster-pg", "sensor"))
+    parser.add_argument("--folder", type=Path)
     args = parser.parse_args()
     if args.part:
         with tempfile.TemporaryDirectory() as work:
-            count = args.sensor_cases if args.part == "sensor" else args.cases
-            print(json.dumps(part(args.part, count, Path(work))))
+            print(json.dumps(part(args.part, args.folder, args.db_dir, Path(work), args.pg_url)))
         return
-    figures = {}
-    for name in ("engine", "dagster", "sensor"):
-        out = subprocess.run([sys.executable, __file__, "--part", name, "--cases", str(args.cases),
-                              "--sensor-cases", str(args.sensor_cases)], capture_output=True, text=True)
-        if out.returncode != 0:
-            sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
-        figures[name] = json.loads(out.stdout.strip().splitlines()[-1])
-    engine, dagster = figures["engine"], figures["dagster"]
-    print(f"{args.cases} cases, engine alone (one process): {engine['seconds']:.1f} s, peak {engine['peak_mib']:.0f} MiB")
-    print(f"{args.cases} cases, all assets in {dagster['runs']} run: {dagster['seconds']:.1f} s, "
-          f"peak {dagster['peak_mib']:.0f} MiB")
-    print(f"ratio dagster/engine: time {dagster['seconds'] / engine['seconds']:.2f}x, "
-          f"peak memory {dagster['peak_mib'] / engine['peak_mib']:.2f}x")
+    with tempfile.TemporaryDirectory() as work:
+        folder, sensor_folder = Path(work, "cases"), Path(work, "sensor-cases")
+        db_dir = args.db_dir
+        if args.suite:
+            folder.mkdir()
+            shutil.copy(args.suite, folder / "suite.jsonl")
+        else:
+            from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
+
+            db_dir = Path(work, "db")
+            build_sample_database(db_dir / f"{SAMPLE_DB_ID}.sqlite")
+            write_suite(folder, args.cases)
+        write_suite(sensor_folder, args.sensor_cases)
+        sensor_db = Path(work, "sensor-db")
+        from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
+
+        build_sample_database(sensor_db / f"{SAMPLE_DB_ID}.sqlite")
+        figures = {}
+        names = ["engine", "dagster", *(["dagster-pg"] if args.pg_url else []), "sensor"]
+        for name in names:
+            where, databases = (sensor_folder, sensor_db) if name == "sensor" else (folder, db_dir)
+            command = [sys.executable, __file__, "--part", name, "--folder", str(where), "--db-dir", str(databases)]
+            out = subprocess.run(command + (["--pg-url", args.pg_url] if args.pg_url else []), capture_output=True,
+                                 text=True)
+            if out.returncode != 0:
+                sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
+            figures[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    engine = figures["engine"]
+    print(f"{engine['cases']} cases, engine alone (one process, 1 thread): {engine['seconds']:.1f} s "
+          f"(CPU {engine['cpu_seconds']:.1f} s), "
+          f"peak {engine['peak_mib']:.0f} MiB, passed {engine['passed']}")
+    for name, label in (("dagster", "local instance (SQLite)"), ("dagster-pg", "PostgreSQL storage")):
+        if name in figures:
+            f = figures[name]
+            print(f"{f['cases']} cases, all assets + summary in {f['runs']} run, {label}: {f['seconds']:.1f} s "
+                  f"(CPU {f['cpu_seconds']:.1f} s; storing {f['events']} events: {f['event_seconds']:.1f} s), peak {f['peak_mib']:.0f} MiB, "
+                  f"passed {f['passed']}; ratio to the engine: time {f['seconds'] / engine['seconds']:.2f}x, "
+                  f"memory {f['peak_mib'] / engine['peak_mib']:.2f}x")
     print(f"sensor tick over {args.sensor_cases} unchanged cases: {figures['sensor']['seconds']:.2f} s")
 
 
