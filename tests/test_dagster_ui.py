@@ -52,3 +52,21 @@ def test_partitions_carry_their_own_verdicts_and_the_summary_numbers(tmp_path: P
     assert isinstance(numbers["pass_rate"], dg.FloatMetadataValue)
     assert numbers["pass_rate"].value == pytest.approx(11 / 33, abs=1e-6)
     assert isinstance(numbers["pass_rate_easy"], dg.FloatMetadataValue) and numbers["passed"].value == 11
+
+
+def test_benchmark_difficulty_reaches_the_summary_metadata(tmp_path: Path, sample_dir: Path,
+                                                           instance: dg.DagsterInstance) -> None:
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "bird.jsonl").write_text(
+        '{"case_id": "s", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop", '
+        '"context": {"difficulty": "simple"}}\n'
+        '{"case_id": "c", "expected_sql": "SELECT 1", "actual_sql": "SELECT 2", "db": "shop", '
+        '"context": {"difficulty": "challenging"}}\n', encoding="utf-8")
+    defs = build_definitions(cases_dir=str(cases), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    assert all(run.success for run in sensor_tick(defs, instance, None).runs)
+    assert materialize_summary(defs, instance).success
+    numbers = instance.fetch_materializations(dg.AssetKey("evaluation_summary"), limit=1).records[0] \
+        .asset_materialization.metadata
+    assert (numbers["pass_rate_simple"].value, numbers["pass_rate_challenging"].value) == (1.0, 0.0)
+    assert "| challenging | 1 | 0 |" in numbers["per_difficulty"].value

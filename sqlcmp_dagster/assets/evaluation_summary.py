@@ -34,11 +34,13 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         "failed": summary["failed"],
         "mean_overall_score": dg.MetadataValue.float(summary["mean_overall_score"] if summary["mean_overall_score"]
                                                      is not None else float("nan")),
-        # one number per hardness level, so the Plots tab shows each level's trend across runs
+        # one number per hardness level and difficulty label, so the Plots tab shows each one's trend across runs
         **{f"pass_rate_{level}": dg.MetadataValue.float(row["pass_rate"] if row["pass_rate"] is not None
                                                         else float("nan"))
-           for level, row in summary["per_hardness"].items()},
+           for key in ("per_hardness", "per_difficulty") for level, row in summary[key].items()},
         "per_hardness": dg.MetadataValue.md(database_table(summary["per_hardness"], "hardness")),
+        **({"per_difficulty": dg.MetadataValue.md(database_table(summary["per_difficulty"], "difficulty"))}
+           if summary["per_difficulty"] else {}),
         "per_database": dg.MetadataValue.md(database_table(summary["per_database"])),
         "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
     })
