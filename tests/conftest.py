@@ -165,3 +165,38 @@ def spider_suites(spider_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
                      "--out", str(paths[name])])
         assert code == 0
     return paths
+
+
+@pytest.fixture(scope="session")
+def pg_service() -> tuple[str, str]:
+    """The PostgreSQL of ``.ci/services.sh``: (the engine's URL, a SELECT-only role; the superuser's URL, which
+    only builds test tables, holds Dagster's storage and proves the engine refuses it). Skipped without the
+    service unless ``SQLCMP_REQUIRE_SERVICES=1``."""
+    url, admin_url = os.environ.get("SQLCMP_TEST_PG_URL"), os.environ.get("SQLCMP_TEST_PG_ADMIN_URL")
+    if not (url and admin_url):
+        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
+            pytest.fail("SQLCMP_TEST_PG_URL / SQLCMP_TEST_PG_ADMIN_URL not set: run .ci/services.sh")
+        pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
+    return url, admin_url
+
+
+def pg_schema(admin_url: str, schema: str, *statements: str) -> None:
+    """Recreate ``schema`` as the superuser and run ``statements`` in it (the engine's role may read it)."""
+    import sqlalchemy as sa
+
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        for statement in (f"DROP SCHEMA IF EXISTS {schema} CASCADE", f"CREATE SCHEMA {schema}", *statements):
+            connection.execute(sa.text(statement))
+    admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def tiny_duck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A DuckDB file with a table t(a, b) of ten rows."""
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path_factory.mktemp("duck") / "tiny.duckdb"
+    connection = duckdb.connect(str(path))
+    connection.execute("CREATE TABLE t AS SELECT range AS a, 'v' || range AS b FROM range(10)")
+    connection.close()
+    return path

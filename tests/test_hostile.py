@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import secrets
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 import yaml
+from conftest import pg_schema
 
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, PrivilegedRoleError
@@ -46,30 +45,16 @@ def canary(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 
 @pytest.fixture(scope="module")
-def duck(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    duckdb = pytest.importorskip("duckdb")
-    path = tmp_path_factory.mktemp("duck") / "hostile.duckdb"
-    connection = duckdb.connect(str(path))
-    connection.execute("CREATE TABLE t AS SELECT range AS a, 'v' || range AS b FROM range(10)")
-    connection.close()
-    return path
+def duck(tiny_duck: Path) -> Path:
+    return tiny_duck
 
 
 @pytest.fixture(scope="module")
-def pg() -> Iterator[tuple[str, str]]:
+def pg(pg_service: tuple[str, str]) -> tuple[str, str]:
     """(engine URL of the SELECT-only role, superuser URL) with a table sqlcmp_hostile.t."""
-    url, admin_url = os.environ.get("SQLCMP_TEST_PG_URL"), os.environ.get("SQLCMP_TEST_PG_ADMIN_URL")
-    if not (url and admin_url):
-        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
-            pytest.fail("SQLCMP_TEST_PG_URL / SQLCMP_TEST_PG_ADMIN_URL not set: run .ci/services.sh")
-        pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        for statement in ("DROP SCHEMA IF EXISTS sqlcmp_hostile CASCADE", "CREATE SCHEMA sqlcmp_hostile",
-                          "CREATE TABLE sqlcmp_hostile.t AS SELECT g AS a, 'v' || g AS b FROM generate_series(0, 9) g"):
-            connection.execute(sa.text(statement))
-    yield url, admin_url
-    admin.dispose()
+    pg_schema(pg_service[1], "sqlcmp_hostile",
+              "CREATE TABLE sqlcmp_hostile.t AS SELECT g AS a, 'v' || g AS b FROM generate_series(0, 9) g")
+    return pg_service
 
 
 def pg_state(admin_url: str) -> dict[str, Any]:
