@@ -241,40 +241,21 @@ class ExecutionAdapter:
     """
 
     def __init__(self, target: str, *, timeout_ms: int = 10_000, max_result_rows: int = 1_000_000,
-                 allow_privileged_role: bool = False) -> None:
+                 allow_privileged_role: bool = False, scratch: str | None = None) -> None:
         """``allow_privileged_role`` is the operator's explicit opt-in to run untrusted SQL on PostgreSQL under a
         role that could read server files or signal other sessions; without it such a role is refused here
-        (:class:`PrivilegedRoleError`), before any case runs."""
+        (:class:`PrivilegedRoleError`), before any case runs. ``scratch`` names a shared in-memory SQLite
+        database (a neighbor database, :mod:`sqlcmp_dagster.engine.neighbors`) to open read-only instead of
+        ``target``, which then only labels it."""
         self.timeout_ms = timeout_ms
         self.max_result_rows = max_result_rows
         self._sqlite_path: Path | None = None
-        if "://" not in target and Path(target).suffix.lower() in DUCKDB_SUFFIXES:
-            target = f"duckdb:///{Path(target).resolve()}"
-        if "://" in target:
-            url = sa.make_url(target)
-            self.identifier = url.render_as_string(hide_password=True)
-            if url.get_backend_name() == "sqlite" and url.database:
-                self._sqlite_path = Path(url.database)
+        if scratch is not None:
+            self.identifier = target
+            self.engine = sa.create_engine("sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch),
+                                           poolclass=NullPool)
         else:
-            self._sqlite_path = Path(target)
-            self.identifier = str(self._sqlite_path)
-        if "://" in target and sa.make_url(target).get_backend_name() == "duckdb":
-            database = sa.make_url(target).database
-            if database and database != ":memory:" and not Path(database).is_file():
-                raise FileNotFoundError(f"DuckDB database not found: {database}")
-            self.engine = sa.create_engine(target, poolclass=NullPool,
-                                           connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
-        elif self._sqlite_path is not None:
-            path = self._sqlite_path.resolve()
-            if not path.is_file():
-                raise FileNotFoundError(f"SQLite database not found: {path}")
-            self._sqlite_path = path
-            self.identifier = f"sqlite:///{path}"
-            self.engine = sa.create_engine(
-                "sqlite+pysqlite://", creator=lambda: sqlite_read_only(path), poolclass=NullPool
-            )
-        else:
-            self.engine = sa.create_engine(target, poolclass=NullPool)
+            self.engine = self._open(target)
         backend = self.engine.dialect.name
         self.dialect = _DIALECTS.get(backend, backend)
         dbapi = self.engine.dialect.loaded_dbapi
@@ -291,6 +272,35 @@ class ExecutionAdapter:
                     f"refusing to run untrusted SQL as a privileged PostgreSQL role ({', '.join(privileges)}): "
                     "connect as a role granted SELECT on the evaluated tables only, or opt in with "
                     "--allow-privileged-role")
+
+    def _open(self, target: str) -> sa.Engine:
+        """A read-only engine over ``target`` (URL or file path); sets ``identifier`` and the SQLite path."""
+        if "://" not in target and Path(target).suffix.lower() in DUCKDB_SUFFIXES:
+            target = f"duckdb:///{Path(target).resolve()}"
+        if "://" in target:
+            url = sa.make_url(target)
+            self.identifier = url.render_as_string(hide_password=True)
+            if url.get_backend_name() == "sqlite" and url.database:
+                self._sqlite_path = Path(url.database)
+        else:
+            self._sqlite_path = Path(target)
+            self.identifier = str(self._sqlite_path)
+        if "://" in target and sa.make_url(target).get_backend_name() == "duckdb":
+            database = sa.make_url(target).database
+            if database and database != ":memory:" and not Path(database).is_file():
+                raise FileNotFoundError(f"DuckDB database not found: {database}")
+            return sa.create_engine(target, poolclass=NullPool,
+                                    connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
+        if self._sqlite_path is not None:
+            path = self._sqlite_path.resolve()
+            if not path.is_file():
+                raise FileNotFoundError(f"SQLite database not found: {path}")
+            self._sqlite_path = path
+            self.identifier = f"sqlite:///{path}"
+            return sa.create_engine(
+                "sqlite+pysqlite://", creator=lambda: sqlite_read_only(path), poolclass=NullPool
+            )
+        return sa.create_engine(target, poolclass=NullPool)
 
     def execute(
         self,
@@ -515,6 +525,15 @@ def sqlite_read_only(path: Path) -> sqlite3.Connection:
     connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False)
     connection.execute("PRAGMA query_only = ON")
     # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
+    connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    return connection
+
+
+def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
+    """A connection to the shared in-memory SQLite database ``name`` (``file:NAME?mode=memory&cache=shared``,
+    alive while its builder holds a connection) that cannot write: ``query_only``, as :func:`sqlite_read_only`."""
+    connection = sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True, check_same_thread=False)
+    connection.execute("PRAGMA query_only = ON")
     connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     return connection
 

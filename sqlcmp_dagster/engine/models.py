@@ -86,6 +86,12 @@ class EvalConfig(_Strict):
     dialect: str | None = None  # sqlglot dialect; None: the database's own (sqlite for SQLite files)
     include_asts: bool = False
     include_result_tables: bool = False
+    # Neighbor databases (engine/neighbors.py): is a pass an accident of this database's rows?
+    verdict_scope: Literal["database", "neighborhood"] = "database"
+    neighbor_count: int = Field(default=8, ge=0)  # neighbor databases tried per passing case; 0 turns it off
+    neighbor_time_budget_ms: int = Field(default=400, gt=0)  # wall-clock cap of one case's search and shrinking
+    neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each touched table of the database
+    neighbor_seed: int = 0
 
     def tolerances(self, mode: ResolvedMode) -> tuple[float, float]:
         """Return ``(atol, rtol)`` in force for ``mode``."""

@@ -30,6 +30,7 @@ from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose
 from sqlcmp_dagster.engine.judge import JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
     resolve_database
+from sqlcmp_dagster.engine.neighbors import neighbor_search
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
     ResultTable
 from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse, unalias_tables
@@ -276,7 +277,8 @@ def choose(results: dict[int, ResultComparison]) -> int:
 
 def diagnostic_layer(validation: Validation, index: int, structure: StructuralComparison,
                      result: ResultComparison, database: ExecutionAdapter | None) -> tuple[dict[str, Any], float]:
-    """Layer 4 for the chosen alternative, with the verified-minimal-fix search when a database is at hand.
+    """Layer 4 for the chosen alternative, with the verified-minimal-fix search when a database is at hand, and
+    for a pass the neighbor-database search (``diagnostics["neighborhood"]``).
 
     Every candidate of the search is derived from the actual query and runs exactly as the actual query did:
     through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
@@ -313,6 +315,7 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
         validation.warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
                                    f": what was left of case_timeout_ms={config.case_budget_ms()}")
+    diagnostics["neighborhood"] = neighbor_search(validation, index, result, database)
     return diagnostics, probe_ms[0]
 
 

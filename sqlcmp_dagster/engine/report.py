@@ -15,6 +15,7 @@ from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
 from sqlcmp_dagster.engine.execution import shown_rows
 from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
+from sqlcmp_dagster.engine.neighbors import apply_neighborhood
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -137,7 +138,7 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
         "missing_rows_sample": [] if order_only else shown_rows(result.missing_rows),
         "extra_rows_sample": [] if order_only else shown_rows(result.extra_rows),
     }
-    return _report(
+    report = _report(
         validation,
         verdict="pass" if passed else "fail",
         overall=overall_score(r_score, s_score, passed),
@@ -155,6 +156,7 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
         timings=analysis.timings,
         mode=mode,
     )
+    return apply_neighborhood(report, diagnostics.get("neighborhood"), validation.request.config.verdict_scope)
 
 
 def fault_report(request: CompareRequest, message: str) -> Report:

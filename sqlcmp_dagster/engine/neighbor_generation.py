@@ -1,0 +1,255 @@
+"""Neighbor generation: row sets of the same schema that a fragile pass is likely to disagree on.
+
+Each rule is one function over one table's rows (the sqlglot style: small, named, documented), applied with a
+seeded :class:`random.Random`, so neighbor ``i`` of seed ``s`` is the same database on every run. The hints
+come from both queries: the literals each column is compared with (and their boundaries), the ORDER BY keys,
+the columns that join tables. Values keep their column's type class; rows that break a declared constraint
+are not filtered here but rejected by the engine when the neighbor is built (``neighbor_scratch.scratch``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlglot import exp
+
+from sqlcmp_dagster.engine.neighbor_scratch import Rows, Schema, Table
+
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between,
+                exp.Glob)
+
+
+@dataclass
+class Hints:
+    """What the two queries look at: literal candidates per column name (lower case), every literal,
+    ORDER BY key columns, and columns compared with other columns (join keys)."""
+
+    literals: dict[str, list[Any]] = field(default_factory=dict)
+    pool: list[Any] = field(default_factory=list)
+    order_columns: set[str] = field(default_factory=set)
+    join_columns: set[str] = field(default_factory=set)
+    tables: set[str] = field(default_factory=set)
+
+
+def hints(trees: Iterable[exp.Expression]) -> Hints:
+    """Collect :class:`Hints` from the queries' ASTs."""
+    found = Hints()
+    for tree in trees:
+        found.tables |= {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
+        for order in tree.find_all(exp.Ordered):
+            found.order_columns |= {c.name.lower() for c in order.find_all(exp.Column)}
+        for node in tree.find_all(*_COMPARISONS):
+            columns = [c for c in node.iter_expressions() if isinstance(c, exp.Column)]
+            literals = [lit for lit in node.find_all(exp.Literal)
+                        if not any(isinstance(a, exp.Select) for a in _between(lit, node))]
+            if isinstance(node, exp.EQ) and len(columns) == 2:
+                found.join_columns |= {c.name.lower() for c in columns}
+            values = [v for lit in literals for v in boundaries(lit, like=isinstance(node, (exp.Like, exp.ILike)))]
+            for column in columns:
+                found.literals.setdefault(column.name.lower(), []).extend(values)
+            found.pool.extend(values)
+    for name, values in found.literals.items():
+        found.literals[name] = _unique(values)
+    found.pool = _unique(found.pool)
+    return found
+
+
+def _between(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+    """The ancestors of ``node`` strictly below ``top`` (a literal inside a subquery is not this comparison's)."""
+    chain, parent = [], node.parent
+    while parent is not None and parent is not top:
+        chain.append(parent)
+        parent = parent.parent
+    return chain
+
+
+def boundaries(literal: exp.Literal, *, like: bool = False) -> list[Any]:
+    """The literal's value and its neighbours: ``v-1, v, v+1`` (and ``±0.5`` for a fraction) for a number;
+    for a string the value and its case variants, and for a LIKE pattern its fixed text alone and with a
+    character before and after it (a match of ``%x%`` that ``x%`` misses, and the reverse).
+
+    >>> boundaries(exp.Literal.number(5))
+    [5, 4, 6]
+    >>> boundaries(exp.Literal.string("Ab%"), like=True)
+    ['Ab', 'Abz', 'zAb', 'zAbz', 'ab', 'AB']
+    """
+    text = literal.this
+    if not literal.is_string:
+        try:
+            number = float(text)
+        except ValueError:
+            return []
+        if number.is_integer():
+            value = int(number)
+            return [value, value - 1, value + 1]
+        return [number, number - 0.5, number + 0.5]
+    if like:
+        core = text.replace("%", "").replace("_", "")
+        values: list[Any] = [core, core + "z", "z" + core, "z" + core + "z"]
+    else:
+        values = [text]
+    values += [text.lower(), text.upper()] if not like else [core.lower(), core.upper()]
+    return _unique(values)
+
+
+def neighbor_rows(schema: Schema, tables: list[str], found: Hints, rng: random.Random) -> Rows:
+    """One neighbor: the sample of each table (parents first), cut to a random subset and then perturbed by
+    every rule with random strength; declared foreign keys are repaired to point at a surviving parent row
+    (or, for a nullable key, sometimes left NULL so that the row fails the join legally)."""
+    rows: Rows = {}
+    keep = rng.choice((0.15, 0.3, 0.5, 0.8))
+    for name in tables:
+        table = schema.tables[name]
+        current = subset(schema.sample.get(name, []), rng, keep)
+        if rng.random() < 0.1 and len(tables) > 1:
+            rows[name] = []  # emptied table
+            continue
+        for rule in (literal_values, duplicates, nulls, ties, failed_joins):
+            current = rule(table, current, found, rng)
+        rows[name] = repair_keys(table, current, rows, rng)
+    return rows
+
+
+def subset(rows: list[tuple[Any, ...]], rng: random.Random, keep: float) -> list[tuple[Any, ...]]:
+    """Rows kept with probability ``keep`` (at least one row when there are any)."""
+    kept = [row for row in rows if rng.random() < keep]
+    return kept or rows[:1]
+
+
+def literal_values(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """Put the queries' literals and their boundaries into the columns they are compared with (and now and
+    then into any column of the same type class), in copies of existing rows: a ``>`` that should be ``>=``
+    disagrees on a row that sits on the boundary."""
+    if not rows:
+        return rows
+    out = list(rows)
+    for position, column in enumerate(table.columns):
+        candidates = [v for v in found.literals.get(column.name.lower(), []) if _fits(v, column.numeric)]
+        if not candidates and rng.random() < 0.3:
+            candidates = [v for v in found.pool if _fits(v, column.numeric)]
+        for value in candidates:
+            if rng.random() < 0.4:
+                index = rng.randrange(len(out))
+                out[index] = _with(out[index], {position: value})
+            elif rng.random() < 0.5:
+                out.append(_copy(table, rng.choice(rows), {position: value}, out))
+    return out
+
+
+def duplicates(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """Copies of some rows with fresh values only in their PRIMARY KEY and UNIQUE columns, so that every other
+    column repeats: a missing DISTINCT, or a COUNT of rows where distinct values were asked, shows."""
+    if not rows or rng.random() < 0.3:
+        return rows
+    out = list(rows)
+    for row in rng.sample(rows, max(1, len(rows) // 4)):
+        out.append(_copy(table, row, {}, out))
+    return out
+
+
+def nulls(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
+    """NULL in some nullable columns (those neither NOT NULL nor part of the primary key): COUNT(col) against
+    COUNT(*), ``NOT IN`` with a NULL, an aggregate over NULLs."""
+    if rng.random() < 0.4:
+        return rows
+    nullable = [i for i, c in enumerate(table.columns) if not c.not_null and not c.primary_key]
+    share = rng.choice((0.1, 0.3))
+    return [_with(row, {i: None for i in nullable if rng.random() < share}) for row in rows]
+
+
+def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
+    """Equal values in ORDER BY key columns (and sometimes in others): an argmax by ``LIMIT 1`` against one by
+    ``= (SELECT MAX ...)`` disagrees when two rows tie for the top."""
+    if len(rows) < 2 or rng.random() < 0.3:
+        return rows
+    out = list(rows)
+    for position, column in enumerate(table.columns):
+        if column.name.lower() in found.order_columns or rng.random() < 0.15:
+            source = rng.choice(out)[position]
+            for index in rng.sample(range(len(out)), max(1, len(out) // 3)):
+                out[index] = _with(out[index], {position: source})
+    return out
+
+
+def failed_joins(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """Rows whose join columns match nothing: a fresh value where no foreign key is declared, NULL where a
+    declared key is nullable (the only legal way to miss the parent), so LEFT and INNER JOIN disagree."""
+    if not rows or rng.random() < 0.5:
+        return rows
+    declared = {i for key in table.foreign_keys for i in key.columns}
+    out = list(rows)
+    for position, column in enumerate(table.columns):
+        if column.name.lower() not in found.join_columns or column.primary_key:
+            continue
+        row = rng.choice(rows)
+        if position in declared:
+            if not column.not_null:
+                out.append(_copy(table, row, {position: None}, out))
+        else:
+            out.append(_copy(table, row, {position: _fresh(row[position], column.numeric, out, position)}, out))
+    return out
+
+
+def repair_keys(table: Table, rows: list[tuple[Any, ...]], built: Rows, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """Point every declared foreign key without a parent at a random surviving parent row, so that rules that
+    copy or change values do not simply lose their rows to the constraint (a row whose key is NULL keeps it)."""
+    out = []
+    for row in rows:
+        for key in table.foreign_keys:
+            values = tuple(row[i] for i in key.columns)
+            parents = [tuple(p[i] for i in key.parent_columns) for p in built.get(key.parent, [])]
+            if None in values or values in parents or not parents:
+                continue
+            row = _with(row, dict(zip(key.columns, rng.choice(parents))))
+        out.append(row)
+    return out
+
+
+def seed_of(seed: int, index: int) -> int:
+    """The seed of neighbor ``index`` under the configured ``seed`` (stable across runs and platforms)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "big")
+
+
+def _fits(value: Any, numeric: bool) -> bool:
+    return isinstance(value, (int, float)) if numeric else isinstance(value, str)
+
+
+def _copy(table: Table, row: tuple[Any, ...], changes: dict[int, Any], rows: list[tuple[Any, ...]]) \
+        -> tuple[Any, ...]:
+    """A copy of ``row`` with ``changes`` and fresh values in its PRIMARY KEY and UNIQUE columns (unless
+    changed), so that the copy is a new row the key constraints allow."""
+    keys = {i for unique in table.unique_sets for i in unique} - set(changes)
+    return _with(row, {**changes, **{i: _fresh(row[i], table.columns[i].numeric, rows, i) for i in keys}})
+
+
+def _fresh(value: Any, numeric: bool, rows: list[tuple[Any, ...]], position: int) -> Any:
+    """A value for column ``position`` that no row holds yet: one above the largest number, or the text with
+    a ``~`` suffix."""
+    taken = {row[position] for row in rows}
+    if numeric or isinstance(value, (int, float)):
+        numbers = [v for v in taken if isinstance(v, (int, float))]
+        return int(max(numbers, default=0)) + 1
+    candidate = f"{value if value is not None else 'x'}~"
+    while candidate in taken:
+        candidate += "~"
+    return candidate
+
+
+def _with(row: tuple[Any, ...], changes: dict[int, Any]) -> tuple[Any, ...]:
+    return tuple(changes.get(i, v) for i, v in enumerate(row))
+
+
+def _unique(values: list[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for value in values:
+        if not any(value == s and type(value) is type(s) for s in seen):
+            seen.append(value)
+    return seen

@@ -1,0 +1,281 @@
+"""Scratch databases for the neighbor search: the schema and a bounded sample read from the case's database,
+and in-memory SQLite copies built from row sets with every declared constraint enforced by the engine.
+
+Nothing here writes to the user's database: the schema and the sample are read through the case's own
+read-only, time-limited :class:`ExecutionAdapter` (the same sandbox as the queries), and each neighbor is a
+fresh shared in-memory SQLite database that lives only while its :class:`Scratch` is open.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+
+Rows = dict[str, list[tuple[Any, ...]]]
+
+#: Declared-type fragments that give a SQLite column numeric affinity (INTEGER, REAL or NUMERIC).
+_NUMERIC_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")
+_CACHE: dict[tuple[str, str, int], Schema | str] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 64
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    declared_type: str
+    not_null: bool
+    primary_key: bool
+
+    @property
+    def numeric(self) -> bool:
+        """Whether SQLite gives the column a numeric affinity (its values are then numbers, not text)."""
+        declared = self.declared_type.upper()
+        return any(fragment in declared for fragment in _NUMERIC_TYPES) and not any(
+            fragment in declared for fragment in ("CHAR", "CLOB", "TEXT"))
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    columns: tuple[int, ...]  # positions in the child table
+    parent: str
+    parent_columns: tuple[int, ...]  # positions in the parent table
+
+
+@dataclass
+class Table:
+    name: str
+    ddl: str
+    columns: list[Column]
+    unique_sets: list[tuple[int, ...]] = field(default_factory=list)  # PRIMARY KEY and UNIQUE column positions
+    foreign_keys: list[ForeignKey] = field(default_factory=list)
+
+
+@dataclass
+class Schema:
+    """The tables of the case's database (by lower-case name), their indexes' DDL and a sample of rows."""
+
+    tables: dict[str, Table]
+    index_ddl: dict[str, list[str]]
+    sample: Rows
+    malformed_keys: list[str]  # declared foreign keys SQLite itself cannot enforce (parent key not unique)
+
+    def scope(self, names: set[str]) -> list[str]:
+        """``names`` (lower case) that exist, plus the parents their foreign keys need, parents first."""
+        wanted = [n for n in sorted(names) if n in self.tables]
+        closed: list[str] = []
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if name in closed or name in path:
+                return
+            for key in self.tables[name].foreign_keys:
+                if key.parent in self.tables:
+                    visit(key.parent, (*path, name))
+            closed.append(name)
+
+        for name in wanted:
+            visit(name, ())
+        return closed
+
+
+def read_schema(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
+    """The schema and a sample of at most ``sample_rows`` rows per table (the first ones, a bounded and
+    reproducible read), cached per database content; a string says why it could not be read."""
+    key = (database.identifier, database.fingerprint(), sample_rows)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    schema = _read(database, sample_rows, timeout_ms)
+    with _CACHE_LOCK:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = schema
+    return schema
+
+
+def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
+    master = database.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL "
+                              "AND name NOT LIKE 'sqlite_%' ORDER BY rowid", timeout_ms=timeout_ms)
+    if not master.success or master.relation is None:
+        return f"cannot read the schema: {master.error.message if master.error else 'no result'}"
+    entries = list(master.relation.frame.iter_rows())
+    ddl = {name: sql for kind, name, _, sql in entries if kind == "table"}
+    index_ddl: dict[str, list[str]] = {}
+    for kind, _, table, sql in entries:
+        if kind == "index":
+            index_ddl.setdefault(table.lower(), []).append(sql)
+    with _connection(scratch_name()) as connection:
+        for sql in [*ddl.values(), *(s for group in index_ddl.values() for s in group)]:
+            try:
+                connection.execute(sql)
+            except sqlite3.Error as error:
+                return f"cannot recreate the schema in a scratch database: {error} (in {sql[:80]!r})"
+        tables = {name.lower(): _describe(connection, name, sql) for name, sql in ddl.items()}
+    malformed = _resolve_keys(tables)
+    sample: Rows = {}
+    for lower, table in tables.items():
+        quoted = '"' + table.name.replace('"', '""') + '"'
+        rows = database.execute(f"SELECT * FROM {quoted} LIMIT {int(sample_rows)}", timeout_ms=timeout_ms,
+                                max_rows=sample_rows)
+        if not rows.success or rows.relation is None:
+            return f"cannot sample table {table.name}: {rows.error.message if rows.error else 'no result'}"
+        sample[lower] = _untagged([tuple(r) for r in rows.relation.frame.iter_rows()]) \
+            if rows.relation.width == len(table.columns) else []
+    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, sample, malformed)
+
+
+def _untagged(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Rows as SQLite stores them. The adapter returns a column that mixes numbers and text as tagged text
+    (``n:1.0``, ``s:a``, see ``execution.tagged_text``); such a column is decoded back so that a neighbor holds the
+    database's own values."""
+    columns = [list(c) for c in zip(*rows)] if rows else []
+    for index, values in enumerate(columns):
+        present = [v for v in values if v is not None]
+        if present and all(isinstance(v, str) and len(v) >= 2 and v[1] == ":" and v[0] in "nsbo" for v in present):
+            columns[index] = [None if v is None else _untag(v) for v in values]
+    return [tuple(r) for r in zip(*columns)] if columns else []
+
+
+def _untag(value: str) -> Any:
+    tag, text = value[0], value[2:]
+    if tag == "n":
+        number = float(text)
+        return int(number) if number.is_integer() else number
+    if tag == "b":
+        return bytes.fromhex(text)
+    return text
+
+
+def _describe(connection: sqlite3.Connection, name: str, ddl: str) -> Table:
+    quoted = '"' + name.replace('"', '""') + '"'
+    info = connection.execute(f"PRAGMA table_info({quoted})").fetchall()
+    columns = [Column(row[1], row[2] or "", bool(row[3]), bool(row[5])) for row in info]
+    positions = {c.name.lower(): i for i, c in enumerate(columns)}
+    unique_sets = []
+    keys = tuple(i for i, c in sorted(enumerate(columns), key=lambda p: info[p[0]][5]) if c.primary_key)
+    if keys:
+        unique_sets.append(keys)
+    for index in connection.execute(f"PRAGMA index_list({quoted})").fetchall():
+        if index[2]:  # unique
+            index_name = '"' + index[1].replace('"', '""') + '"'
+            cols = tuple(positions.get((r[2] or "").lower(), -1)
+                         for r in connection.execute(f"PRAGMA index_info({index_name})").fetchall())
+            if cols and -1 not in cols and cols not in unique_sets:
+                unique_sets.append(cols)
+    table = Table(name, ddl, columns, unique_sets)
+    grouped: dict[int, list[Any]] = {}
+    for row in connection.execute(f"PRAGMA foreign_key_list({quoted})").fetchall():
+        grouped.setdefault(row[0], []).append(row)
+    table.foreign_keys = [ForeignKey(tuple(positions.get(r[3].lower(), -1) for r in rows), rows[0][2],
+                                     tuple(r[4] or "" for r in rows))  # type: ignore[arg-type]
+                          for rows in grouped.values()]
+    return table
+
+
+def _resolve_keys(tables: dict[str, Table]) -> list[str]:
+    """Turn each foreign key's parent column names into positions; a key whose parent table or columns do not
+    exist, or whose parent columns are not a PRIMARY KEY or UNIQUE set, is one SQLite refuses every insert
+    under ("foreign key mismatch"): it is listed and dropped from the keys the generator honours."""
+    malformed = []
+    for table in tables.values():
+        kept = []
+        for key in table.foreign_keys:
+            parent = tables.get(key.parent.lower())
+            names: tuple[str, ...] = key.parent_columns  # type: ignore[assignment]
+            if parent is not None and not any(names):
+                names = tuple(parent.columns[i].name for i in (parent.unique_sets[0] if parent.unique_sets else ()))
+            positions = {c.name.lower(): i for i, c in enumerate(parent.columns)} if parent else {}
+            resolved = tuple(positions.get(n.lower(), -1) for n in names)
+            if (parent is None or -1 in key.columns or -1 in resolved or len(resolved) != len(key.columns)
+                    or not any(set(resolved) == set(u) for u in parent.unique_sets)):
+                malformed.append(f"{table.name} -> {key.parent}")
+                continue
+            kept.append(ForeignKey(key.columns, parent.name.lower(), resolved))
+        table.foreign_keys = kept
+    return malformed
+
+
+@dataclass
+class Scratch:
+    """One neighbor database, open while in use: the rows the engine accepted per table, and how many rows it
+    rejected for a declared constraint."""
+
+    accepted: Rows
+    rejected: int
+
+
+def scratch_name() -> str:
+    """A fresh name for neighbor databases (one search reuses it: one neighbor exists at a time)."""
+    return f"sqlcmp-neighbor-{uuid.uuid4().hex}"
+
+
+def scratch_adapter(name: str) -> ExecutionAdapter:
+    """The read-only, time-limited adapter over the neighbor database ``name`` (whichever is built now)."""
+    return ExecutionAdapter(f"neighbor:{name}", scratch=name)
+
+
+@contextmanager
+def scratch(schema: Schema, tables: list[str], rows: Rows, name: str) -> Iterator[Scratch]:
+    """Build a neighbor in memory under ``name``: create ``tables`` (parents first), then insert ``rows`` one
+    by one with foreign keys, NOT NULL, CHECK, PRIMARY KEY and UNIQUE enforced by SQLite; a rejected row is
+    left out. Where a malformed foreign key in scope makes SQLite refuse every insert, enforcement is off and
+    the well-formed keys are checked here instead (:func:`_parents_present`)."""
+    enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
+    with _connection(name, enforce_keys=enforced) as connection:
+        for table in tables:
+            connection.execute(schema.tables[table].ddl)
+            for sql in schema.index_ddl.get(table, []):
+                connection.execute(sql)
+        accepted: Rows = {}
+        rejected = 0
+        for table in tables:
+            spec = schema.tables[table]
+            insert = (f'INSERT INTO "{spec.name.replace(chr(34), chr(34) * 2)}" VALUES '
+                      f'({", ".join("?" * len(spec.columns))})')
+            kept = accepted.setdefault(table, [])
+            for row in rows.get(table, []):
+                if not enforced and not _parents_present(spec, row, accepted):
+                    rejected += 1
+                    continue
+                try:
+                    connection.execute(insert, row)
+                    kept.append(row)
+                except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.OperationalError,
+                        OverflowError):
+                    rejected += 1
+        connection.commit()
+        yield Scratch(accepted, rejected)
+
+
+def _parents_present(table: Table, row: tuple[Any, ...], accepted: Rows) -> bool:
+    """SQLite's foreign-key rule, for the rare scope where SQLite cannot check it (a malformed key elsewhere
+    turns enforcement off): a key with a NULL part holds; otherwise a parent row must carry the same values."""
+    for key in table.foreign_keys:
+        values = tuple(row[i] for i in key.columns)
+        if None in values:
+            continue
+        if not any(tuple(p[i] for i in key.parent_columns) == values for p in accepted.get(key.parent, [])):
+            return False
+    return True
+
+
+def _in_scope(malformed: str, tables: list[str]) -> bool:
+    return malformed.split(" -> ")[0].lower() in tables
+
+
+@contextmanager
+def _connection(name: str, *, enforce_keys: bool = True) -> Iterator[sqlite3.Connection]:
+    """A writable shared in-memory database called ``name``; it disappears when this closes."""
+    connection = sqlite3.connect(f"file:{name}?mode=memory&cache=shared", uri=True, check_same_thread=False)
+    try:
+        connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
+        yield connection
+    finally:
+        connection.close()

@@ -1,0 +1,400 @@
+"""Neighbor databases (Layer 4): is a pass an accident of this database's rows?
+
+For a case that passes, both queries run on small databases of the same schema built from the rows the
+queries touch (``neighbor_generation``), each a scratch copy in memory with the schema's constraints enforced
+(``neighbor_scratch``) and queried through the same read-only, time-limited adapter and safety gate as the
+case itself. Results are compared by the case's own Layer 3 (:func:`compare_results`, same mode, tolerances
+and NULL mode). A difference that reproduces, that neither query produces on its own by chance (re-run, rows
+inserted in the other order, a LIMIT cut inside a tie) is shrunk by delta debugging to a minimal
+counterexample. A difference that does come from chance is reported as non-determinism, never as a
+counterexample.
+
+Verdict policy (``verdict_scope``): with ``"database"`` (the default, as the spec requires) the verdict is
+the evaluated database's; a counterexample leaves it a pass but makes the severity ``minor issue`` (the answer
+is right here, the query means something else) with a warning. With ``"neighborhood"`` a counterexample is a
+fail, with the severity Layer 3 gives the difference on the counterexample.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.neighbor_generation import hints, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbor_scratch import Rows, Schema, read_schema, scratch, scratch_adapter, \
+    scratch_name
+from sqlcmp_dagster.engine.neighbor_shrink import ddmin
+from sqlcmp_dagster.engine.results import ResultComparison, compare_results
+from sqlcmp_dagster.engine.scoring import overall_score, severity
+
+if TYPE_CHECKING:
+    from sqlcmp_dagster.engine.pipeline import Side, Validation
+
+#: Names of the Layer 4 neighbor metrics (README glossary), in ``metrics.diagnostics``.
+NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
+#: Most delta-debugging tests spent shrinking one counterexample.
+MAX_SHRINK_TESTS = 120
+#: Most rows of each result shown in a counterexample.
+SHOWN_ROWS = 20
+_NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
+
+
+class _Spent(Exception):
+    """The case's time budget ran out."""
+
+
+@dataclass
+class _Run:
+    """One neighbor's outcome: both results (the chosen alternative's) and whether any alternative matches."""
+
+    expected: Relation
+    actual: Relation
+    matches: bool
+
+
+@dataclass
+class _Search:
+    validation: Validation
+    index: int
+    schema: Schema
+    tables: list[str]
+    deadline: float
+    name: str = field(default_factory=scratch_name)
+    adapter: ExecutionAdapter = field(init=False)
+    elapsed_queries_ms: float = 0.0
+    nondeterminism: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        from sqlcmp_dagster.engine.pipeline import resolve_mode
+
+        self.adapter = scratch_adapter(self.name)
+        dialect = self.validation.dialect
+        sides = [self.validation.actual, *(self.validation.expected[i] for i in self.validation.runnable())]
+        self.semantics = {id(side): (resolve_mode(self.config, side.shape(dialect)), side.shape(dialect))
+                          for side in sides}
+
+    @property
+    def config(self) -> Any:
+        return self.validation.request.config
+
+    def remaining_ms(self) -> int:
+        left = int((self.deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            raise _Spent()
+        return left
+
+    def execute(self, side: Side, sql: str | None = None) -> Relation | None:
+        """Run ``side`` (or ``sql`` derived from it) on the current neighbor under the case's timeout, cut to
+        the time left in the budget; None when it fails there."""
+        timeout = max(1, min(self.config.query_timeout_ms, self.remaining_ms()))
+        execution = self.adapter.execute(sql or side.sql, parsed=None if sql else side.parsed, timeout_ms=timeout,
+                                         max_rows=self.config.max_result_rows)
+        self.elapsed_queries_ms += execution.elapsed_ms
+        if execution.relation is None or execution.relation.truncated:
+            self.remaining_ms()  # a timeout that was the budget's: stop here
+            return None
+        return execution.relation
+
+    def run(self, rows: Rows, *, reverse: bool = False) -> tuple[_Run | None, Rows, int]:
+        """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it."""
+        ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
+        with scratch(self.schema, self.tables, ordered, self.name) as built:
+            return self._compare(), built.accepted, built.rejected
+
+    def _compare(self) -> _Run | None:
+        validation = self.validation
+        actual = self.execute(validation.actual)
+        if actual is None:
+            return None
+        chosen: _Run | None = None
+        matches = False
+        for index in validation.runnable():
+            side = validation.expected[index]
+            expected = self.execute(side)
+            if expected is None:
+                continue
+            same = self.same(side, expected, actual)
+            if not same and expected.height == actual.height and any(
+                    self._limit_cuts_tie(s) for s in (side, validation.actual)):
+                self.note("a LIMIT cuts inside a tie of its ORDER BY keys on a neighbor: which tied rows come "
+                          "back is the engine's choice there (non-determinism, not a counterexample)")
+                same = True
+            matches = matches or same
+            if index == self.index:
+                chosen = _Run(expected, actual, False)
+        if chosen is None:
+            return None
+        chosen.matches = matches
+        return chosen
+
+    def same(self, side: Side, expected: Relation, actual: Relation) -> bool:
+        """Whether the results match under the case's semantics (Layer 3, :func:`compare_results`).
+        Identical relations (same types and rows in the same order; in order-insensitive mode the same rows
+        in any order; the same names where names count) match under every tolerance, and under either NULL
+        mode when they hold no NULL: most neighbors of a sound pass give identical results, and the full
+        comparison is then skipped."""
+        mode, _ = self.semantics[id(side)]
+        names_count = mode == "exact" or self.config.require_column_name_match
+        comparable = (expected.names == actual.names or not names_count) \
+            and expected.frame.schema == actual.frame.schema and (
+            self.config.null_equality_mode == "strict" or expected.frame.null_count().sum_horizontal()[0] == 0)
+        if comparable and expected.frame.equals(actual.frame):
+            return True
+        if comparable and mode == "order-insensitive" and expected.height == actual.height and \
+                _sorted(expected).equals(_sorted(actual)):
+            return True
+        return self.compare(side, expected, actual).mode_pass
+
+    def compare(self, side: Side, expected: Relation, actual: Relation) -> ResultComparison:
+        """Layer 3 with the case's own semantics: the mode resolved from the expected query, its ORDER BY keys."""
+        mode, shape = self.semantics[id(side)]
+        return compare_results(expected, actual, mode=mode, config=self.config, order_keys=shape.order_keys)
+
+    def _limit_cuts_tie(self, side: Side) -> bool:
+        """Whether ``side``'s top-level LIMIT falls inside a tie of its ORDER BY keys on this neighbor: the
+        query re-run without LIMIT, its ORDER BY keys added as columns, has equal keys on both sides of the cut
+        (keys need not be projected, unlike Layer 3's tie check)."""
+        _, shape = self.semantics[id(side)]
+        keyed = _keyed_uncut(side.parsed.ast) if shape.limit is not None and side.parsed.ast is not None else None
+        if keyed is None:
+            return False
+        tree, width = keyed
+        uncut = self.execute(side, tree.sql(dialect=self.validation.dialect))
+        cut = (shape.offset or 0) + (shape.limit or 0)
+        if uncut is None or uncut.height <= cut or cut == 0:
+            return False
+        keys = uncut.frame.select(uncut.frame.columns[-width:])
+        return keys.row(cut - 1) == keys.row(cut)
+
+    def note(self, message: str) -> None:
+        if message not in self.nondeterminism:
+            self.nondeterminism.append(message)
+
+    def differs(self, rows: Rows) -> tuple[_Run, Rows] | None:
+        """The run on ``rows`` when no alternative matches the actual query there, else None."""
+        outcome, accepted, _ = self.run(rows)
+        if outcome is None or outcome.matches:
+            return None
+        return outcome, accepted
+
+    def by_chance(self, rows: Rows, first: _Run) -> bool:
+        """Whether the difference on ``rows`` is chance: a query whose own result changes when it is run again,
+        or when the rows are inserted in the other order (SQLite then scans them in another order)."""
+        for reverse in (False, True):
+            again, _, _ = self.run(rows, reverse=reverse)
+            if again is None:
+                return True
+            for label, before, after in (("actual", first.actual, again.actual),
+                                         ("expected", first.expected, again.expected)):
+                side = self.validation.actual if label == "actual" else self.validation.expected[self.index]
+                if not self.same(side, before, after):
+                    how = "when the rows are stored in another order" if reverse else "when run again"
+                    self.note(f"the {label} query's result changes {how} on a neighbor database "
+                              "(non-determinism, not a counterexample)")
+                    return True
+            if again.matches:
+                return True
+        return False
+
+
+def neighbor_search(validation: Validation, index: int, result: ResultComparison,
+                    database: ExecutionAdapter | None) -> dict[str, Any]:
+    """The neighbor search of one case (Layer 4): whether it ran (and why not), neighbors tried, the
+    counterexample found, non-determinism seen. Never raises for anything the case contains."""
+    started = time.monotonic()
+    config = validation.request.config
+    reason = _not_run_reason(validation, index, result, database)
+    if reason is not None:
+        return _outcome(False, reason, started)
+    assert database is not None
+    schema = read_schema(database, config.neighbor_sample_rows, config.query_timeout_ms)
+    if isinstance(schema, str):
+        return _outcome(False, schema, started)
+    trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
+    found = hints(t for t in trees if t is not None)
+    tables = schema.scope(found.tables)
+    if not tables:
+        return _outcome(False, "the queries read no table of the database", started)
+    search = _Search(validation, index, schema, tables, started + config.neighbor_time_budget_ms / 1000)
+    tried = nonempty = rejected = 0
+    counterexample = None
+    stop = None
+    try:
+        for number in range(config.neighbor_count):
+            rows = neighbor_rows(schema, tables, found, random.Random(seed_of(config.neighbor_seed, number)))
+            outcome, accepted, dropped = search.run(rows)
+            tried += 1
+            rejected += dropped
+            if outcome is None:
+                continue
+            nonempty += outcome.expected.height > 0
+            if outcome.matches or search.by_chance(accepted, outcome):
+                continue
+            counterexample = _shrink(search, accepted, outcome, number)
+            break
+    except _Spent:
+        stop = f"time budget of {config.neighbor_time_budget_ms} ms spent after {tried} neighbors"
+    finally:
+        search.adapter.close()
+    return {**_outcome(True, stop, started), "neighbors_tried": tried, "neighbors_nonempty": nonempty,
+            "rejected_rows": rejected, "tables": [schema.tables[t].name for t in tables],
+            "counterexample_found": counterexample is not None, "counterexample": counterexample,
+            "nondeterminism": search.nondeterminism, "malformed_foreign_keys": schema.malformed_keys,
+            "query_ms": round(search.elapsed_queries_ms, 3)}
+
+
+def _keyed_uncut(tree: exp.Expression) -> tuple[exp.Expression, int] | None:
+    """``tree`` without its LIMIT and OFFSET and with its ORDER BY keys appended to the projection (an ordinal
+    or an alias resolved to its expression), and how many keys were appended; None for a set operation or a
+    query without ORDER BY."""
+    order = tree.args.get("order")
+    if not isinstance(tree, exp.Select) or order is None:
+        return None
+    keyed = tree.copy()
+    projections = list(tree.expressions)
+    aliases = {p.alias.lower(): p.this for p in projections if isinstance(p, exp.Alias)}
+    keys = []
+    for ordered in order.expressions:
+        key = ordered.this
+        if isinstance(key, exp.Literal) and not key.is_string and key.this.isdigit() \
+                and 0 < int(key.this) <= len(projections):
+            key = projections[int(key.this) - 1]
+            key = key.this if isinstance(key, exp.Alias) else key
+        elif isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
+            key = aliases[key.name.lower()]
+        keys.append(key.copy())
+    keyed.set("limit", None)
+    keyed.set("offset", None)
+    keyed.set("expressions", [*keyed.expressions, *(exp.alias_(k, f"sqlcmp_key_{i}") for i, k in enumerate(keys))])
+    return keyed, len(keys)
+
+
+def _sorted(relation: Relation) -> Any:
+    return relation.frame.sort(relation.frame.columns, nulls_last=True) if relation.width else relation.frame
+
+
+def _not_run_reason(validation: Validation, index: int, result: ResultComparison,
+                    database: ExecutionAdapter | None) -> str | None:
+    config = validation.request.config
+    if not result.mode_pass:
+        return "the case fails on the evaluated database"
+    if config.neighbor_count == 0:
+        return "neighbor_count is 0"
+    sides = [validation.actual, validation.expected[index]]
+    if database is None or any(side.pre_materialized for side in sides):
+        return "a result was given rather than executed: there is no database to build neighbors from"
+    if database.dialect != "sqlite":
+        return (f"no scratch copy for {database.dialect} yet: neighbors are built in memory for SQLite "
+                "databases only, and the search never writes to the evaluated database")
+    for label, side in (("actual", sides[0]), ("expected", sides[1])):
+        if side.parsed.ast is not None and _random(side.parsed.ast):
+            return f"the {label} query calls a non-deterministic function: its result is not a function of the data"
+    return None
+
+
+def _random(tree: exp.Expression) -> bool:
+    return tree.find(exp.Rand) is not None or any(
+        node.name.lower() in _NONDETERMINISTIC_FUNCTIONS for node in tree.find_all(exp.Anonymous))
+
+
+def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any]:
+    """Delta debugging over the counterexample's rows (whole tables first), then its report."""
+    best: list[tuple[Rows, _Run]] = [(rows, found)]
+
+    def still_fails(items: list[tuple[str, int]]) -> bool | None:
+        candidate: Rows = {t: [] for t in rows}
+        for table, position in items:
+            candidate[table].append(rows[table][position])
+        try:
+            outcome = search.differs(candidate)
+        except _Spent:
+            return None
+        if outcome is None:
+            return False
+        best.append((outcome[1], outcome[0]))
+        return True
+
+    items = [(t, i) for t in rows for i in range(len(rows[t]))]
+    by_table = ddmin([[item for item in items if item[0] == t] for t in rows if rows[t]],
+                     lambda groups: still_fails([x for g in groups for x in g]), max_tests=len(rows) + 2)
+    ddmin([x for g in by_table for x in g], still_fails, max_tests=MAX_SHRINK_TESTS)
+    # The smallest difference that is not chance (checked for the few smallest; the first was checked before).
+    for smallest, run in sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))[:3]:
+        try:
+            if run is found or not search.by_chance(smallest, run):
+                return _counterexample(search, smallest, run, number)
+        except _Spent:
+            break
+    return _counterexample(search, rows, found, number)
+
+
+def _counterexample(search: _Search, rows: Rows, run: _Run, number: int) -> dict[str, Any]:
+    schema, config = search.schema, search.config
+    comparison = search.compare(search.validation.expected[search.index], run.expected, run.actual)
+    total = sum(len(r) for r in rows.values())
+    sentence = (f"on this {total}-row database the actual query returns {_count(run.actual.height)}, the "
+                f"expected {_count(run.expected.height)}")
+    if run.actual.height == run.expected.height:
+        sentence += f", and {run.expected.height - comparison.matched_rows} of them differ"
+    return {
+        "seed": config.neighbor_seed,
+        "neighbor": number,
+        "rows": total,
+        "tables": {schema.tables[t].name: {"columns": [c.name for c in schema.tables[t].columns],
+                                           "rows": [list(r) for r in rows[t]]} for t in search.tables if rows[t]},
+        "expected_result": run.expected.to_rows(limit=SHOWN_ROWS),
+        "actual_result": run.actual.to_rows(limit=SHOWN_ROWS),
+        "comparison_mode": comparison.comparison_mode,
+        "severity": severity(comparison, False),
+        "sentence": sentence,
+    }
+
+
+def _count(rows: int) -> str:
+    return f"{rows} row{'' if rows == 1 else 's'}"
+
+
+def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
+    return {"neighbor_search_ran": ran, "reason": reason, "neighbors_tried": 0, "neighbors_nonempty": 0,
+            "counterexample_found": False, "counterexample": None, "nondeterminism": [],
+            "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
+
+
+def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scope: str) -> Report:
+    """Put the search's outcome into the report (``metrics.diagnostics``, ``evidence.neighborhood``,
+    explanations, warnings) and apply the case's ``verdict_scope``; a report without a search is returned unchanged."""
+    if neighborhood is None or report.metrics.get("diagnostics") is None:
+        return report
+    report.metrics["diagnostics"].update({name: neighborhood[name] for name in NEIGHBOR_METRICS})
+    report.evidence["neighborhood"] = neighborhood
+    report.run_metadata.setdefault("timings", {})["neighbor_search_ms"] = neighborhood["elapsed_ms"]
+    found = neighborhood["counterexample"]
+    if neighborhood["nondeterminism"]:
+        report.warnings += [f"neighbor databases: {note}" for note in neighborhood["nondeterminism"]]
+    if found is None:
+        if scope == "neighborhood" and not neighborhood["neighbor_search_ran"] and report.deterministic_verdict \
+                == "pass":
+            report.warnings.append(f"verdict_scope is neighborhood but the neighbor search did not run "
+                                   f"({neighborhood['reason']}): the verdict is the evaluated database's")
+        return report
+    line = (f"neighbor databases: a counterexample — {found['sentence']} (neighbor {found['neighbor']} of seed "
+            f"{found['seed']}, shrunk)")
+    if scope == "neighborhood":
+        report.deterministic_verdict = "fail"
+        report.severity = found["severity"]
+        report.overall_score = overall_score(report.result_score or 0.0, report.structure_score or 0.0, False)
+        report.explanations = [f"fail ({found['severity']}): the results match on the evaluated database but "
+                               f"not on a neighbor database of the same schema (verdict_scope neighborhood)",
+                               line, *report.explanations[1:]]
+    else:
+        report.severity = "minor issue"
+        report.explanations.append(line)
+        report.warnings.append("passes on the evaluated database only: a neighbor database of the same schema "
+                               "tells the two queries apart (see evidence.neighborhood)")
+    return report
