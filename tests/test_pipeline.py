@@ -28,12 +28,14 @@ EXPECTED_OUTCOMES: dict[str, tuple[str, str, str | None]] = {
     "pass_reformatted": ("pass", "pass", None),
     "pass_column_permutation": ("pass", "pass", None),
     "pass_row_order_free": ("pass", "pass", None),
-    "pass_equivalent_rewrite": ("pass", "pass", None),
+    # Passes on this database only: a neighbor database of the same schema tells the queries apart (two products
+    # sharing a name; a product above 1000 but not 2000; a cheapest garden tool not priced 17): "minor issue".
+    "pass_equivalent_rewrite": ("pass", "minor issue", None),
     "pass_float_tolerance": ("pass", "pass", None),
     "pass_ties": ("pass", "pass", None),
     "pass_tie_at_limit": ("pass", "pass", None),
-    "pass_vacuous_empty": ("pass", "pass", None),
-    "pass_multiple_expected": ("pass", "pass", None),
+    "pass_vacuous_empty": ("pass", "minor issue", None),
+    "pass_multiple_expected": ("pass", "minor issue", None),
     "pass_pre_materialized": ("pass", "pass", None),
     "fail_ordering_only": ("fail", "minor issue", "ordering"),
     "fail_extra_columns": ("fail", "moderate issue", "projection"),
@@ -104,7 +106,9 @@ def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> N
     assert set(metrics["diagnostics"]) == {
         "projection_error_score", "filter_error_score", "join_error_score", "grouping_error_score",
         "aggregate_function_error_score", "ordering_error_flag", "limit_topk_error_score",
-        "cardinality_explosion_flag", "per_column_mismatch_map", "confidence", "evidence_strength", "ambiguous_case"}
+        "cardinality_explosion_flag", "per_column_mismatch_map", "confidence", "evidence_strength", "ambiguous_case",
+        # The neighbor-database search's Layer 4 fields (README glossary, "Neighbor databases").
+        "neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample"}
 
 
 def test_attribution_is_confirmed_by_re_execution(suite_reports: dict[str, Report]) -> None:

@@ -65,6 +65,8 @@ def test_gold_against_gold_every_case_passes(spider_suites: dict[str, Path]) -> 
     failing = [(r.case_id, r.explanations[:1]) for r in reports if r.deterministic_verdict != "pass"]
     assert failing == []
     assert all(r.overall_score == 1.0 and r.validity["case_valid"] for r in reports)
+    # A query against itself never has a counterexample on a neighbor database (precision of that search).
+    assert [r.case_id for r in reports if r.evidence["neighborhood"]["counterexample_found"]] == []
 
 
 def test_supersql_end_to_end_and_against_official_ex(spider_suites: dict[str, Path], tmp_path: Path,

@@ -22,6 +22,9 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
     context.add_output_metadata({
         "pass_rate": dg.MetadataValue.float(summary["pass_rate"] if summary["pass_rate"] is not None
                                             else float("nan")),
+        "robust_pass_rate": dg.MetadataValue.float(summary["robust_pass_rate"]
+                                                   if summary["robust_pass_rate"] is not None else float("nan")),
+        "passes_with_counterexample": summary["passes_with_counterexample"],
         "cases": summary["cases"],
         "vacuous_passes": summary["vacuous_passes"],
         "invalid_cases": summary["invalid_cases"],

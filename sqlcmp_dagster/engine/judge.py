@@ -158,6 +158,19 @@ def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, bu
     return budget.exhausted()
 
 
+def neighbor_evidence(report: Report) -> dict[str, Any] | None:
+    """What the neighbor-database search says about this case, for the judge: whether the pass is robust
+    (the search ran and found no counterexample), and the counterexample's sentence when there is one."""
+    found = report.evidence.get("neighborhood")
+    if not found:
+        return None
+    example = found.get("counterexample")
+    return {"search_ran": found["neighbor_search_ran"], "not_run_because": found.get("reason"),
+            "neighbors_tried": found["neighbors_tried"],
+            "robust_pass": report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and not example,
+            "counterexample": example["sentence"] if example else None}
+
+
 def build_prompt(request: CompareRequest, report: Report, expected: Relation | None, actual: Relation | None,
                  max_rows: int) -> str:
     """The grounded prompt: the task for this verdict, the question, both queries, the deterministic evidence,
@@ -172,6 +185,7 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
                         if k not in ("evidence", "suggested_fix")},
         "explanations": report.explanations,
         "warnings": report.warnings,
+        "neighbor_databases": neighbor_evidence(report),
     }
     expected_sql = report.metrics["validation"]["normalized_sql_expected"] if report.metrics.get("validation") \
         else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ class Hints:
     pool: list[Any] = field(default_factory=list)
     order_columns: set[str] = field(default_factory=set)
     join_columns: set[str] = field(default_factory=set)
+    columns: set[str] = field(default_factory=set)
     tables: set[str] = field(default_factory=set)
 
 
@@ -40,6 +41,7 @@ def hints(trees: Iterable[exp.Expression]) -> Hints:
     found = Hints()
     for tree in trees:
         found.tables |= {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
+        found.columns |= {c.name.lower() for c in tree.find_all(exp.Column)}
         for order in tree.find_all(exp.Ordered):
             found.order_columns |= {c.name.lower() for c in order.find_all(exp.Column)}
         for node in tree.find_all(*_COMPARISONS):
@@ -96,19 +98,20 @@ def boundaries(literal: exp.Literal, *, like: bool = False) -> list[Any]:
     return _unique(values)
 
 
-def neighbor_rows(schema: Schema, tables: list[str], found: Hints, rng: random.Random) -> Rows:
-    """One neighbor: the sample of each table (parents first), cut to a random subset and then perturbed by
-    every rule with random strength; declared foreign keys are repaired to point at a surviving parent row
-    (or, for a nullable key, sometimes left NULL so that the row fails the join legally)."""
+def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, rng: random.Random) -> Rows:
+    """Neighbor ``index``: the sample of each table (parents first), cut to a random subset and perturbed by
+    the rules of profile ``index % len(PROFILES)`` with random strength; declared foreign keys are repaired to
+    point at a surviving parent row (a NULL key is left NULL: the row then fails the join legally)."""
+    rules, may_empty = PROFILES[index % len(PROFILES)]
     rows: Rows = {}
     keep = rng.choice((0.15, 0.3, 0.5, 0.8))
     for name in tables:
         table = schema.tables[name]
         current = subset(schema.sample.get(name, []), rng, keep)
-        if rng.random() < 0.1 and len(tables) > 1:
+        if may_empty and rng.random() < 0.3 and len(tables) > 1:
             rows[name] = []  # emptied table
             continue
-        for rule in (literal_values, duplicates, nulls, ties, failed_joins):
+        for rule in rules:
             current = rule(table, current, found, rng)
         rows[name] = repair_keys(table, current, rows, rng)
     return rows
@@ -118,6 +121,23 @@ def subset(rows: list[tuple[Any, ...]], rng: random.Random, keep: float) -> list
     """Rows kept with probability ``keep`` (at least one row when there are any)."""
     kept = [row for row in rows if rng.random() < keep]
     return kept or rows[:1]
+
+
+def literal_rows(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """Copies of rows with every column the queries compare with a literal set at once (the literals
+    themselves in the first copy, then random boundaries): a conjunction of predicates then holds on one row,
+    and a ``>`` that should be ``>=`` meets its boundary there."""
+    paired = {i: [v for v in found.literals.get(c.name.lower(), []) if _fits(v, c.numeric)]
+              for i, c in enumerate(table.columns)}
+    paired = {i: values for i, values in paired.items() if values}
+    if not rows or not paired:
+        return rows
+    out = list(rows)
+    for copy in range(rng.randint(1, 3)):
+        changes = {i: values[0] if copy == 0 else rng.choice(values) for i, values in paired.items()}
+        out.append(_copy(table, rng.choice(rows), changes, out))
+    return out
 
 
 def literal_values(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
@@ -145,7 +165,7 @@ def duplicates(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: ran
         -> list[tuple[Any, ...]]:
     """Copies of some rows with fresh values only in their PRIMARY KEY and UNIQUE columns, so that every other
     column repeats: a missing DISTINCT, or a COUNT of rows where distinct values were asked, shows."""
-    if not rows or rng.random() < 0.3:
+    if not rows:
         return rows
     out = list(rows)
     for row in rng.sample(rows, max(1, len(rows) // 4)):
@@ -154,19 +174,18 @@ def duplicates(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: ran
 
 
 def nulls(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
-    """NULL in some nullable columns (those neither NOT NULL nor part of the primary key): COUNT(col) against
-    COUNT(*), ``NOT IN`` with a NULL, an aggregate over NULLs."""
-    if rng.random() < 0.4:
-        return rows
+    """NULL in some nullable columns (those neither NOT NULL nor part of the primary key), mostly in the
+    columns the queries name: COUNT(col) against COUNT(*), ``NOT IN`` with a NULL, an aggregate over NULLs."""
     nullable = [i for i, c in enumerate(table.columns) if not c.not_null and not c.primary_key]
-    share = rng.choice((0.1, 0.3))
-    return [_with(row, {i: None for i in nullable if rng.random() < share}) for row in rows]
+    named = {i for i in nullable if table.columns[i].name.lower() in found.columns}
+    share = {i: rng.choice((0.2, 0.4)) if i in named else 0.05 for i in nullable}
+    return [_with(row, {i: None for i in nullable if rng.random() < share[i]}) for row in rows]
 
 
 def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
     """Equal values in ORDER BY key columns (and sometimes in others): an argmax by ``LIMIT 1`` against one by
     ``= (SELECT MAX ...)`` disagrees when two rows tie for the top."""
-    if len(rows) < 2 or rng.random() < 0.3:
+    if len(rows) < 2:
         return rows
     out = list(rows)
     for position, column in enumerate(table.columns):
@@ -181,7 +200,7 @@ def failed_joins(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
         -> list[tuple[Any, ...]]:
     """Rows whose join columns match nothing: a fresh value where no foreign key is declared, NULL where a
     declared key is nullable (the only legal way to miss the parent), so LEFT and INNER JOIN disagree."""
-    if not rows or rng.random() < 0.5:
+    if not rows:
         return rows
     declared = {i for key in table.foreign_keys for i in key.columns}
     out = list(rows)
@@ -211,6 +230,22 @@ def repair_keys(table: Table, rows: list[tuple[Any, ...]], built: Rows, rng: ran
             row = _with(row, dict(zip(key.columns, rng.choice(parents))))
         out.append(row)
     return out
+
+
+Rule = Callable[[Table, list[tuple[Any, ...]], Hints, random.Random], list[tuple[Any, ...]]]
+#: The rules each neighbor applies, in turn (neighbor ``i`` uses profile ``i % 8``), and whether it may empty
+#: a table: one rule alone first, so that a difference one rule exposes is not hidden by another (NULLs that
+#: tie at a LIMIT, say), then combinations.
+PROFILES: list[tuple[tuple[Rule, ...], bool]] = [
+    ((literal_rows, literal_values), False),
+    ((nulls,), False),
+    ((duplicates,), False),
+    ((literal_rows, ties), False),
+    ((failed_joins,), True),
+    ((literal_rows, literal_values, nulls), False),
+    ((literal_rows, duplicates, ties), False),
+    ((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), True),
+]
 
 
 def seed_of(seed: int, index: int) -> int:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 #: Names of the Layer 4 neighbor metrics (README glossary), in ``metrics.diagnostics``.
 NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
 #: Most delta-debugging tests spent shrinking one counterexample.
-MAX_SHRINK_TESTS = 120
+MAX_SHRINK_TESTS = 60
 #: Most rows of each result shown in a counterexample.
 SHOWN_ROWS = 20
 _NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
@@ -227,7 +228,8 @@ def neighbor_search(validation: Validation, index: int, result: ResultComparison
     stop = None
     try:
         for number in range(config.neighbor_count):
-            rows = neighbor_rows(schema, tables, found, random.Random(seed_of(config.neighbor_seed, number)))
+            rows = neighbor_rows(schema, tables, found, number,
+                                 random.Random(seed_of(config.neighbor_seed, number)))
             outcome, accepted, dropped = search.run(rows)
             tried += 1
             rejected += dropped
@@ -362,7 +364,8 @@ def _count(rows: int) -> str:
 
 def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
     return {"neighbor_search_ran": ran, "reason": reason, "neighbors_tried": 0, "neighbors_nonempty": 0,
-            "counterexample_found": False, "counterexample": None, "nondeterminism": [],
+            "rejected_rows": 0, "tables": [], "counterexample_found": False, "counterexample": None,
+            "nondeterminism": [], "malformed_foreign_keys": [], "query_ms": 0.0,
             "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
 
 
@@ -398,3 +401,19 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
         report.warnings.append("passes on the evaluated database only: a neighbor database of the same schema "
                                "tells the two queries apart (see evidence.neighborhood)")
     return report
+
+
+def robustness(valid: list[Report], vacuous_pass: Callable[[Report], bool]) -> dict[str, Any]:
+    """Summary figures of the neighbor search over valid reports: ``robust_passes`` (passes whose search ran
+    and found no counterexample), ``robust_pass_rate`` beside the pass rate (None when no search ran),
+    ``passes_with_counterexample``, ``neighbor_searches`` (passes searched) and ``vacuous_passes_resolved``
+    (passes on two empty results whose search compared non-empty results on some neighbor)."""
+    passes = [(r, r.evidence.get("neighborhood") or {}) for r in valid if r.deterministic_verdict == "pass"]
+    searched = [(r, n) for r, n in passes if n.get("neighbor_search_ran")]
+    robust = sum(not n.get("counterexample_found") for _, n in searched)
+    vacuous = [n for r, n in searched if vacuous_pass(r)]
+    return {"robust_passes": robust,
+            "robust_pass_rate": round(robust / len(valid), 6) if valid and searched else None,
+            "passes_with_counterexample": sum(bool(n.get("counterexample_found")) for _, n in passes),
+            "neighbor_searches": len(searched),
+            "vacuous_passes_resolved": sum(bool(n.get("neighbors_nonempty")) for n in vacuous)}

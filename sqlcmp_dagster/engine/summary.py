@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.neighbors import robustness
 
 SEVERITIES = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
 #: BIRD's difficulty labels, in rising order (other labels follow them by name).
@@ -43,6 +44,7 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
         "failed": len(valid) - passed,
         "pass_rate": round(passed / len(valid), 6) if valid else None,
         "vacuous_passes": vacuous,
+        **robustness(valid, is_vacuous_pass),
         "severity_counts": {label: severity.get(label, 0) for label in SEVERITIES},
         "attribution_counts": dict(attribution.most_common()),
         "blocked_counts": dict(blocked.most_common()),
@@ -101,6 +103,11 @@ def render_summary(summary: dict[str, Any]) -> str:
              f"(pass rate {rate}), {summary['invalid_cases']} invalid, {summary['load_errors']} not loadable"]
     if summary["vacuous_passes"]:
         lines.append(f"vacuous passes (both results empty): {summary['vacuous_passes']} of {summary['passed']}")
+    if summary.get("robust_pass_rate") is not None:
+        lines.append(f"robust pass rate {summary['robust_pass_rate']:.1%} beside pass rate {rate}: "
+                     f"{summary['passes_with_counterexample']} passes have a counterexample on a neighbor database "
+                     f"({summary['neighbor_searches']} passes searched, {summary['vacuous_passes_resolved']} "
+                     "vacuous passes compared on non-empty neighbor results)")
     lines.append("severity: " + ", ".join(f"{k} {v}" for k, v in summary["severity_counts"].items()))
     if summary["attribution_counts"]:
         lines.append("likely source: " + ", ".join(f"{k} {v}" for k, v in summary["attribution_counts"].items()))

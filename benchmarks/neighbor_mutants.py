@@ -1,0 +1,315 @@
+"""Semantic mutants and equivalence-preserving rewrites of SQL queries, for the neighbor-database figures.
+
+Each mutation kind is one function from a parsed query to a mutated copy (or None when the kind does not apply);
+each one changes the query's meaning on some database the schema allows, except where :func:`equivalent`
+proves otherwise from the schema (COUNT over a NOT NULL column, DISTINCT over a key). Each rewrite keeps the
+meaning on every database: sqlglot's optimizer, ``IN`` to ``EXISTS``, ``BETWEEN`` to two comparisons, the two
+tables of an inner join commuted.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlglot import exp, parse_one
+from sqlglot.optimizer import optimize
+
+Mutation = Callable[[exp.Expression, "SchemaInfo"], exp.Expression | None]
+
+
+class SchemaInfo:
+    """Columns, NOT NULL columns and key columns of a SQLite database, by lower-case table name."""
+
+    def __init__(self, path: Path) -> None:
+        connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        self.columns: dict[str, list[str]] = {}
+        self.types: dict[str, dict[str, str]] = {}
+        self.not_null: dict[str, set[str]] = {}
+        self.keys: dict[str, set[str]] = {}
+        for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                          "AND name NOT LIKE 'sqlite_%'"):
+            info = connection.execute(f'PRAGMA table_info("{name}")').fetchall()
+            lower = name.lower()
+            self.columns[lower] = [row[1] for row in info]
+            self.types[lower] = {row[1].lower(): (row[2] or "TEXT").upper() for row in info}
+            self.not_null[lower] = {row[1].lower() for row in info if row[3]}
+            keys = [row[1].lower() for row in info if row[5]]
+            self.keys[lower] = set(keys) if len(keys) == 1 else set()
+        connection.close()
+
+    def mapping(self) -> dict[str, dict[str, str]]:
+        """The schema as sqlglot's optimizer takes it."""
+        return {table: {c: self.types[table][c.lower()] for c in columns} for table, columns in self.columns.items()}
+
+
+def _first(tree: exp.Expression, kind: type[exp.Expression] | tuple[type[exp.Expression], ...],
+           where: Callable[[exp.Expression], bool] = lambda _: True) -> exp.Expression | None:
+    return next((node for node in tree.find_all(kind) if where(node)), None)
+
+
+def boundary(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """``>`` to ``>=`` (and ``<`` to ``<=``, and back): a row on the boundary tells them apart."""
+    flip = {exp.GT: exp.GTE, exp.GTE: exp.GT, exp.LT: exp.LTE, exp.LTE: exp.LT}
+    tree = tree.copy()
+    node = _first(tree, tuple(flip))
+    if node is None:
+        return None
+    node.replace(flip[type(node)](this=node.this.copy(), expression=node.expression.copy()))
+    return tree
+
+
+def drop_distinct(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """SELECT DISTINCT to SELECT: duplicates tell them apart."""
+    tree = tree.copy()
+    select = _first(tree, exp.Select, lambda s: s.args.get("distinct") is not None)
+    if select is None:
+        return None
+    select.set("distinct", None)
+    return tree
+
+
+def count_column(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """COUNT(*) to COUNT(col) for a column of the counted table: a NULL in it tells them apart (unless the
+    column is NOT NULL, then they are equivalent)."""
+    tree = tree.copy()
+    count = _first(tree, exp.Count, lambda c: isinstance(c.this, exp.Star))
+    select = count.find_ancestor(exp.Select) if count is not None else None
+    table = _first(select, exp.Table) if select is not None else None
+    if count is None or table is None or table.name.lower() not in schema.columns:
+        return None
+    columns = schema.columns[table.name.lower()]
+    nullable = [c for c in columns if c.lower() not in schema.not_null[table.name.lower()]
+                and c.lower() not in schema.keys[table.name.lower()]]
+    column = (nullable or columns)[-1]
+    count.set("this", exp.column(column, table=table.alias_or_name))
+    return tree
+
+
+def and_to_or(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """The first AND of a WHERE to OR."""
+    tree = tree.copy()
+    node = _first(tree, exp.And, lambda n: n.find_ancestor(exp.Where) is not None)
+    if node is None:
+        return None
+    node.replace(exp.Or(this=node.this.copy(), expression=node.expression.copy()))
+    return tree
+
+
+def inner_to_left(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """An inner JOIN to LEFT JOIN: a row without a match tells them apart."""
+    tree = tree.copy()
+    join = _first(tree, exp.Join, lambda j: not j.side and j.kind in ("", "INNER") and j.args.get("on"))
+    if join is None:
+        return None
+    join.set("side", "LEFT")
+    join.set("kind", None)
+    return tree
+
+
+def drop_conjunct(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """``WHERE a AND b`` to ``WHERE a``."""
+    tree = tree.copy()
+    node = _first(tree, exp.And, lambda n: n.find_ancestor(exp.Where) is not None)
+    if node is None:
+        return None
+    node.replace(node.this.copy())
+    return tree
+
+
+def flip_order(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """ASC to DESC (and back) on the first key of an ORDER BY under LIMIT."""
+    tree = tree.copy()
+    select = _first(tree, exp.Select, lambda s: s.args.get("limit") is not None and s.args.get("order"))
+    if select is None:
+        return None
+    key = select.args["order"].expressions[0]
+    key.set("desc", not key.args.get("desc"))
+    return tree
+
+
+def max_to_min(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """MAX to MIN (and back)."""
+    tree = tree.copy()
+    node = _first(tree, (exp.Max, exp.Min))
+    if node is None:
+        return None
+    node.replace((exp.Min if isinstance(node, exp.Max) else exp.Max)(this=node.this.copy()))
+    return tree
+
+
+def wrong_join_key(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """One column of the first join condition replaced by another column of the same table."""
+    tree = tree.copy()
+    join = _first(tree, exp.Join, lambda j: isinstance(j.args.get("on"), exp.EQ))
+    if join is None:
+        return None
+    condition = join.args["on"]
+    column = condition.expression if isinstance(condition.expression, exp.Column) else None
+    select = join.find_ancestor(exp.Select)
+    tables = {t.alias_or_name.lower(): t.name.lower() for t in select.find_all(exp.Table)} if select else {}
+    table = tables.get(column.table.lower()) if column is not None and column.table else None
+    if column is None or table not in schema.columns:
+        return None
+    others = [c for c in schema.columns[table] if c.lower() != column.name.lower()]
+    if not others:
+        return None
+    column.set("this", exp.to_identifier(others[0]))
+    return tree
+
+
+def add_distinct_over_key(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """DISTINCT added to a one-table query that projects that table's primary key: provably equivalent."""
+    tree = tree.copy()
+    if not isinstance(tree, exp.Select) or tree.args.get("distinct") or tree.args.get("joins") \
+            or tree.args.get("group") or any(isinstance(p, exp.Star) or p.find(exp.AggFunc) for p in tree.expressions):
+        return None
+    table = _first(tree, exp.Table)
+    if table is None or len(list(tree.find_all(exp.Table))) != 1 or table.name.lower() not in schema.keys:
+        return None
+    projected = {p.name.lower() for p in tree.expressions if isinstance(p, exp.Column)}
+    if not schema.keys[table.name.lower()] or not schema.keys[table.name.lower()] <= projected:
+        return None
+    tree.set("distinct", exp.Distinct())
+    return tree
+
+
+MUTATIONS: dict[str, Mutation] = {
+    "boundary": boundary, "drop_distinct": drop_distinct, "count_column": count_column, "and_to_or": and_to_or,
+    "inner_to_left": inner_to_left, "drop_conjunct": drop_conjunct, "flip_order": flip_order,
+    "max_to_min": max_to_min, "wrong_join_key": wrong_join_key, "distinct_over_key": add_distinct_over_key,
+}
+
+
+def equivalent(kind: str, mutant: exp.Expression, schema: SchemaInfo) -> bool:
+    """Whether the mutant is provably equivalent to its gold query: DISTINCT over a projected primary key,
+    COUNT over a NOT NULL column, or a LEFT JOIN whose right table is then filtered by a null-rejecting
+    predicate (a comparison in a WHERE conjunct, or the ON of a later inner join), which makes it inner."""
+    if kind == "distinct_over_key":
+        return True
+    if kind == "inner_to_left":
+        return _left_join_null_rejected(mutant)
+    if kind == "count_column":
+        count = _first(mutant, exp.Count, lambda c: isinstance(c.this, exp.Column))
+        table = _first(count.find_ancestor(exp.Select), exp.Table) if count is not None else None
+        if count is not None and table is not None:
+            name = table.name.lower()
+            return count.this.name.lower() in schema.not_null.get(name, set()) | schema.keys.get(name, set())
+    return False
+
+
+def _left_join_null_rejected(tree: exp.Expression) -> bool:
+    join = _first(tree, exp.Join, lambda j: j.side == "LEFT")
+    select = join.find_ancestor(exp.Select) if join is not None else None
+    if join is None or select is None:
+        return False
+    right = join.this.alias_or_name.lower()
+    where = select.args.get("where")
+    conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
+        ([where.this] if where is not None else [])
+    joins = select.args.get("joins") or []
+    later = joins[joins.index(join) + 1:] if join in joins else []
+    conjuncts += [j.args["on"] for j in later if not j.side and j.args.get("on") is not None]
+    comparisons = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.In, exp.Between)
+    return any(isinstance(c, comparisons) and any(col.table.lower() == right for col in c.find_all(exp.Column))
+               and c.find(exp.Is, exp.Coalesce) is None for c in conjuncts)
+
+
+def optimized(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """sqlglot's optimizer output for the query (qualified, simplified, subqueries unnested...)."""
+    try:
+        return optimize(tree.copy(), schema=schema.mapping(), dialect="sqlite")
+    except Exception:  # the optimizer does not handle every query: that query has no such rewrite
+        return None
+
+
+def in_to_exists(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """``x IN (SELECT y FROM t WHERE c)`` in a WHERE, not negated, to ``EXISTS (SELECT 1 FROM t WHERE c AND
+    t.y = x)`` (outer column qualified with its table)."""
+    tree = tree.copy()
+    node = _first(tree, exp.In, lambda n: n.args.get("query") is not None and n.find_ancestor(exp.Not) is None
+                  and n.find_ancestor(exp.Where) is not None and isinstance(n.this, exp.Column))
+    if node is None:
+        return None
+    inner = node.args["query"].this if isinstance(node.args["query"], exp.Subquery) else node.args["query"]
+    outer = node.find_ancestor(exp.Select)
+    if not isinstance(inner, exp.Select) or outer is None or outer.args.get("joins") or inner.args.get("joins") \
+            or len(inner.expressions) != 1 or inner.args.get("group") or inner.args.get("limit"):
+        return None
+    outer_table, inner_table = _first(outer, exp.Table), _first(inner, exp.Table)
+    if outer_table is None or inner_table is None or outer_table.name.lower() == inner_table.name.lower():
+        return None
+    column = node.this.copy()
+    if not column.table:
+        column.set("table", exp.to_identifier(outer_table.alias_or_name))
+    selected = inner.expressions[0]
+    selected = selected.this if isinstance(selected, exp.Alias) else selected
+    if isinstance(selected, exp.Column) and not selected.table:
+        selected = exp.column(selected.name, table=inner_table.alias_or_name)
+    exists_query = inner.copy()
+    exists_query.set("expressions", [exp.Literal.number(1)])
+    exists_query.set("distinct", None)
+    exists_query = exists_query.where(exp.EQ(this=selected.copy(), expression=column), copy=False)
+    node.replace(exp.Exists(this=exists_query))
+    return tree
+
+
+def between_to_comparisons(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """``x BETWEEN a AND b`` to ``x >= a AND x <= b``."""
+    tree = tree.copy()
+    node = _first(tree, exp.Between)
+    if node is None:
+        return None
+    node.replace(exp.paren(exp.and_(exp.GTE(this=node.this.copy(), expression=node.args["low"].copy()),
+                                    exp.LTE(this=node.this.copy(), expression=node.args["high"].copy()))))
+    return tree
+
+
+def commute_join(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
+    """``FROM a JOIN b ON c`` to ``FROM b JOIN a ON c`` (one inner join, an explicit projection)."""
+    tree = tree.copy()
+    if not isinstance(tree, exp.Select) or len(tree.args.get("joins") or []) != 1 \
+            or any(isinstance(p, exp.Star) or p.find(exp.Star) and not p.find(exp.Count) for p in tree.expressions):
+        return None
+    join = tree.args["joins"][0]
+    if join.side or join.kind not in ("", "INNER", None) or not join.args.get("on"):
+        return None
+    first = tree.args["from_"].this
+    second = join.this
+    first_copy, second_copy = first.copy(), second.copy()
+    first.replace(second_copy)
+    second.replace(first_copy)
+    return tree
+
+
+REWRITES: dict[str, Mutation] = {
+    "itself": lambda tree, schema: tree.copy(), "optimizer": optimized, "in_to_exists": in_to_exists,
+    "between": between_to_comparisons, "commuted_join": commute_join,
+}
+
+
+def gold_queries(spider: Path) -> list[tuple[str, str]]:
+    """Spider dev's gold queries as ``(sql, db_id)``, in order."""
+    lines = (spider / "dev_gold.sql").read_text(encoding="utf-8").splitlines()
+    return [(line.rsplit("\t", 1)[0], line.rsplit("\t", 1)[1]) for line in lines if line.strip()]
+
+
+def variants(spider: Path, table: dict[str, Mutation]) -> list[tuple[int, str, str, str, str, bool]]:
+    """``(gold index, kind, db_id, gold sql, variant sql, provably equivalent)`` for every gold query and every
+    kind of ``table`` that applies (a rewrite is always equivalent; a mutant when :func:`equivalent` says so)."""
+    schemas: dict[str, SchemaInfo] = {}
+    out = []
+    for index, (sql, db) in enumerate(gold_queries(spider)):
+        if db not in schemas:
+            schemas[db] = SchemaInfo(spider / "database" / db / f"{db}.sqlite")
+        try:
+            tree = parse_one(sql, dialect="sqlite")
+        except Exception:
+            continue
+        for kind, change in table.items():
+            changed = change(tree, schemas[db])
+            if changed is not None:
+                out.append((index, kind, db, sql, changed.sql(dialect="sqlite"),
+                            table is REWRITES or equivalent(kind, changed, schemas[db])))
+    return out

@@ -1,0 +1,162 @@
+"""Neighbor databases over Spider dev: precision, recall on semantic mutants, and the cost on SuperSQL.
+
+    python benchmarks/neighbor_search.py [--spider ../shared/data/spider] [--part precision|recall|supersql|all]
+                                         [--workers 2]
+
+* precision: every gold query against itself and against its equivalence-preserving rewrites (sqlglot's
+  optimizer, IN -> EXISTS, BETWEEN -> two comparisons, commuted join); a counterexample there is a false alarm.
+* recall: the semantic mutants of ``neighbor_mutants.py``; among those that still pass on the original
+  database, the share that gets a counterexample, per kind and overall; provably equivalent mutants must get
+  none.
+* supersql: SuperSQL's predictions with the search off (``neighbor_count`` 0) and with the defaults, each run
+  twice, alternating (the machine is shared): time ratio, passes with a counterexample, vacuous passes resolved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from neighbor_mutants import MUTATIONS, REWRITES, variants
+
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.summary import is_vacuous_pass
+
+DEFAULT_SPIDER = Path(os.environ.get("SQLCMP_SPIDER_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"
+                                     / "spider"))
+
+
+def evaluate(spider: Path, cases: list[CompareRequest], workers: int) -> tuple[list[Report], float]:
+    evaluator = Evaluator(db_dir=spider / "database")
+    started = time.perf_counter()
+    try:
+        reports = evaluator.evaluate_all(cases, workers=workers)
+    finally:
+        evaluator.close()
+    return reports, time.perf_counter() - started
+
+
+def neighborhood(report: Report) -> dict[str, Any]:
+    return report.evidence.get("neighborhood") or {}
+
+
+def variant_cases(rows: list[tuple[int, str, str, str, str, bool]]) -> list[CompareRequest]:
+    return [CompareRequest(case_id=f"{index}:{kind}:{n}", expected_sql=gold, actual_sql=sql, db=db)
+            for n, (index, kind, db, gold, sql, _) in enumerate(rows)]
+
+
+def precision(spider: Path, workers: int) -> None:
+    rows = variants(spider, REWRITES)
+    reports, seconds = evaluate(spider, variant_cases(rows), workers)
+    by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    alarms = []
+    for row, report in zip(rows, reports):
+        counts = by_kind[row[1]]
+        counts["cases"] += 1
+        counts["pass"] += report.deterministic_verdict == "pass"
+        counts["searched"] += bool(neighborhood(report).get("neighbor_search_ran"))
+        if neighborhood(report).get("counterexample_found"):
+            counts["counterexample"] += 1
+            alarms.append((row, neighborhood(report)["counterexample"]["sentence"]))
+    print(f"precision: {len(rows)} gold/rewrite pairs in {seconds:.0f} s")
+    print("| rewrite | pairs | pass on the database | searched | counterexamples |")
+    print("|---|---:|---:|---:|---:|")
+    for kind, counts in by_kind.items():
+        print(f"| {kind} | {counts['cases']} | {counts['pass']} | {counts['searched']} | {counts['counterexample']} |")
+    for (index, kind, db, gold, sql, _), sentence in alarms:
+        print(f"  FALSE ALARM #{index} {kind} {db}: {gold}  ->  {sql}: {sentence}")
+
+
+def recall(spider: Path, workers: int) -> None:
+    rows = variants(spider, MUTATIONS)
+    reports, seconds = evaluate(spider, variant_cases(rows), workers)
+    by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    equivalent_alarms = []
+    for row, report in zip(rows, reports):
+        kind, proven = row[1], row[5]
+        counts = by_kind[kind + (" (provably equivalent)" if proven else "")]
+        counts["mutants"] += 1
+        if report.deterministic_verdict != "pass":
+            continue
+        found = neighborhood(report)
+        counts["pass"] += 1
+        counts["counterexample"] += bool(found.get("counterexample_found"))
+        counts["nondeterministic"] += bool(found.get("nondeterminism")) and not found.get("counterexample_found")
+        if proven and found.get("counterexample_found"):
+            equivalent_alarms.append((row, found["counterexample"]["sentence"]))
+    print(f"recall: {len(rows)} mutants in {seconds:.0f} s")
+    print("| mutation | mutants | still pass on the database | counterexample | recall |")
+    print("|---|---:|---:|---:|---:|")
+    total = collections.Counter()
+    for kind in sorted(by_kind):
+        counts = by_kind[kind]
+        if "equivalent" not in kind:
+            total.update(counts)
+        rate = f"{counts['counterexample'] / counts['pass']:.1%}" if counts["pass"] else "n/a"
+        print(f"| {kind} | {counts['mutants']} | {counts['pass']} | {counts['counterexample']} | {rate} |")
+    print(f"| **all semantic mutants** | {total['mutants']} | {total['pass']} | {total['counterexample']} | "
+          f"{total['counterexample'] / max(total['pass'], 1):.1%} |")
+    for (index, kind, db, gold, sql, _), sentence in equivalent_alarms:
+        print(f"  EQUIVALENT MUTANT WITH A COUNTEREXAMPLE #{index} {kind} {db}: {sql}: {sentence}")
+
+
+def supersql(spider: Path, workers: int) -> None:
+    from sqlcmp_dagster.cli import main as sqlcmp
+    from sqlcmp_dagster.cases.suite import load_suite
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as work:
+        suite = Path(work) / "spider.jsonl"
+        if sqlcmp(["import", "spider", "--questions", str(spider / "dev.json"), "--gold", str(spider / "dev_gold.sql"),
+                   "--pred", str(spider / "predictions" / "SuperSQL.sql"), "--db-dir", str(spider / "database"),
+                   "--out", str(suite)]) != 0:
+            sys.exit("import failed")
+        cases = load_suite(suite).cases
+    off = [c.model_copy(update={"config": c.config.model_copy(update={"neighbor_count": 0})}) for c in cases]
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    reports: list[Report] = []
+    for _ in range(2):
+        times["off"].append(evaluate(spider, off, workers)[1])
+        reports, seconds = evaluate(spider, cases, workers)
+        times["on"].append(seconds)
+    passes = [r for r in reports if r.deterministic_verdict == "pass"]
+    found = [r for r in passes if neighborhood(r).get("counterexample_found")]
+    vacuous = [r for r in passes if is_vacuous_pass(r)]
+    resolved = [r for r in vacuous if neighborhood(r).get("neighbors_nonempty")]
+    exposed = [r for r in vacuous if neighborhood(r).get("counterexample_found")]
+    nondeterministic = [r for r in passes if neighborhood(r).get("nondeterminism")]
+    ratios = [on / off for on, off in zip(times["on"], times["off"])]
+    print(f"supersql: {len(cases)} cases, {len(passes)} passes, workers={workers}")
+    print(f"  time off {', '.join(f'{t:.1f}' for t in times['off'])} s; on {', '.join(f'{t:.1f}' for t in times['on'])}"
+          f" s; ratio on/off {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"  passes with a counterexample: {len(found)} of {len(passes)} "
+          f"(robust pass rate {(len(passes) - len(found)) / len(cases):.1%} vs pass rate {len(passes) / len(cases):.1%})")
+    print(f"  vacuous passes: {len(vacuous)}; compared on non-empty neighbor results: {len(resolved)}; "
+          f"of those with a counterexample: {len(exposed)}")
+    print(f"  passes with non-determinism noted (not counterexamples): {len(nondeterministic)}")
+    stopped = collections.Counter(neighborhood(r).get("reason") for r in passes if neighborhood(r).get("reason"))
+    print(f"  searches stopped or not run: {dict(stopped)}")
+    print(f"  defaults: {EvalConfig().model_dump(include={'neighbor_count', 'neighbor_time_budget_ms', 'neighbor_sample_rows', 'neighbor_seed'})}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--spider", type=Path, default=DEFAULT_SPIDER)
+    parser.add_argument("--part", choices=("precision", "recall", "supersql", "all"), default="all")
+    parser.add_argument("--workers", type=int, default=1)
+    args = parser.parse_args()
+    if not (args.spider / "dev_gold.sql").is_file():
+        sys.exit(f"the Spider dev set is not at {args.spider} (set SQLCMP_SPIDER_DIR or pass --spider)")
+    for name, run in (("precision", precision), ("recall", recall), ("supersql", supersql)):
+        if args.part in (name, "all"):
+            run(args.spider, args.workers)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""Neighbor databases (Layer 4): a pass that is an accident of the data gets a minimal counterexample that the
+schema allows; equivalent queries never do; non-determinism is named as such; the user's database is never
+touched; the verdict scope and the summary."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.summary import render_summary, summarize
+
+SCHEMA = """
+CREATE TABLE dept (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE emp (
+    id INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    salary INTEGER CHECK (salary >= 0),
+    bonus INTEGER,
+    dept_id INTEGER REFERENCES dept(id)
+);
+"""
+
+
+@pytest.fixture(scope="module")
+def company(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Salaries that never sit on 50, names without duplicates, bonuses without NULL, every employee in a
+    department: the accidents the issue names."""
+    path = tmp_path_factory.mktemp("neighbors") / "company.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(SCHEMA)
+    connection.executemany("INSERT INTO dept VALUES (?, ?)", [(1, "sales"), (2, "ops"), (3, "lab")])
+    connection.executemany("INSERT INTO emp VALUES (?, ?, ?, ?, ?)",
+                           [(1, "ann", 40, 1, 1), (2, "bob", 60, 2, 1), (3, "cy", 70, 3, 2), (4, "di", 30, 4, 3)])
+    connection.commit()
+    connection.close()
+    return path
+
+
+def compare(db: Path, expected: str, actual: str, **config: object) -> Report:
+    evaluator = Evaluator(default_db=str(db))
+    try:
+        return evaluator.evaluate(CompareRequest(expected_sql=expected, actual_sql=actual,
+                                                 config=EvalConfig(**config)))  # type: ignore[arg-type]
+    finally:
+        evaluator.close()
+
+
+def search(report: Report) -> dict:
+    return report.evidence["neighborhood"]
+
+
+@pytest.mark.parametrize(("expected", "actual"), [
+    ("SELECT name FROM emp WHERE salary > 50", "SELECT name FROM emp WHERE salary >= 50"),
+    ("SELECT DISTINCT name FROM emp", "SELECT name FROM emp"),
+    ("SELECT count(*) FROM emp", "SELECT count(bonus) FROM emp"),
+    ("SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id",
+     "SELECT emp.name FROM emp LEFT JOIN dept ON emp.dept_id = dept.id"),
+    ("SELECT name FROM emp WHERE salary = (SELECT max(salary) FROM emp)",
+     "SELECT name FROM emp ORDER BY salary DESC LIMIT 1"),
+])
+def test_a_pass_by_accident_gets_a_small_counterexample(company: Path, expected: str, actual: str) -> None:
+    report = compare(company, expected, actual)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"]
+    example = found["counterexample"]
+    assert found["counterexample_found"] and example is not None
+    # Database-scoped verdict by default; the pass is flagged, not failed.
+    assert report.severity == "minor issue" and any("evaluated database only" in w for w in report.warnings)
+    assert report.metrics["diagnostics"]["counterexample_found"] is True
+    assert example["rows"] <= 3, example  # shrunk
+    assert example["sentence"].startswith(f"on this {example['rows']}-row database the actual query returns")
+    assert example["expected_result"] != example["actual_result"]
+
+
+def test_the_counterexample_is_a_database_the_schema_allows_and_it_reproduces(company: Path) -> None:
+    """Replaying the reported rows into a fresh copy of the schema, constraints on, gives both reported results."""
+    expected = "SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 50"
+    actual = "SELECT emp.name FROM emp LEFT JOIN dept ON emp.dept_id = dept.id WHERE salary >= 50"
+    example = search(compare(company, expected, actual))["counterexample"]
+    replay = sqlite3.connect(":memory:")
+    replay.execute("PRAGMA foreign_keys = ON")
+    replay.executescript(SCHEMA)
+    for table in ("dept", "emp"):  # parents first; any rejected row raises here
+        for row in example["tables"].get(table, {"rows": []})["rows"]:
+            replay.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+    assert sorted(replay.execute(expected).fetchall()) == sorted(map(tuple, example["expected_result"]["rows"]))
+    assert sorted(replay.execute(actual).fetchall()) == sorted(map(tuple, example["actual_result"]["rows"]))
+
+
+def test_same_report_on_a_rerun_and_the_users_database_untouched(company: Path) -> None:
+    before = hashlib.sha256(company.read_bytes()).hexdigest()
+    runs = [search(compare(company, "SELECT count(*) FROM emp WHERE salary < 35",
+                           "SELECT count(*) FROM emp WHERE salary <= 35")) for _ in range(2)]
+    for run in runs:
+        run.pop("elapsed_ms"), run.pop("query_ms")
+    assert runs[0] == runs[1] and runs[0]["counterexample_found"]
+    assert hashlib.sha256(company.read_bytes()).hexdigest() == before
+
+
+@pytest.mark.parametrize(("expected", "actual"), [
+    ("SELECT name FROM emp WHERE salary BETWEEN 35 AND 65", "SELECT name FROM emp WHERE salary >= 35 AND salary <= 65"),
+    ("SELECT name FROM emp WHERE dept_id IN (SELECT id FROM dept WHERE name = 'sales')",
+     "SELECT name FROM emp WHERE EXISTS (SELECT 1 FROM dept WHERE dept.id = emp.dept_id AND dept.name = 'sales')"),
+    ("SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id",
+     "SELECT emp.name, dept.name FROM dept JOIN emp ON emp.dept_id = dept.id"),
+    ("SELECT id, name FROM emp", "SELECT DISTINCT id, name FROM emp"),
+    ("SELECT count(*) FROM emp", "SELECT count(name) FROM emp"),  # name is NOT NULL
+    ("SELECT name FROM emp ORDER BY salary DESC", "SELECT name FROM emp ORDER BY salary DESC"),
+])
+def test_equivalent_queries_never_get_a_counterexample(company: Path, expected: str, actual: str) -> None:
+    report = compare(company, expected, actual, neighbor_count=24)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and report.severity == "pass"
+    assert found["neighbor_search_ran"] and found["neighbors_tried"] == 24 and not found["counterexample_found"]
+
+
+def test_non_determinism_is_named_not_a_counterexample(company: Path) -> None:
+    # Both take the top salary with LIMIT 1; on a neighbor where two salaries tie, either name is an answer.
+    report = compare(company, "SELECT name FROM emp ORDER BY salary DESC LIMIT 1",
+                     "SELECT name FROM emp ORDER BY salary DESC, id DESC LIMIT 1", neighbor_count=24)
+    found = search(report)
+    assert not found["counterexample_found"]
+    assert any("ties" in note or "tie" in note for note in found["nondeterminism"])
+    random_query = compare(company, "SELECT count(*) FROM emp", "SELECT count(*) FROM emp WHERE random() IS NOT NULL")
+    assert not search(random_query)["neighbor_search_ran"]
+    assert "non-deterministic function" in search(random_query)["reason"]
+
+
+def test_neighborhood_scope_fails_a_pass_with_a_counterexample(company: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    expected, actual = "SELECT name FROM emp WHERE salary > 50", "SELECT name FROM emp WHERE salary >= 50"
+    report = compare(company, expected, actual, verdict_scope="neighborhood")
+    assert report.deterministic_verdict == "fail" and report.severity in ("moderate issue", "major issue")
+    assert report.overall_score <= 0.5 and "neighbor database" in report.explanations[0]
+    assert main(["compare", "--db", str(company), "--expected-sql", expected, "--actual-sql", actual]) == 0
+    capsys.readouterr()
+    assert main(["compare", "--db", str(company), "--expected-sql", expected, "--actual-sql", actual,
+                 "--verdict-scope", "neighborhood", "--format", "json"]) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["metrics"]["diagnostics"]["counterexample_found"] is True
+    assert main(["compare", "--db", str(company), "--expected-sql", expected, "--actual-sql", actual,
+                 "--neighbors", "0"]) == 0
+
+
+def test_no_search_where_no_scratch_copy_is_possible(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "x.duckdb"
+    connection = duckdb.connect(str(path))
+    connection.execute("CREATE TABLE t (a INTEGER)")
+    connection.execute("INSERT INTO t VALUES (1), (2)")
+    connection.close()
+    found = search(compare(path, "SELECT a FROM t WHERE a > 1", "SELECT a FROM t WHERE a >= 2"))
+    assert not found["neighbor_search_ran"] and "no scratch copy for duckdb" in found["reason"]
+
+
+def test_summary_shows_the_robust_pass_rate_beside_the_pass_rate(company: Path) -> None:
+    reports = [compare(company, "SELECT name FROM emp WHERE salary > 50", "SELECT name FROM emp WHERE salary >= 50"),
+               compare(company, "SELECT count(*) FROM emp", "SELECT count(*) FROM emp"),
+               compare(company, "SELECT count(*) FROM emp", "SELECT count(*) + 1 FROM emp")]
+    summary = summarize(reports)
+    assert (summary["passed"], summary["robust_passes"], summary["passes_with_counterexample"]) == (2, 1, 1)
+    assert summary["robust_pass_rate"] == round(1 / 3, 6) and summary["neighbor_searches"] == 2
+    assert "robust pass rate 33.3% beside pass rate 66.7%" in render_summary(summary)
+
+
+def test_a_hostile_actual_query_stays_inside_the_budget(company: Path) -> None:
+    """A query that is slow on some databases is interrupted on the neighbors like on the original."""
+    slow = ("SELECT count(*) FROM emp WHERE salary > 50 OR (bonus IS NULL AND (SELECT count(*) FROM "
+            "(WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 1000000000) "
+            "SELECT i FROM r)) < 0)")
+    report = compare(company, "SELECT count(*) FROM emp WHERE salary > 50", slow, neighbor_time_budget_ms=300,
+                     neighbor_count=4)
+    found = search(report)  # the original database has no NULL bonus: the slow branch never runs there
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"]
+    assert found["elapsed_ms"] < 3_000 and not found["counterexample_found"]
+
+
+@pytest.mark.spider
+def test_spider_gold_against_equivalent_rewrites_sampled(tmp_path: Path) -> None:
+    """A sample of the benchmark's precision check (benchmarks/neighbor_search.py --part precision runs all):
+    Spider dev gold queries against sqlglot's optimizer output, IN -> EXISTS, BETWEEN -> comparisons and
+    commuted joins never get a counterexample."""
+    import sys
+
+    from conftest import spider_data_dir
+
+    spider = spider_data_dir()
+    if not (spider / "dev_gold.sql").is_file():
+        pytest.skip(f"the real Spider dev set is not at {spider}")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from neighbor_mutants import REWRITES, variants
+
+    rows = [row for row in variants(spider, REWRITES) if row[1] != "itself"]
+    by_kind: dict[str, list] = {}
+    for row in rows:
+        by_kind.setdefault(row[1], []).append(row)
+    sample = [row for kind in sorted(by_kind) for row in random.Random(0).sample(by_kind[kind], min(12, len(by_kind[kind])))]
+    evaluator = Evaluator(db_dir=spider / "database")
+    try:
+        reports = evaluator.evaluate_all([CompareRequest(case_id=str(i), expected_sql=gold, actual_sql=sql, db=db)
+                                          for i, (_, _, db, gold, sql, _) in enumerate(sample)], workers=2)
+    finally:
+        evaluator.close()
+    alarms = [(row[3], row[4]) for row, report in zip(sample, reports) if search(report).get("counterexample_found")]
+    assert alarms == []
+    assert sum(search(r).get("neighbor_search_ran", False) for r in reports) >= len(sample) // 2
