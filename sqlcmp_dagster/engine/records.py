@@ -145,7 +145,8 @@ DIAGNOSTICS: dict[str, pl.DataType] = {
     **{name: pl.Float64() for name in SCORES}, "ordering_error_flag": pl.Boolean(),
     "cardinality_explosion_flag": pl.Boolean(), "per_column_mismatch_map": PER_COLUMN_MISMATCH_MAP,
     "likely_source_clause": pl.Utf8(), "confidence": pl.Float64(), "evidence_strength": pl.Utf8(),
-    "ambiguous_case": pl.Boolean(), "suggested_fix": SUGGESTED_FIX, "probes": pl.List(PROBE), "evidence": _TEXTS}
+    "ambiguous_case": pl.Boolean(), "suggested_fix": SUGGESTED_FIX, "probes": pl.List(PROBE), "evidence": _TEXTS,
+    "neighborhood": pl.Utf8()}  # the neighbor search as JSON: a counterexample's rows have any column types
 PERFORMANCE = pl.Struct({"execution_time_ratio": pl.Float64, "resource_cost_score": pl.Float64,
                          "plan_complexity_score": pl.Float64, "plan_complexity_expected": pl.Float64})
 EXECUTION_ERROR = pl.Struct({"category": pl.Utf8, "message": pl.Utf8})
@@ -187,7 +188,7 @@ def result_from_row(row: dict[str, Any]) -> ResultComparison:
 def diagnostics_row(found: dict[str, Any]) -> dict[str, Any]:
     """Layer 4's output as the columns of :data:`DIAGNOSTICS` (the per-column map as a list by attribute)."""
     column_map = found["per_column_mismatch_map"]
-    return {**found, "per_column_mismatch_map": {
+    return {**found, "neighborhood": json.dumps(found.get("neighborhood"), default=str), "per_column_mismatch_map": {
         "attributes": [{"attribute": name, **detail} for name, detail in column_map["attributes"].items()],
         "extra_attributes": column_map["extra_attributes"], "pairing": column_map["pairing"]}}
 
@@ -209,7 +210,8 @@ def diagnostics_from_row(row: dict[str, Any]) -> dict[str, Any]:
                                         "extra_attributes": list(column_map["extra_attributes"]),
                                         "pairing": column_map["pairing"]},
             "suggested_fix": _suggested_fix(row["suggested_fix"]),
-            "probes": [{**p, "clauses": list(p["clauses"])} for p in row["probes"]], "evidence": list(row["evidence"])}
+            "probes": [{**p, "clauses": list(p["clauses"])} for p in row["probes"]], "evidence": list(row["evidence"]),
+            "neighborhood": json.loads(row["neighborhood"]) if row["neighborhood"] else None}
 
 
 def _suggested_fix(stored: dict[str, Any] | None) -> dict[str, Any] | None:
