@@ -71,7 +71,7 @@ def test_postgres_restart_mid_batch(tmp_path: Path) -> None:
 def test_evaluate_output_is_whole_or_absent(tmp_path: Path, sample_dir: Path) -> None:
     """The report file is written under a temporary name and renamed: an old file is replaced whole, and no
     partial file stays behind, even when some cases failed on the way."""
-    from sqlcmp_dagster.cli import main
+    from sqlcmp_dagster.cli import EXIT_INVALID, main
 
     suite = tmp_path / "suite.jsonl"
     suite.write_text("".join(json.dumps({"case_id": f"c{i}", "db": "shop" if i % 2 else "gone",
@@ -79,7 +79,8 @@ def test_evaluate_output_is_whole_or_absent(tmp_path: Path, sample_dir: Path) ->
                              for i in range(6)), encoding="utf-8")
     out = tmp_path / "reports.jsonl"
     out.write_text("stale\n", encoding="utf-8")
-    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out)]) == 0
+    # the cases on the missing database are invalid (exit 3), the others pass: every report is still written
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out)]) == EXIT_INVALID
     lines = out.read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["case_id"] for line in lines] == [f"c{i}" for i in range(6)]
     assert not list(tmp_path.glob("*.partial"))
