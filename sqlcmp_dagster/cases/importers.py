@@ -16,7 +16,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.atomic import atomic_path
+from sqlcmp_dagster.engine.atomic import atomic_path, read_utf8
 from sqlcmp_dagster.engine.execution import sqlite_read_only
 
 
@@ -184,25 +184,16 @@ def write_suite(cases: list[ImportedCase], out: Path) -> None:
 
 
 def _json(path: Path) -> Any:
+    text = read_utf8(path, BenchmarkFormatError)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise BenchmarkFormatError(f"{path}: {error.strerror}") from error
-    except UnicodeDecodeError as error:
-        raise BenchmarkFormatError(f"{path}: not UTF-8 text (byte {error.start})") from error
+        return json.loads(text)
     except json.JSONDecodeError as error:
         raise BenchmarkFormatError(f"{path}: not valid JSON ({error.msg} at line {error.lineno})") from error
 
 
 def _lines(path: Path, *, keep_blank: bool = False) -> list[str]:
     """The lines of ``path``: without blank ones, or with them (``keep_blank``) up to the last non-blank line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise BenchmarkFormatError(f"{path}: {error.strerror}") from error
-    except UnicodeDecodeError as error:
-        raise BenchmarkFormatError(f"{path}: not UTF-8 text (byte {error.start})") from error
-    lines = text.splitlines()
+    lines = read_utf8(path, BenchmarkFormatError).splitlines()
     if not keep_blank:
         return [line for line in lines if line.strip()]
     while lines and not lines[-1].strip():

@@ -1,4 +1,5 @@
-"""Write a file so that readers see the old version or the whole new one, never a half-written file."""
+"""Files with guarantees: a write that readers see whole or not at all, and a text read whose every failure
+names the file and what was wrong with it."""
 
 from __future__ import annotations
 
@@ -28,3 +29,23 @@ def atomic_path(target: Path) -> Iterator[Path]:
         partial.replace(target)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def read_utf8(path: Path, error: type[Exception]) -> str:
+    """The text of ``path``, or ``error`` naming the file and why it cannot be read (missing, unreadable, not
+    UTF-8 with the offending byte's offset); callers pass their own error type so each reader keeps its own.
+
+    >>> import tempfile
+    >>> bad = Path(tempfile.mkdtemp()) / "bad.txt"
+    >>> _ = bad.write_bytes(b"ok\\xff")
+    >>> read_utf8(bad, ValueError)
+    Traceback (most recent call last):
+    ...
+    ValueError: ...bad.txt: not UTF-8 text (byte 2)
+    """
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as failure:
+        raise error(f"{path}: {failure.strerror}") from failure
+    except UnicodeDecodeError as failure:
+        raise error(f"{path}: not UTF-8 text (byte {failure.start})") from failure

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sqlcmp_dagster.engine.atomic import atomic_path
+from sqlcmp_dagster.engine.atomic import atomic_path, read_utf8
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.summary import database_label
 
@@ -24,14 +24,8 @@ class ReportsFileError(ValueError):
 
 def read_reports(path: Path) -> list[Report]:
     """Every report of a JSONL reports file (``sqlcmp evaluate --out``), in file order."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ReportsFileError(f"{path}: {error.strerror}") from error
-    except UnicodeDecodeError as error:
-        raise ReportsFileError(f"{path}: not UTF-8 text (byte {error.start})") from error
     reports = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(read_utf8(path, ReportsFileError).splitlines(), start=1):
         if not line.strip():
             continue
         try:
