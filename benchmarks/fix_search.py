@@ -18,12 +18,22 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import sqlglot
+from sqlglot import exp
+
 from sqlcmp_dagster.cases.importers import import_spider
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 DEFAULT_SPIDER = Path(os.environ.get("SQLCMP_SPIDER_DIR", Path(__file__).resolve().parents[2] / "shared" / "data"
                                      / "spider"))
+
+
+def _is_set_operation(case: CompareRequest) -> bool:
+    """Whether the actual or the expected query is a set operation at its top level."""
+    expected = case.expected_sql if isinstance(case.expected_sql, str) else case.expected_sql[0]
+    return any(isinstance(sqlglot.parse_one(sql, read="sqlite"), exp.SetOperation)
+               for sql in (expected, case.actual_sql))
 
 
 def timed(evaluator: Evaluator, cases: list[CompareRequest]) -> tuple[float, list[Report]]:
@@ -55,6 +65,9 @@ def main() -> None:
     found = [f for f in fixes if f["found"]]
     print(f"\nfailing cases (parsed and executed, results differ): {len(failing)} of {len(cases)}")
     print(f"verified fix found: {len(found)} ({len(found) / len(failing):.1%})")
+    compound = [f for c, f in zip(failing, fixes) if _is_set_operation(c)]
+    print(f"  of which set operations (UNION/INTERSECT/EXCEPT on either side): {sum(f['found'] for f in compound)} "
+          f"of {len(compound)}")
     print("fix size (clauses): " + ", ".join(f"{size}: {n}" for size, n in sorted(Counter(f["size"] for f in found)
                                                                                   .items())))
     print("clauses in fixes: " + ", ".join(f"{c} {n}" for c, n in
@@ -62,6 +75,8 @@ def main() -> None:
     reasons = Counter(f["explanation"].removeprefix("no verified fix: ").split(":")[0].split("(")[0].strip()
                       for f in fixes if not f["found"])
     print("no fix: " + "; ".join(f"{n} x {reason}" for reason, n in reasons.most_common()))
+    lucky = sum(bool(p.get("note")) for r in searched for p in r.evidence["probes"])
+    print(f"candidates whose rows matched only by a tie at their LIMIT (not counted as fixes): {lucky}")
     tried = [f["candidates_tried"] for f in fixes]
     print(f"candidates executed per failing case: median {statistics.median(tried):g}, max {max(tried)}, "
           f"total {sum(tried)}")

@@ -28,6 +28,8 @@ def test_formatting_and_aliases_do_not_change_canonical_sql(left: str, right: st
         ("SELECT a FROM t WHERE name = 'Ann'", "SELECT a FROM t WHERE name = 'ann'"),
         ("SELECT a FROM t AS x JOIN t AS y ON x.id = y.pid", "SELECT a FROM t AS x JOIN t AS y ON y.id = x.pid"),
         ("SELECT a FROM t WHERE (p OR q) AND r", "SELECT a FROM t WHERE p OR q AND r"),
+        # SQLite reads a double-quoted name that matches no column as a string literal (Spider dev 0387).
+        ('SELECT a FROM t WHERE town != "Little Lever"', 'SELECT a FROM t WHERE town != "little lever"'),
     ],
 )
 def test_canonical_sql_keeps_meaningful_differences(left: str, right: str) -> None:
@@ -35,7 +37,8 @@ def test_canonical_sql_keeps_meaningful_differences(left: str, right: str) -> No
 
 
 def test_keywords_are_lowercased_but_literals_and_quoted_identifiers_kept() -> None:
-    # PostgreSQL: quoted identifiers are case-sensitive (in SQLite they are not, and are folded too).
+    # Quoted identifiers keep their case: PostgreSQL's are case-sensitive, and SQLite reads a double-quoted name
+    # that matches no column as a string literal.
     outcome = parse('SELECT "Mixed", \'ABC\' FROM t WHERE x IS NULL', "postgres")
     assert outcome.normalized_sql == 'select "Mixed", \'ABC\' from t where x is null'
 

@@ -19,7 +19,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.models import EvidenceStrength, SourceClause
-from sqlcmp_dagster.engine.repair import CLAUSE_WORDS, FixSearch, Runner, Transplant, search_fix
+from sqlcmp_dagster.engine.repair import FixSearch, Runner, Transplant, label_words, search_fix
 from sqlcmp_dagster.engine.results import ResultComparison
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison
 
@@ -42,6 +42,7 @@ _CLAUSE_SOURCE: dict[str, SourceClause] = {
     "aggregation_grain": "aggregation_grain",
     "ordering": "ordering",
     "top_k": "top_k",
+    "set_operators": "selection_predicate",  # which rows a branch adds or removes; only UNION ALL -> projection
 }
 #: How a source clause is named in the headline when no verified fix names the exact clause.
 SOURCE_WORDS: dict[str, str] = {
@@ -163,8 +164,8 @@ def likely_source_words(diagnostics: dict[str, Any]) -> str:
     fix = diagnostics.get("suggested_fix") or {}
     source = diagnostics.get("likely_source_clause")
     if fix.get("found"):  # the clauses of the likely source first
-        clauses = sorted(fix["clauses"], key=lambda c: _CLAUSE_SOURCE[c] != source)
-        return _join_words([CLAUSE_WORDS[c] for c in clauses])
+        labels = sorted(zip(fix["clauses"], fix["branches"]), key=lambda label: _CLAUSE_SOURCE[label[0]] != source)
+        return _join_words([label_words(label) for label in labels])
     return SOURCE_WORDS.get(source, "unknown") if source else "unknown"
 
 
@@ -322,10 +323,13 @@ def _probe_sentences(search: FixSearch) -> list[str]:
     """One sentence per single-clause transplant that ran: what re-running with that clause showed."""
     out = []
     for transplant in search.transplants:
-        if len(transplant.clauses) == 1 and transplant.passed is not None:
+        if len(transplant.labels) == 1 and transplant.passed is not None:
             verdict = "makes the results match" if transplant.passed else "does not make the results match"
-            out.append(f"re-running the actual query with the expected {CLAUSE_WORDS[transplant.clauses[0]]} "
+            out.append(f"re-running the actual query with the expected {label_words(transplant.labels[0])} "
                        f"{verdict}")
+        if transplant.note is not None:
+            out.append(f"not counted as a fix: taking the {_join_words([label_words(l) for l in transplant.labels])}"
+                       f" from the expected query: {transplant.note}")
     return out
 
 
@@ -334,18 +338,29 @@ def _fix_sources(fix: Transplant, ordering_flag: bool, expected: QueryShape, act
     """The source clauses a verified fix proves, in the fix's order.
 
     An ORDER BY whose transplant fixes results that hold different rows changed which rows a LIMIT keeps: a
-    top-k error. A fixed projection whose only difference is the aggregate functions is an aggregate error.
+    top-k error. A fixed projection whose only difference is the aggregate functions is an aggregate error. A
+    set operator decides which rows a branch adds or removes (a predicate), unless only UNION ALL against
+    UNION differs, which keeps or removes copies like DISTINCT (the projection).
     """
     sources: list[SourceClause] = []
     for clause in fix.clauses:
         source = _CLAUSE_SOURCE[clause]
-        if source == "ordering" and not ordering_flag:
+        if clause == "set_operators" and _distinct_only(expected.clauses["set_operators"],
+                                                        actual.clauses["set_operators"]):
+            source = "projection"
+        elif source == "ordering" and not ordering_flag:
             source = "top_k"
         elif source == "projection" and Counter(expected.aggregates) != Counter(actual.aggregates):
             source = "aggregate_function"
         if source not in sources:
             sources.append(source)
     return sources
+
+
+def _distinct_only(expected: list[str], actual: list[str]) -> bool:
+    """Whether two lists of set operators differ only in ALL (``union`` against ``union all``)."""
+    return expected != actual and [o.removesuffix(" all") for o in expected] == [o.removesuffix(" all")
+                                                                              for o in actual]
 
 
 def _raw_score(scores: dict[str, float], source: SourceClause, ordering_flag: bool) -> float:

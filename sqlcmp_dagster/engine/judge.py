@@ -221,9 +221,10 @@ def _verified_fix(report: Report) -> str:
         return "Verified fix: none searched (the case passed, or it could not be re-executed)."
     if not fix["found"]:
         return f"Verified fix: {fix['explanation']}."
+    branches = fix.get("branches") or [None] * len(fix["clauses"])  # a set operation's fix names its branches
+    changed = ", ".join(c if b is None else f"{c} (branch {b})" for c, b in zip(fix["clauses"], branches))
     return (f"Verified fix (proven by execution on this database, not a guess): transplanting "
-            f"{', '.join(fix['clauses'])} from the expected query gives a query whose results match: "
-            f"{fix['sql']}")
+            f"{changed} from the expected query gives a query whose results match: {fix['sql']}")
 
 
 async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, budget: Budget) -> JudgeOutcome:

@@ -36,7 +36,8 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionEr
 from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse, unalias_tables
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
-from sqlcmp_dagster.engine.results import ResultComparison, compare_results, cut_inside_tie
+from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
+from sqlcmp_dagster.engine.results import ResultComparison, compare_results, cut_inside_tie, tied_at_cut
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
 
 
@@ -290,23 +291,45 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     expected_shape = expected_side.shape(dialect)
     probe_ms = [0.0]
     budget_ms = remaining_timeout(validation)  # the search's whole budget: at most what the case has left
+    expected_tree = _transplantable(expected_side)
+    expected_ties: list[Relation | None] = []  # the expected query's own tie at its cut, computed once
 
-    def run(tree: exp.Expression, timeout_ms: int) -> ResultComparison | None:
-        assert database is not None and expected_side.relation is not None
-        execution = database.execute(tree.sql(dialect=dialect),
-                                     timeout_ms=min(timeout_ms, config.query_timeout_ms),
+    def execute(tree: exp.Expression, timeout_ms: int) -> Execution:
+        execution = database.execute(tree.sql(dialect=dialect),  # type: ignore[union-attr]
+                                     timeout_ms=max(1, min(timeout_ms, config.query_timeout_ms)),
                                      max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                                      max_cell_bytes=config.max_cell_bytes)
         probe_ms[0] += execution.elapsed_ms
+        return execution
+
+    def run(tree: exp.Expression, timeout_ms: int) -> Outcome:
+        assert database is not None and expected_side.relation is not None
+        started = time.perf_counter()
+        execution = execute(tree, timeout_ms)
         if not execution.success or execution.relation is None:
-            return None
-        return compare_results(expected_side.relation, execution.relation, mode=result.comparison_mode,
-                               config=config, order_keys=expected_shape.order_keys)
+            return Outcome(None)
+        if not compare_results(expected_side.relation, execution.relation, mode=result.comparison_mode,
+                               config=config, order_keys=expected_shape.order_keys).mode_pass:
+            return Outcome(False)
+
+        def left() -> int:
+            return int(timeout_ms - (time.perf_counter() - started) * 1000)
+
+        tied = _tied_rows(tree, execution.relation, dialect, lambda t: execute(t, left()))
+        if tied is None:
+            return Outcome(True)
+        if not expected_ties:
+            expected_ties.append(_tied_rows(expected_tree, expected_side.relation, dialect,
+                                            lambda t: execute(t, left())))
+        if expected_ties[0] is not None and compare_results(expected_ties[0], tied, mode="order-insensitive",
+                                                            config=config).mode_pass:
+            return Outcome(True)  # both queries cut the same tie: every choice the engine may make matches
+        return Outcome(False, TIE_LUCK)
 
     can_probe = (config.enable_counterfactual_probes and database is not None
                  and not validation.actual.pre_materialized and not expected_side.pre_materialized)
     diagnostics = diagnose(structure, expected_shape, validation.actual.shape(dialect), result,
-                           expected_tree=_transplantable(expected_side),
+                           expected_tree=expected_tree,
                            actual_tree=_transplantable(validation.actual),
                            run=run if can_probe and budget_ms is not None else None, dialect=dialect,
                            budget_ms=budget_ms or 0,
@@ -317,6 +340,32 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
                                    f": what was left of case_timeout_ms={config.case_budget_ms()}")
     diagnostics["neighborhood"] = neighbor_search(validation, index, result, database)
     return diagnostics, probe_ms[0]
+
+
+def _tied_rows(tree: exp.Expression, kept: Relation, dialect: str,
+               execute: Callable[[exp.Expression], Execution]) -> Relation | None:
+    """The tied rows a query's LIMIT chooses among (``results.tied_at_cut``), found by running it without its
+    LIMIT/OFFSET and with its ORDER BY keys added to its columns when they are not among them; None when its
+    rows are the only valid answer, or when that cannot be told (the uncut query fails, or a set operation or
+    DISTINCT query orders by a column it does not return)."""
+    shape = query_shape(canonical_tree(tree, dialect))
+    if shape.limit is None:
+        return None
+    uncut = tree.copy()
+    uncut.set("limit", None)
+    uncut.set("offset", None)
+    keys = shape.order_keys
+    if keys is None and shape.has_top_level_order:
+        if not isinstance(uncut, exp.Select) or uncut.args.get("distinct"):
+            return None
+        order = uncut.args["order"].expressions
+        uncut.select(*[o.this.copy() for o in order], copy=False)
+        keys = list(range(kept.width, kept.width + len(order)))
+    execution = execute(uncut)
+    if not execution.success or execution.relation is None:
+        return None
+    return tied_at_cut(execution.relation, offset=shape.offset or 0, kept=kept.height, order_keys=keys or [],
+                       width=kept.width)
 
 
 def _transplantable(side: Side) -> exp.Expression:

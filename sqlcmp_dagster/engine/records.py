@@ -135,9 +135,11 @@ COLUMN_MISMATCH = pl.Struct({"attribute": pl.Utf8, "actual_attribute": pl.Utf8, 
 PER_COLUMN_MISMATCH_MAP = pl.Struct({"attributes": pl.List(COLUMN_MISMATCH), "extra_attributes": _TEXTS,
                                      "pairing": pl.Utf8})
 #: One transplant of the verified-minimal-fix search (``evidence.probes``).
-PROBE = pl.Struct({"clauses": _TEXTS, "passed": pl.Boolean, "sql": pl.Utf8})
+PROBE = pl.Struct({"clauses": _TEXTS, "branches": pl.List(pl.Int64), "passed": pl.Boolean, "sql": pl.Utf8,
+                   "note": pl.Utf8})
 #: ``diagnostic_scores.suggested_fix``.
-SUGGESTED_FIX = pl.Struct({"found": pl.Boolean, "sql": pl.Utf8, "clauses": _TEXTS, "size": pl.Int64,
+SUGGESTED_FIX = pl.Struct({"found": pl.Boolean, "sql": pl.Utf8, "clauses": _TEXTS, "branches": pl.List(pl.Int64),
+                           "size": pl.Int64,
                            "verified_by": pl.Utf8, "candidates_tried": pl.Int64, "alternatives": pl.List(_TEXTS),
                            "explanation": pl.Utf8})
 #: Layer 4 (``metrics.diagnostics`` with the attribution, probes and evidence), one column per metric.
@@ -210,14 +212,16 @@ def diagnostics_from_row(row: dict[str, Any]) -> dict[str, Any]:
                                         "extra_attributes": list(column_map["extra_attributes"]),
                                         "pairing": column_map["pairing"]},
             "suggested_fix": _suggested_fix(row["suggested_fix"]),
-            "probes": [{**p, "clauses": list(p["clauses"])} for p in row["probes"]], "evidence": list(row["evidence"]),
+            "probes": [{**p, "clauses": list(p["clauses"]), "branches": list(p["branches"])} for p in row["probes"]],
+            "evidence": list(row["evidence"]),
             "neighborhood": json.loads(row["neighborhood"]) if row["neighborhood"] else None}
 
 
 def _suggested_fix(stored: dict[str, Any] | None) -> dict[str, Any] | None:
     if stored is None:
         return None
-    return {**stored, "clauses": list(stored["clauses"]), "alternatives": [list(a) for a in stored["alternatives"]]}
+    return {**stored, "clauses": list(stored["clauses"]), "branches": list(stored["branches"]),
+            "alternatives": [list(a) for a in stored["alternatives"]]}
 
 
 def _json_row(row: list[Any]) -> str:

@@ -6,8 +6,15 @@ candidate is the actual query with a set of its differing clauses replaced by th
 executed and compared under the case's own semantics; a fix is reported only when its results matched. Sets
 are tried smallest first (every single clause, then every pair, then larger), so the first size with a
 passing candidate is the minimal one, and every passing set of that size is kept (two different one-clause
-fixes make the attribution ambiguous). The search is bounded by set size (:data:`MAX_FIX_CLAUSES`), by the
-number of executions (:data:`MAX_CANDIDATES`) and by a time budget.
+fixes make the attribution ambiguous). The search is bounded by the number of edits combined
+(:data:`MAX_FIX_CLAUSES`), by the number of executions (:data:`MAX_CANDIDATES`) and by a time budget.
+
+A set operation (UNION/INTERSECT/EXCEPT) is searched branch by branch: the branches of the two queries are
+paired in order and a clause is transplanted within a pair (``branches`` names where), the set operator itself
+is an edit, and so is a whole branch (one edit that takes every differing clause of that branch). When only
+one side is a set operation, the plain query is paired with each branch in turn: either it becomes that branch
+of the expected set operation, or the actual set operation is reduced to that branch; that change is itself an
+edit of every such candidate (``set_operators``).
 
 Each candidate is derived from the actual query, so it is as hostile as the actual query: the caller's
 ``run`` must execute it through the same read-only gate, connection and timeouts (this module runs no SQL).
@@ -23,10 +30,12 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.results import ResultComparison
-from sqlcmp_dagster.engine.structure import CLAUSE_ARGS, CLAUSE_WEIGHTS, StructuralComparison
+from sqlcmp_dagster.engine.parsing import canonical_tree
+from sqlcmp_dagster.engine.structure import (CLAUSE_ARGS, CLAUSE_WEIGHTS, StructuralComparison, compare_structure,
+                                             query_shape)
 
-#: Largest set of clauses transplanted together; a fix needing more is reported as not found.
+#: Most edits combined in one candidate (a clause, a set operator or a whole branch each count as one); the
+#: fix's size is the number of clauses it changes, and candidates are tried smallest size first.
 MAX_FIX_CLAUSES = 3
 #: Most candidate queries one search executes.
 MAX_CANDIDATES = 32
@@ -41,24 +50,53 @@ CLAUSE_WORDS: dict[str, str] = {
     "ordering": "ORDER BY",
     "top_k": "LIMIT/OFFSET",
     "window": "window functions",
-    "set_operators": "set operators (UNION/INTERSECT/EXCEPT)",
+    "set_operators": "set operator (UNION/INTERSECT/EXCEPT)",
 }
+#: The clauses a set operation's own ORDER BY and LIMIT hold (the other clauses live in its branches).
+_TOP_CLAUSES = ("ordering", "top_k")
 
-#: Executes one candidate with at most the given milliseconds; the comparison with the expected result, or
-#: None when the candidate did not run (rejected by the gate, an error or a timeout).
-Runner = Callable[[exp.Expression, int], ResultComparison | None]
+#: One edit's place: a clause and the branch (1-based) of a set operation it is taken in, None for the whole
+#: query (a plain query's clauses, a set operation's own ORDER BY/LIMIT, or its only set operator).
+Label = tuple[str, int | None]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What running one candidate showed: ``passed`` None when it did not run (rejected by the gate, an error or
+    a timeout); ``note`` says why a candidate whose rows matched does not count (a LIMIT that cuts a tie)."""
+
+    passed: bool | None
+    note: str | None = None
+
+
+#: Why a candidate whose rows matched is not a verified fix.
+TIE_LUCK = ("its rows matched only by the order the engine returned tied rows in: its LIMIT cuts inside a tie "
+            "of its ORDER BY keys, and another valid choice of the tied rows would not match")
+
+#: Executes one candidate with at most the given milliseconds and judges it against the expected result.
+Runner = Callable[[exp.Expression, int], Outcome]
 
 
 @dataclass(frozen=True)
 class Transplant:
-    """One candidate: the actual query with ``clauses`` taken from the expected query."""
+    """One candidate: the actual query with the clauses at ``labels`` taken from the expected query."""
 
-    clauses: tuple[str, ...]
+    labels: tuple[Label, ...]
     sql: str
     passed: bool | None  # None: it did not run
+    note: str | None = None
+
+    @property
+    def clauses(self) -> tuple[str, ...]:
+        return tuple(clause for clause, _ in self.labels)
+
+    @property
+    def branches(self) -> tuple[int | None, ...]:
+        return tuple(branch for _, branch in self.labels)
 
     def record(self) -> dict[str, Any]:
-        return {"clauses": list(self.clauses), "passed": self.passed, "sql": self.sql}
+        return {"clauses": list(self.clauses), "branches": list(self.branches), "passed": self.passed,
+                "sql": self.sql, "note": self.note}
 
 
 @dataclass(frozen=True)
@@ -70,6 +108,7 @@ class FixSearch:
     fixes: list[Transplant] = field(default_factory=list)  # the passing candidates of the smallest size
     stopped: str | None = None  # why the search ended before trying every set up to the bound
     unsupported: str | None = None  # why the search could not start
+    compound: bool = False  # a set operation was searched branch-wise
 
     def suggested_fix(self, chosen: int = 0) -> dict[str, Any]:
         """``diagnostic_scores.suggested_fix``: the repaired SQL, the clauses changed and how it was verified
@@ -78,80 +117,104 @@ class FixSearch:
         tried = len(self.transplants)
         if self.fixes:
             fix = self.fixes[chosen]
-            return {"found": True, "sql": fix.sql, "clauses": list(fix.clauses), "size": len(fix.clauses),
-                    "verified_by": "execution", "candidates_tried": tried,
+            return {"found": True, "sql": fix.sql, "clauses": list(fix.clauses), "branches": list(fix.branches),
+                    "size": len(fix.labels), "verified_by": "execution", "candidates_tried": tried,
                     "alternatives": [list(f.clauses) for f in self.fixes if f is not fix],
-                    "explanation": fix_sentence(fix.clauses)}
-        return {"found": False, "sql": None, "clauses": [], "size": None, "verified_by": None, "alternatives": [],
-                "candidates_tried": tried, "explanation": self.no_fix_reason()}
+                    "explanation": fix_sentence(fix.labels)}
+        return {"found": False, "sql": None, "clauses": [], "branches": [], "size": None, "verified_by": None,
+                "alternatives": [], "candidates_tried": tried, "explanation": self.no_fix_reason()}
 
     def no_fix_reason(self) -> str:
-        movable = [c for c in self.differing if c in CLAUSE_ARGS]
-        fixed = [c for c in self.differing if c not in CLAUSE_ARGS]
+        movable = [c for c in self.differing if c in CLAUSE_ARGS or c == "set_operators"]
+        fixed = [c for c in self.differing if c not in movable]
         if self.unsupported is not None:
             return f"no verified fix: {self.unsupported}"
         if not self.differing:
             return ("no verified fix: no top-level clause differs, so there is nothing to transplant (the "
                     "difference is inside an expression the clause comparison treats as equal)")
         if not movable:
-            return (f"no verified fix: only {_words(fixed)} differ, which cannot be transplanted on their own")
+            return f"no verified fix: only {_words(fixed)} differ, which cannot be transplanted on their own"
         if self.stopped is not None:
             return f"no verified fix: {self.stopped} after {len(self.transplants)} candidate queries"
+        if self.compound:
+            return (f"no verified fix: no combination of up to {MAX_FIX_CLAUSES} branch-wise edits (clauses within "
+                    f"a branch, the set operator, whole branches) taking the {_words(movable)} from the expected "
+                    f"query makes the results match ({len(self.transplants)} candidate queries run)")
         bound = min(MAX_FIX_CLAUSES, len(movable))
         return (f"no verified fix: no transplant of up to {bound} of the {len(movable)} differing clauses "
                 f"({_words(movable)}) from the expected query makes the results match "
                 f"({len(self.transplants)} candidate queries run)")
 
 
-def fix_sentence(clauses: tuple[str, ...]) -> str:
+def label_words(label: Label) -> str:
+    """One edit in words: 'WHERE clause of branch 2', 'set operator (UNION/INTERSECT/EXCEPT) before branch 3'."""
+    clause, branch = label
+    if branch is None:
+        return CLAUSE_WORDS[clause]
+    return f"{CLAUSE_WORDS[clause]} {'before' if clause == 'set_operators' else 'of'} branch {branch}"
+
+
+def fix_sentence(labels: tuple[Label, ...]) -> str:
     """The verified fix in words: 'taking the DISTINCT from the expected query makes the results match'."""
-    return f"verified fix: taking the {_words(list(clauses))} from the expected query makes the results match"
+    return (f"verified fix: taking the {_join([label_words(label) for label in labels])} from the expected query "
+            "makes the results match")
+
+
+@dataclass(frozen=True)
+class _Pairing:
+    """One way to pair the actual query's branches with the expected query's: the tree every candidate starts
+    from (its branches in the expected query's positions), the edits every candidate of it includes, and the
+    edits it may combine (each a tuple of labels: a whole branch is one edit of several clauses)."""
+
+    start: exp.Expression
+    base: tuple[Label, ...]
+    edits: list[tuple[Label, ...]]
 
 
 def search_fix(structure: StructuralComparison, expected: exp.Expression, actual: exp.Expression, run: Runner,
                *, dialect: str, budget_ms: int, max_clauses: int = MAX_FIX_CLAUSES,
                max_candidates: int = MAX_CANDIDATES) -> FixSearch:
-    """Smallest sets of differing clauses first; stop at the first size with a passing transplant.
+    """Smallest fixes first; stop at the first size with a passing candidate.
 
     ``budget_ms`` bounds the whole search's wall time; each candidate runs with at most what is left of it.
     """
-    differing = tuple(structure.differing())
-    if not (isinstance(expected, exp.Select) and isinstance(actual, exp.Select)):
-        return FixSearch(differing, unsupported="a set operation (UNION/INTERSECT/EXCEPT) is not searched: its "
-                         "branches have no single set of clauses to transplant")
-    # Clauses can also differ in what canonicalization folds away (the case of a double-quoted string,
-    # which SQLite reads as a literal): compare the trees being transplanted as well.
-    textual = {c for c in CLAUSE_ARGS if _clause_sql(expected, c, dialect) != _clause_sql(actual, c, dialect)}
-    differing = tuple(sorted(set(differing) | textual, key=lambda c: -CLAUSE_WEIGHTS[c]))
-    movable = [c for c in differing if c in CLAUSE_ARGS]
+    pairings, unsupported = _pairings(expected, actual, dialect)
+    compound = len(_branches(expected) or []) > 1 or len(_branches(actual) or []) > 1
+    differing = _differing_summary(structure, pairings)
+    if unsupported is not None:
+        return FixSearch(differing, unsupported=unsupported, compound=compound)
+    candidates: list[tuple[int, _Pairing, tuple[Label, ...]]] = []
+    for pairing in pairings:
+        for count in range(0 if pairing.base else 1, max_clauses - len(pairing.base) + 1):
+            for edits in combinations(pairing.edits, count):
+                labels = pairing.base + tuple(dict.fromkeys(label for edit in edits for label in edit))
+                candidates.append((len(labels), pairing, labels))
+    candidates.sort(key=lambda item: item[0])  # stable: heavier clauses first within a size, as generated
     deadline = time.perf_counter() + budget_ms / 1000
     seen = {actual.sql(dialect=dialect)}
     transplants: list[Transplant] = []
-    for size in range(1, min(max_clauses, len(movable)) + 1):
-        fixes: list[Transplant] = []
-        for clauses in combinations(movable, size):
-            candidate = actual
-            for clause in clauses:
-                candidate = swap_clause(candidate, expected, clause)
-            sql = candidate.sql(dialect=dialect)
-            if sql in seen:  # the transplant changes nothing a smaller or earlier set did not
-                continue
-            seen.add(sql)
-            left_ms = int((deadline - time.perf_counter()) * 1000)
-            if left_ms <= 0:
-                return FixSearch(differing, transplants, fixes, stopped=f"the search's time budget "
-                                 f"({budget_ms} ms) ran out")
-            if len(transplants) >= max_candidates:
-                return FixSearch(differing, transplants, fixes,
-                                 stopped=f"the search's bound of {max_candidates} candidate queries was reached")
-            outcome = run(candidate, left_ms)
-            transplant = Transplant(clauses, sql, None if outcome is None else outcome.mode_pass)
-            transplants.append(transplant)
-            if transplant.passed:
-                fixes.append(transplant)
-        if fixes:
-            return FixSearch(differing, transplants, fixes)
-    return FixSearch(differing, transplants)
+    fixes: list[Transplant] = []
+    for index, (size, pairing, labels) in enumerate(candidates):
+        if fixes and size > len(fixes[0].labels):
+            break
+        candidate = _apply(pairing, labels, expected)
+        sql = candidate.sql(dialect=dialect)
+        if sql in seen:  # the transplant changes nothing a smaller or earlier set did not
+            continue
+        seen.add(sql)
+        left_ms = int((deadline - time.perf_counter()) * 1000)
+        if left_ms <= 0:
+            return FixSearch(differing, transplants, fixes, stopped=f"the search's time budget ({budget_ms} ms) "
+                             "ran out", compound=compound)
+        if len(transplants) >= max_candidates:
+            return FixSearch(differing, transplants, fixes, compound=compound,
+                             stopped=f"the search's bound of {max_candidates} candidate queries was reached")
+        outcome = run(candidate, left_ms)
+        transplant = Transplant(labels, sql, outcome.passed, outcome.note)
+        transplants.append(transplant)
+        if transplant.passed:
+            fixes.append(transplant)
+    return FixSearch(differing, transplants, fixes, compound=compound)
 
 
 def swap_clause(actual: exp.Select, expected: exp.Select, clause: str) -> exp.Select:
@@ -163,16 +226,146 @@ def swap_clause(actual: exp.Select, expected: exp.Select, clause: str) -> exp.Se
     'SELECT a FROM t WHERE x = 1'
     """
     candidate = actual.copy()
-    for arg in CLAUSE_ARGS[clause]:
-        value = expected.args.get(arg)
-        if isinstance(value, list):
-            candidate.set(arg, [v.copy() for v in value])
-        else:
-            candidate.set(arg, value.copy() if value is not None else None)
+    _take(candidate, expected, clause)
     return candidate
 
 
-def _clause_sql(tree: exp.Select, clause: str, dialect: str) -> list[str]:
+def _take(target: exp.Expression, source: exp.Expression, clause: str) -> None:
+    """Set ``clause`` of ``target`` (in place) to a copy of ``source``'s."""
+    for arg in CLAUSE_ARGS[clause]:
+        value = source.args.get(arg)
+        if isinstance(value, list):
+            target.set(arg, [v.copy() for v in value])
+        else:
+            target.set(arg, value.copy() if value is not None else None)
+
+
+def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
+        -> tuple[list[_Pairing], str | None]:
+    """Every pairing of the two queries' branches, or why none can be made."""
+    e_branches, a_branches = _branches(expected), _branches(actual)
+    if e_branches is None or a_branches is None:
+        return [], ("a set operation whose branch is itself nested (a parenthesized query or another set "
+                    "operation on the right) is not searched")
+    n, m = len(e_branches), len(a_branches)
+    if n == m:
+        return [_pairing(actual.copy(), expected, (), dialect)], None
+    if m == 1:  # the plain actual query as each branch of the expected set operation in turn
+        pairings = []
+        for position in range(n):
+            start = expected.copy()
+            _branches(start)[position].replace(_without_top(actual))  # type: ignore[index]
+            for clause in _TOP_CLAUSES:
+                _take(start, actual, clause)
+            pairings.append(_pairing(start, expected, (("set_operators", None),), dialect))
+        return pairings, None
+    if n == 1:  # the actual set operation reduced to each of its branches in turn
+        pairings = []
+        for position in range(m):
+            start = a_branches[position].copy()
+            for clause in _TOP_CLAUSES:
+                _take(start, actual, clause)
+            if actual.args.get("with_") is not None:  # the set operation's CTEs, which the branch may read
+                start.set("with_", actual.args["with_"].copy())
+            pairings.append(_pairing(start, expected, (("set_operators", None),), dialect))
+        return pairings, None
+    return [], f"the set operations have {n} and {m} branches, which cannot be paired in order"
+
+
+def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label, ...], dialect: str) -> _Pairing:
+    """The edits that can take ``start`` (branches in the expected query's positions) towards ``expected``."""
+    starts, targets = _branches(start) or [], _branches(expected) or []
+    compound = len(targets) > 1
+    edits: list[tuple[Label, ...]] = []
+    whole: list[tuple[Label, ...]] = []
+    for position, (mine, theirs) in enumerate(zip(starts, targets), start=1):
+        if not compound:  # a plain query: its ORDER BY and LIMIT are clauses like the others
+            clauses = _differing(start, expected, dialect, CLAUSE_ARGS)
+        else:
+            clauses = _differing(mine, theirs, dialect, [c for c in CLAUSE_ARGS if c not in _TOP_CLAUSES])
+        labels = [(clause, position if compound else None) for clause in clauses]
+        edits += [(label,) for label in labels]
+        if len(labels) > 1:
+            whole.append(tuple(labels))
+    if compound:
+        edits += [((clause, None),) for clause in _differing(start, expected, dialect, _TOP_CLAUSES)]
+        for position, (mine, theirs) in enumerate(zip(_operators(start), _operators(expected)), start=2):
+            if _operator_key(mine) != _operator_key(theirs):
+                edits.append((("set_operators", position if len(targets) > 2 else None),))
+    edits.sort(key=lambda edit: -CLAUSE_WEIGHTS[edit[0][0]])
+    return _Pairing(start, base, edits + whole)
+
+
+def _apply(pairing: _Pairing, labels: tuple[Label, ...], expected: exp.Expression) -> exp.Expression:
+    """The pairing's start with every edit of ``labels`` made (its base edits are already in the start)."""
+    tree = pairing.start.copy()
+    mine, theirs = _branches(tree) or [], _branches(expected) or []
+    for clause, branch in labels:
+        if (clause, branch) in pairing.base:
+            continue
+        if clause == "set_operators":
+            position = branch or 2
+            current, wanted = _operators(tree)[position - 2], _operators(expected)[position - 2]
+            replacement = wanted.__class__(**{**current.args, "distinct": wanted.args.get("distinct"),
+                                              "by_name": wanted.args.get("by_name")})
+            if current is tree:
+                tree = replacement
+            else:
+                current.replace(replacement)
+            mine = _branches(tree) or []
+        elif branch is None and (clause in _TOP_CLAUSES or len(mine) == 1):
+            _take(tree, expected, clause)
+        else:
+            _take(mine[(branch or 1) - 1], theirs[(branch or 1) - 1], clause)
+    return tree
+
+
+def _branches(tree: exp.Expression) -> list[exp.Select] | None:
+    """The branches of a left-deep chain of set operations in order ([tree] for a plain SELECT); None when a
+    branch is not a plain SELECT (then clauses cannot be paired)."""
+    if isinstance(tree, exp.Select):
+        return [tree]
+    if isinstance(tree, exp.SetOperation) and isinstance(tree.expression, exp.Select):
+        left = _branches(tree.this) if not tree.this.args.get("order") and not tree.this.args.get("limit") else None
+        return None if left is None else [*left, tree.expression]
+    return None
+
+
+def _operators(tree: exp.Expression) -> list[exp.SetOperation]:
+    """The set operators of a left-deep chain, left to right."""
+    return [*_operators(tree.this), tree] if isinstance(tree, exp.SetOperation) else []
+
+
+def _operator_key(node: exp.SetOperation) -> tuple[str, bool]:
+    return node.key, bool(node.args.get("distinct"))
+
+
+def _without_top(select: exp.Expression) -> exp.Expression:
+    """A copy of a plain query without its ORDER BY and LIMIT/OFFSET (a branch cannot hold them)."""
+    branch = select.copy()
+    for arg in ("order", "limit", "offset"):
+        branch.set(arg, None)
+    return branch
+
+
+def _differing(mine: exp.Expression, theirs: exp.Expression, dialect: str, names: Any) -> list[str]:
+    """The clauses among ``names`` that differ: canonically (Layer 2's comparison) or in the text being
+    transplanted (what canonicalization folds away can still change what a query means)."""
+    structural = compare_structure("", "", query_shape(canonical_tree(theirs, dialect)),
+                                   query_shape(canonical_tree(mine, dialect)))
+    return [c for c in names if not structural.clause_match[c]["match"]
+            or _clause_sql(mine, c, dialect) != _clause_sql(theirs, c, dialect)]
+
+
+def _differing_summary(structure: StructuralComparison, pairings: list[_Pairing]) -> tuple[str, ...]:
+    """The clauses Layer 2 finds different and every clause some edit would change, heaviest first (what the
+    no-fix sentence lists)."""
+    clauses = set(structure.differing())
+    clauses |= {label[0] for pairing in pairings for edit in [pairing.base, *pairing.edits] for label in edit}
+    return tuple(sorted(clauses, key=lambda c: -CLAUSE_WEIGHTS[c]))
+
+
+def _clause_sql(tree: exp.Expression, clause: str, dialect: str) -> list[str]:
     values = []
     for arg in CLAUSE_ARGS[clause]:
         value = tree.args.get(arg)
@@ -182,5 +375,8 @@ def _clause_sql(tree: exp.Select, clause: str, dialect: str) -> list[str]:
 
 
 def _words(clauses: list[str]) -> str:
-    names = [CLAUSE_WORDS.get(c, c.replace("_", " ")) for c in clauses]
+    return _join([CLAUSE_WORDS.get(c, c.replace("_", " ")) for c in clauses])
+
+
+def _join(names: list[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]

@@ -265,6 +265,28 @@ def cut_inside_tie(expected: Relation, actual: Relation, uncut: Relation, *, off
     return head.mode_pass and tail.schema_match["attribute_count_match"] and tail.bag_matched_rows == n - start
 
 
+def tied_at_cut(uncut: Relation, *, offset: int, kept: int, order_keys: list[int], width: int) -> Relation | None:
+    """The rows a LIMIT chooses among at its cut when the cut falls inside a tie of ``order_keys`` (no keys: a
+    LIMIT without ORDER BY, where every row ties), projected to the query's first ``width`` columns; None when
+    the rows kept are the only valid answer (no cut, no tie at it, or every tied row is the same row).
+
+    ``uncut`` is the query's result without LIMIT and OFFSET, with its ORDER BY keys among its columns; a result
+    that matched only because the engine happened to return these tied rows in one order matched by luck.
+    """
+    end = offset + kept
+    if kept == 0 or uncut.height <= end:
+        return None
+    frame = uncut.frame
+    if order_keys:
+        keys = frame.select([pl.col(f"c{k}") for k in order_keys])
+        boundary = keys.row(end - 1)
+        if keys.row(end) != boundary:
+            return None
+        frame = frame.filter(pl.all_horizontal([pl.col(f"c{k}").eq_missing(v) for k, v in zip(order_keys, boundary)]))
+    group = frame.select([pl.col(f"c{i}") for i in range(width)])
+    return None if group.n_unique() == 1 else Relation(group, uncut.names[:width])
+
+
 def _rows(relation: Relation, start: int, length: int) -> Relation:
     return Relation(relation.frame.slice(start, length), relation.names)
 
