@@ -217,21 +217,15 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
     return FixSearch(differing, transplants, fixes, compound=compound)
 
 
-def swap_clause(actual: exp.Select, expected: exp.Select, clause: str) -> exp.Select:
-    """A copy of ``actual`` with ``clause`` (a :data:`CLAUSE_ARGS` name) taken from ``expected``.
+def _take(target: exp.Expression, source: exp.Expression, clause: str) -> None:
+    """Set ``clause`` (a :data:`CLAUSE_ARGS` name) of ``target``, in place, to a copy of ``source``'s.
 
     >>> import sqlglot
-    >>> swap_clause(sqlglot.parse_one("SELECT a FROM t WHERE x = 2"),
-    ...             sqlglot.parse_one("SELECT a FROM t WHERE x = 1"), "selection_predicate").sql()
+    >>> tree = sqlglot.parse_one("SELECT a FROM t WHERE x = 2")
+    >>> _take(tree, sqlglot.parse_one("SELECT a FROM t WHERE x = 1"), "selection_predicate")
+    >>> tree.sql()
     'SELECT a FROM t WHERE x = 1'
     """
-    candidate = actual.copy()
-    _take(candidate, expected, clause)
-    return candidate
-
-
-def _take(target: exp.Expression, source: exp.Expression, clause: str) -> None:
-    """Set ``clause`` of ``target`` (in place) to a copy of ``source``'s."""
     for arg in CLAUSE_ARGS[clause]:
         value = source.args.get(arg)
         if isinstance(value, list):
@@ -245,8 +239,8 @@ def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
     """Every pairing of the two queries' branches, or why none can be made."""
     e_branches, a_branches = _branches(expected), _branches(actual)
     if e_branches is None or a_branches is None:
-        return [], ("a set operation whose branch is itself nested (a parenthesized query or another set "
-                    "operation on the right) is not searched")
+        return [], ("only a SELECT or a chain of set operations over SELECTs is searched, and one query is "
+                    "neither (a parenthesized branch, a set operation nested on the right, VALUES, ...)")
     n, m = len(e_branches), len(a_branches)
     if n == m:
         return [_pairing(actual.copy(), expected, (), dialect)], None
