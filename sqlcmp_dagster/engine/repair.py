@@ -279,7 +279,7 @@ def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label,
             clauses = _differing(mine, theirs, dialect, [c for c in CLAUSE_ARGS if c not in _TOP_CLAUSES])
         labels = [(clause, position if compound else None) for clause in clauses]
         edits += [(label,) for label in labels]
-        if len(labels) > 1:
+        if compound and len(labels) > 1:  # a branch as a unit (a plain query is not replaced whole)
             whole.append(tuple(labels))
     if compound:
         edits += [((clause, None),) for clause in _differing(start, expected, dialect, _TOP_CLAUSES)]
