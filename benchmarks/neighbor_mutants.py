@@ -20,7 +20,9 @@ Mutation = Callable[[exp.Expression, "SchemaInfo"], exp.Expression | None]
 
 
 class SchemaInfo:
-    """Columns, NOT NULL columns and key columns of a SQLite database, by lower-case table name."""
+    """Columns, NOT NULL columns, primary-key columns and declared foreign keys of a SQLite database, by
+    lower-case table name. A primary-key column counts as NOT NULL, as in standard SQL (SQLite alone lets a
+    column of a composite primary key hold NULL, a documented legacy quirk)."""
 
     def __init__(self, path: Path) -> None:
         connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
@@ -28,6 +30,7 @@ class SchemaInfo:
         self.types: dict[str, dict[str, str]] = {}
         self.not_null: dict[str, set[str]] = {}
         self.keys: dict[str, set[str]] = {}
+        self.foreign_keys: dict[str, set[tuple[str, str, str]]] = {}  # (column, parent table, parent column)
         for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
                                           "AND name NOT LIKE 'sqlite_%'"):
             info = connection.execute(f'PRAGMA table_info("{name}")').fetchall()
@@ -35,8 +38,10 @@ class SchemaInfo:
             self.columns[lower] = [row[1] for row in info]
             self.types[lower] = {row[1].lower(): (row[2] or "TEXT").upper() for row in info}
             self.not_null[lower] = {row[1].lower() for row in info if row[3]}
-            keys = [row[1].lower() for row in info if row[5]]
-            self.keys[lower] = set(keys) if len(keys) == 1 else set()
+            self.keys[lower] = {row[1].lower() for row in info if row[5]}
+            self.not_null[lower] |= self.keys[lower]
+            self.foreign_keys[lower] = {(row[3].lower(), row[2].lower(), (row[4] or "").lower())
+                                        for row in connection.execute(f'PRAGMA foreign_key_list("{name}")')}
         connection.close()
 
     def mapping(self) -> dict[str, dict[str, str]]:
@@ -183,20 +188,101 @@ MUTATIONS: dict[str, Mutation] = {
 
 
 def equivalent(kind: str, mutant: exp.Expression, schema: SchemaInfo) -> bool:
-    """Whether the mutant is provably equivalent to its gold query: DISTINCT over a projected primary key,
-    COUNT over a NOT NULL column, or a LEFT JOIN whose right table is then filtered by a null-rejecting
-    predicate (a comparison in a WHERE conjunct, or the ON of a later inner join), which makes it inner."""
+    """Whether the mutant is provably equivalent to its gold query under the schema's declared constraints:
+    DISTINCT over a projected primary key; COUNT over a column that is NOT NULL (or a primary-key column), or
+    that a WHERE conjunct or an inner join's ON rejects NULL in; a LEFT JOIN whose right table is then
+    filtered by a null-rejecting predicate (a comparison in a WHERE conjunct, or the ON of a later inner
+    join), whose ON follows a declared foreign key from a NOT NULL column to the joined table (every left row
+    has its partner), or whose SELECT is one row of aggregates over the right table's columns only (SUM, AVG,
+    MIN, MAX, COUNT(col) ignore the NULLs an unmatched row brings, and give NULL or 0 on no rows either way)."""
     if kind == "distinct_over_key":
         return True
     if kind == "inner_to_left":
-        return _left_join_null_rejected(mutant)
+        return _left_join_null_rejected(mutant) or _left_join_follows_key(mutant, schema) \
+            or _left_join_aggregated_away(mutant)
     if kind == "count_column":
         count = _first(mutant, exp.Count, lambda c: isinstance(c.this, exp.Column))
-        table = _first(count.find_ancestor(exp.Select), exp.Table) if count is not None else None
+        select = count.find_ancestor(exp.Select) if count is not None else None
+        table = _first(select, exp.Table) if select is not None else None
         if count is not None and table is not None:
             name = table.name.lower()
-            return count.this.name.lower() in schema.not_null.get(name, set()) | schema.keys.get(name, set())
+            return count.this.name.lower() in schema.not_null.get(name, set()) \
+                or _null_rejected(select, count.this)
     return False
+
+
+_NULL_REJECTING = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.In, exp.Between)
+
+
+def _rejects_null(condition: exp.Expression, column: exp.Column, one_table: bool) -> bool:
+    """Whether ``condition`` is false or unknown whenever ``column`` is NULL: a comparison naming it (outside
+    any IS, COALESCE, IFNULL or CASE; unqualified only where ``one_table`` is read), a conjunction with such a
+    part, a disjunction of such parts."""
+    if isinstance(condition, exp.Paren):
+        return _rejects_null(condition.this, column, one_table)
+    if isinstance(condition, exp.And):
+        return _rejects_null(condition.this, column, one_table) or \
+            _rejects_null(condition.expression, column, one_table)
+    if isinstance(condition, exp.Or):
+        return _rejects_null(condition.this, column, one_table) and \
+            _rejects_null(condition.expression, column, one_table)
+    if not isinstance(condition, _NULL_REJECTING) or condition.find(exp.Is, exp.Coalesce, exp.Case, exp.Anonymous):
+        return False
+    operands = [condition.this] if isinstance(condition, (exp.In, exp.Between)) else \
+        [condition.this, condition.expression]
+    return any(isinstance(o, exp.Column) and o.name.lower() == column.name.lower()
+               and (o.table.lower() == column.table.lower() or one_table and not o.table) for o in operands)
+
+
+def _null_rejected(select: exp.Select, column: exp.Column) -> bool:
+    """Whether ``select``'s WHERE, or the ON of one of its inner joins, rejects rows where ``column`` is NULL
+    (no outer join anywhere in it, so no NULL is brought back after the filter)."""
+    joins = select.args.get("joins") or []
+    if any(j.side for j in joins):
+        return False
+    where = select.args.get("where")
+    conditions = [where.this] if where is not None else []
+    conditions += [j.args["on"] for j in joins if j.args.get("on") is not None]
+    return any(_rejects_null(c, column, not joins) for c in conditions)
+
+
+def _left_join_follows_key(tree: exp.Expression, schema: SchemaInfo) -> bool:
+    join = _first(tree, exp.Join, lambda j: j.side == "LEFT")
+    select = join.find_ancestor(exp.Select) if join is not None else None
+    on = join.args.get("on") if join is not None else None
+    if select is None or not isinstance(on, exp.EQ) or not isinstance(join.this, exp.Table):
+        return False
+    joins = select.args.get("joins") or []
+    if any(j.side for j in joins[:joins.index(join)]):
+        return False
+    aliases = {t.alias_or_name.lower(): t.name.lower() for t in select.find_all(exp.Table)}
+    right = join.this.alias_or_name.lower()
+    sides = [on.this, on.expression]
+    if not all(isinstance(c, exp.Column) and c.table for c in sides):
+        return False
+    inner = [c for c in sides if c.table.lower() == right]
+    outer = [c for c in sides if c.table.lower() != right]
+    if len(inner) != 1 or len(outer) != 1 or aliases.get(outer[0].table.lower()) is None:
+        return False
+    child, parent = aliases[outer[0].table.lower()], aliases[right]
+    column = outer[0].name.lower()
+    return column in schema.not_null.get(child, set()) and \
+        (column, parent, inner[0].name.lower()) in schema.foreign_keys.get(child, set())
+
+
+def _left_join_aggregated_away(tree: exp.Expression) -> bool:
+    join = _first(tree, exp.Join, lambda j: j.side == "LEFT")
+    select = join.find_ancestor(exp.Select) if join is not None else None
+    if select is None or select.args.get("group") or select.args.get("having") or select.args.get("distinct"):
+        return False
+    right = join.this.alias_or_name.lower()
+    aggregates = (exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Count)
+    for projection in select.expressions:
+        value = projection.this if isinstance(projection, exp.Alias) else projection
+        if not isinstance(value, aggregates) or isinstance(value.this, exp.Star) or value.find(exp.Distinct) \
+                or not all(c.table.lower() == right for c in value.find_all(exp.Column)):
+            return False
+    return True
 
 
 def _left_join_null_rejected(tree: exp.Expression) -> bool:

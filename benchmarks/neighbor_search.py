@@ -4,7 +4,8 @@
                                          [--workers 2]
 
 * precision: every gold query against itself and against its equivalence-preserving rewrites (sqlglot's
-  optimizer, IN -> EXISTS, BETWEEN -> two comparisons, commuted join); a counterexample there is a false alarm.
+  optimizer, IN -> EXISTS, BETWEEN -> two comparisons, commuted join), the search forced where equal canonical
+  trees would skip it; a counterexample there is a false alarm.
 * recall: the semantic mutants of ``neighbor_mutants.py``; among those that still pass on the original
   database, the share that gets a counterexample, per kind and overall; provably equivalent mutants must get
   none.
@@ -46,14 +47,16 @@ def neighborhood(report: Report) -> dict[str, Any]:
     return report.evidence.get("neighborhood") or {}
 
 
-def variant_cases(rows: list[tuple[int, str, str, str, str, bool]]) -> list[CompareRequest]:
-    return [CompareRequest(case_id=f"{index}:{kind}:{n}", expected_sql=gold, actual_sql=sql, db=db)
+def variant_cases(rows: list[tuple[int, str, str, str, str, bool]], *, forced: bool = False) -> list[CompareRequest]:
+    """One case per variant; ``forced``: searched even where equal canonical trees would skip the search."""
+    config = EvalConfig(neighbor_skip_proven=not forced)
+    return [CompareRequest(case_id=f"{index}:{kind}:{n}", expected_sql=gold, actual_sql=sql, db=db, config=config)
             for n, (index, kind, db, gold, sql, _) in enumerate(rows)]
 
 
 def precision(spider: Path, workers: int) -> None:
     rows = variants(spider, REWRITES)
-    reports, seconds = evaluate(spider, variant_cases(rows), workers)
+    reports, seconds = evaluate(spider, variant_cases(rows, forced=True), workers)
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     alarms = []
     for row, report in zip(rows, reports):
@@ -142,7 +145,7 @@ def supersql(spider: Path, workers: int) -> None:
     print(f"  passes with non-determinism noted (not counterexamples): {len(nondeterministic)}")
     stopped = collections.Counter(neighborhood(r).get("reason") for r in passes if neighborhood(r).get("reason"))
     print(f"  searches stopped or not run: {dict(stopped)}")
-    print(f"  defaults: {EvalConfig().model_dump(include={'neighbor_count', 'neighbor_time_budget_ms', 'neighbor_sample_rows', 'neighbor_seed'})}")
+    print(f"  defaults: {EvalConfig().model_dump(include={'neighbor_count', 'neighbor_time_budget_ms', 'neighbor_sample_rows', 'neighbor_seed', 'neighbor_skip_proven'})}")
 
 
 def main() -> None:

@@ -116,16 +116,34 @@ def test_same_report_on_a_rerun_and_the_users_database_untouched(company: Path) 
     ("SELECT name FROM emp ORDER BY salary DESC", "SELECT name FROM emp ORDER BY salary DESC"),
 ])
 def test_equivalent_queries_never_get_a_counterexample(company: Path, expected: str, actual: str) -> None:
-    report = compare(company, expected, actual, neighbor_count=24)
+    report = compare(company, expected, actual, neighbor_count=24, neighbor_skip_proven=False)
     found = search(report)
     assert report.deterministic_verdict == "pass" and report.severity == "pass"
     assert found["neighbor_search_ran"] and found["neighbors_tried"] == 24 and not found["counterexample_found"]
 
 
+def test_a_pass_with_equal_canonical_trees_is_robust_without_a_search(company: Path) -> None:
+    """No database tells apart queries whose canonical trees are equal: the search is skipped (a time lever)
+    and the pass still counts as robust."""
+    report = compare(company, "SELECT name FROM emp WHERE salary > 50", "select NAME from EMP where SALARY > 50")
+    found = search(report)
+    assert report.metrics["structure"]["normalized_sql_match"] and report.severity == "pass"
+    assert not found["neighbor_search_ran"] and found["robust_by_structure"] and "canonical trees" in found["reason"]
+    assert summarize([report])["robust_passes"] == 1
+
+
+def test_the_search_shares_the_case_budget(company: Path) -> None:
+    """The search takes what is left of case_timeout_ms, at most neighbor_time_budget_ms, and names the cut."""
+    limited = compare(company, "SELECT name FROM emp WHERE salary > 50", "SELECT name FROM emp WHERE 50 < salary",
+                      case_timeout_ms=1_500, neighbor_time_budget_ms=60_000)
+    assert limited.deterministic_verdict == "pass" and search(limited)["neighbor_search_ran"]
+    assert any(w.startswith("neighbor search limited to") and "case_timeout_ms=1500" in w for w in limited.warnings)
+
+
 def test_non_determinism_is_named_not_a_counterexample(company: Path) -> None:
     # Both take the top salary with LIMIT 1; on a neighbor where two salaries tie, either name is an answer.
     report = compare(company, "SELECT name FROM emp ORDER BY salary DESC LIMIT 1",
-                     "SELECT name FROM emp ORDER BY salary DESC, id DESC LIMIT 1", neighbor_count=24)
+                     "SELECT name FROM emp ORDER BY salary DESC, name DESC LIMIT 1", neighbor_count=24)
     found = search(report)
     assert not found["counterexample_found"]
     assert any("ties" in note or "tie" in note for note in found["nondeterminism"])
@@ -149,20 +167,59 @@ def test_neighborhood_scope_fails_a_pass_with_a_counterexample(company: Path, ca
                  "--neighbors", "0"]) == 0
 
 
-def test_no_search_where_no_scratch_copy_is_possible(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def company_duck(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The same company as a DuckDB file (DuckDB enforces the same keys, CHECK and foreign key)."""
     duckdb = pytest.importorskip("duckdb")
-    path = tmp_path / "x.duckdb"
+    path = tmp_path_factory.mktemp("neighbors_duck") / "company.duckdb"
     connection = duckdb.connect(str(path))
-    connection.execute("CREATE TABLE t (a INTEGER)")
-    connection.execute("INSERT INTO t VALUES (1), (2)")
+    for statement in filter(str.strip, SCHEMA.split(";")):
+        connection.execute(statement)
+    connection.executemany("INSERT INTO dept VALUES (?, ?)", [[1, "sales"], [2, "ops"], [3, "lab"]])
+    connection.executemany("INSERT INTO emp VALUES (?, ?, ?, ?, ?)",
+                           [[1, "ann", 40, 1, 1], [2, "bob", 60, 2, 1], [3, "cy", 70, 3, 2], [4, "di", 30, 4, 3]])
     connection.close()
-    found = search(compare(path, "SELECT a FROM t WHERE a > 1", "SELECT a FROM t WHERE a >= 2"))
-    assert not found["neighbor_search_ran"] and "no scratch copy for duckdb" in found["reason"]
+    return path
+
+
+def test_duckdb_neighbors_are_built_in_memory_duckdb(company_duck: Path) -> None:
+    """A DuckDB database gets its neighbors in an in-memory DuckDB (same sandbox settings): the counterexample
+    replays into a fresh DuckDB with the schema's constraints on, and the file is untouched."""
+    import duckdb
+
+    before = hashlib.sha256(company_duck.read_bytes()).hexdigest()
+    expected = "SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 50"
+    actual = "SELECT emp.name FROM emp LEFT JOIN dept ON emp.dept_id = dept.id WHERE salary >= 50"
+    report = compare(company_duck, expected, actual, neighbor_time_budget_ms=20_000)  # room to shrink under load
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["counterexample_found"]
+    replay = duckdb.connect(":memory:")
+    for statement in filter(str.strip, SCHEMA.split(";")):
+        replay.execute(statement)
+    for table in ("dept", "emp"):  # parents first; any rejected row raises here
+        for row in found["counterexample"]["tables"].get(table, {"rows": []})["rows"]:
+            replay.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+    assert sorted(replay.execute(expected).fetchall()) == sorted(map(tuple, found["counterexample"]["expected_result"]["rows"]))
+    assert sorted(replay.execute(actual).fetchall()) == sorted(map(tuple, found["counterexample"]["actual_result"]["rows"]))
+    equivalent = search(compare(company_duck, "SELECT name FROM emp WHERE salary BETWEEN 35 AND 65",
+                                "SELECT name FROM emp WHERE salary >= 35 AND salary <= 65", neighbor_count=12))
+    assert equivalent["neighbor_search_ran"] and equivalent["neighbors_tried"] == 12
+    assert not equivalent["counterexample_found"]
+    assert hashlib.sha256(company_duck.read_bytes()).hexdigest() == before
+
+
+def test_postgresql_says_why_the_search_did_not_run(pg_service: tuple[str, str]) -> None:
+    from conftest import pg_schema
+
+    pg_schema(pg_service[1], "sqlcmp_neigh2", "CREATE TABLE sqlcmp_neigh2.t AS SELECT g AS a FROM generate_series(1, 5) g")
+    found = search(compare(pg_service[0], "SELECT a FROM sqlcmp_neigh2.t WHERE a > 2",  # type: ignore[arg-type]
+                           "SELECT a FROM sqlcmp_neigh2.t WHERE a >= 3"))
+    assert not found["neighbor_search_ran"] and "no scratch copy for postgres" in found["reason"]
 
 
 def test_summary_shows_the_robust_pass_rate_beside_the_pass_rate(company: Path) -> None:
     reports = [compare(company, "SELECT name FROM emp WHERE salary > 50", "SELECT name FROM emp WHERE salary >= 50"),
-               compare(company, "SELECT count(*) FROM emp", "SELECT count(*) FROM emp"),
+               compare(company, "SELECT count(*) FROM emp", "SELECT count(id) FROM emp"),
                compare(company, "SELECT count(*) FROM emp", "SELECT count(*) + 1 FROM emp")]
     summary = summarize(reports)
     assert (summary["passed"], summary["robust_passes"], summary["passes_with_counterexample"]) == (2, 1, 1)

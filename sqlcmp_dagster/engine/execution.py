@@ -241,19 +241,22 @@ class ExecutionAdapter:
     """
 
     def __init__(self, target: str, *, timeout_ms: int = 10_000, max_result_rows: int = 1_000_000,
-                 allow_privileged_role: bool = False, scratch: str | None = None) -> None:
+                 allow_privileged_role: bool = False, scratch: str | None = None,
+                 scratch_dialect: str = "sqlite") -> None:
         """``allow_privileged_role`` is the operator's explicit opt-in to run untrusted SQL on PostgreSQL under a
         role that could read server files or signal other sessions; without it such a role is refused here
-        (:class:`PrivilegedRoleError`), before any case runs. ``scratch`` names a shared in-memory SQLite
-        database (a neighbor database, :mod:`sqlcmp_dagster.engine.neighbors`) to open read-only instead of
-        ``target``, which then only labels it."""
+        (:class:`PrivilegedRoleError`), before any case runs. ``scratch`` names a shared in-memory database of
+        ``scratch_dialect`` (a neighbor database, :mod:`sqlcmp_dagster.engine.neighbors`) to open instead of
+        ``target``, which then only labels it: SQLite read-only (``query_only``); DuckDB under the sandbox
+        settings of a DuckDB file (:func:`duckdb_memory_engine`; an in-memory DuckDB cannot be opened
+        read-only, so the safety gate and the rolled-back transaction keep it unwritten)."""
         self.timeout_ms = timeout_ms
         self.max_result_rows = max_result_rows
         self._sqlite_path: Path | None = None
         if scratch is not None:
             self.identifier = target
-            self.engine = sa.create_engine("sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch),
-                                           poolclass=NullPool)
+            self.engine = duckdb_memory_engine(scratch) if scratch_dialect == "duckdb" else sa.create_engine(
+                "sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch), poolclass=NullPool)
         else:
             self.engine = self._open(target)
         backend = self.engine.dialect.name
@@ -536,6 +539,14 @@ def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
     connection.execute("PRAGMA query_only = ON")
     connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     return connection
+
+
+def duckdb_memory_engine(name: str) -> sa.Engine:
+    """An engine over the in-memory DuckDB database ``name``, shared by every connection of this process that
+    opens it with the same settings (the sandbox of :data:`DUCKDB_SANDBOX`: no file or network access, no
+    extension loading, settings locked), alive while one of them is open."""
+    return sa.create_engine(f"duckdb:///:memory:{name}", poolclass=NullPool,
+                            connect_args={"config": dict(DUCKDB_SANDBOX)})
 
 
 @contextmanager

@@ -160,14 +160,15 @@ def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, bu
 
 def neighbor_evidence(report: Report) -> dict[str, Any] | None:
     """What the neighbor-database search says about this case, for the judge: whether the pass is robust
-    (the search ran and found no counterexample), and the counterexample's sentence when there is one."""
+    (the search ran and found no counterexample, or the canonical trees are equal), and the counterexample's sentence when there is one."""
     found = report.evidence.get("neighborhood")
     if not found:
         return None
     example = found.get("counterexample")
     return {"search_ran": found["neighbor_search_ran"], "not_run_because": found.get("reason"),
             "neighbors_tried": found["neighbors_tried"],
-            "robust_pass": report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and not example,
+            "robust_pass": report.deterministic_verdict == "pass" and not example and (
+                found["neighbor_search_ran"] or bool(found.get("robust_by_structure"))),
             "counterexample": example["sentence"] if example else None}
 
 

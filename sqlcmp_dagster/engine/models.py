@@ -92,6 +92,8 @@ class EvalConfig(_Strict):
     neighbor_time_budget_ms: int = Field(default=2_000, gt=0)  # wall-clock safety cap of one case's search
     neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each touched table of the database
     neighbor_seed: int = 0
+    # Skip the search of a pass whose canonical trees are equal: no database can tell such queries apart.
+    neighbor_skip_proven: bool = True
 
     def tolerances(self, mode: ResolvedMode) -> tuple[float, float]:
         """Return ``(atol, rtol)`` in force for ``mode``."""

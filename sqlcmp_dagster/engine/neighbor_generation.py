@@ -26,30 +26,45 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp
 @dataclass
 class Hints:
     """What the two queries look at: literal candidates per column name (lower case), every literal,
-    ORDER BY key columns, and columns compared with other columns (join keys)."""
+    ORDER BY key columns, columns compared with other columns (join keys) and the pairs of ``(table, column)``
+    they join, and columns inside an aggregate (``COUNT(col)``, ``MAX(col)``...)."""
 
     literals: dict[str, list[Any]] = field(default_factory=dict)
     pool: list[Any] = field(default_factory=list)
     order_columns: set[str] = field(default_factory=set)
     join_columns: set[str] = field(default_factory=set)
+    join_pairs: set[tuple[tuple[str, str], tuple[str, str]]] = field(default_factory=set)
+    aggregated: set[str] = field(default_factory=set)
     columns: set[str] = field(default_factory=set)
     tables: set[str] = field(default_factory=set)
 
 
-def hints(trees: Iterable[exp.Expression]) -> Hints:
-    """Collect :class:`Hints` from the queries' ASTs."""
+def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hints:
+    """Collect :class:`Hints` from the queries' ASTs. With the ``schema``, a double-quoted name that is no
+    column of it is the string SQLite reads it as (``WHERE city = "Aberdeen"``), and join keys are resolved
+    to their tables."""
     found = Hints()
+    known = {c.name.lower(): name for name, t in schema.tables.items() for c in t.columns} if schema else None
     for tree in trees:
+        if known is not None:
+            tree = tree.transform(lambda node: exp.Literal.string(node.name) if isinstance(node, exp.Column)
+                                  and not node.table and node.this.args.get("quoted")
+                                  and node.name.lower() not in known else node)
         found.tables |= {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
         found.columns |= {c.name.lower() for c in tree.find_all(exp.Column)}
         for order in tree.find_all(exp.Ordered):
             found.order_columns |= {c.name.lower() for c in order.find_all(exp.Column)}
+        for aggregate in tree.find_all(exp.AggFunc):
+            found.aggregated |= {c.name.lower() for c in aggregate.find_all(exp.Column)}
         for node in tree.find_all(*_COMPARISONS):
             columns = [c for c in node.iter_expressions() if isinstance(c, exp.Column)]
             literals = [lit for lit in node.find_all(exp.Literal)
                         if not any(isinstance(a, exp.Select) for a in _between(lit, node))]
             if isinstance(node, exp.EQ) and len(columns) == 2:
                 found.join_columns |= {c.name.lower() for c in columns}
+                pair = [_table_of(c, schema) for c in columns]
+                if pair[0] is not None and pair[1] is not None and pair[0] != pair[1]:
+                    found.join_pairs.add((pair[0], pair[1]))
             values = [v for lit in literals for v in boundaries(lit, like=isinstance(node, (exp.Like, exp.ILike)))]
             for column in columns:
                 found.literals.setdefault(column.name.lower(), []).extend(values)
@@ -58,6 +73,24 @@ def hints(trees: Iterable[exp.Expression]) -> Hints:
         found.literals[name] = _unique(values)
     found.pool = _unique(found.pool)
     return found
+
+
+def _table_of(column: exp.Column, schema: Schema | None) -> tuple[str, str] | None:
+    """``(table, column)`` (lower case) of a column reference: its qualifier resolved through the aliases of
+    its SELECT, or the one table of that SELECT that has such a column."""
+    select = column.find_ancestor(exp.Select)
+    if schema is None or select is None:
+        return None
+    aliases = {t.alias_or_name.lower(): t.name.lower() for t in select.find_all(exp.Table)}
+    name = column.name.lower()
+    if column.table:
+        table = aliases.get(column.table.lower())
+        candidates = [table] if table is not None else []
+    else:
+        candidates = sorted(set(aliases.values()))
+    owners = [t for t in candidates if t in schema.tables and any(c.name.lower() == name
+                                                                  for c in schema.tables[t].columns)]
+    return (owners[0], name) if len(owners) == 1 else None
 
 
 def _between(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
@@ -114,7 +147,39 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
         for rule in rules:
             current = rule(table, current, found, rng)
         rows[name] = repair_keys(table, current, rows, rng)
+    return reach_joins(schema, tables, rows, found, rng)
+
+
+def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """Rows that reach the join: for each pair of columns the queries join on (and each declared foreign key
+    between the tables), copies of rows of the later table whose join column takes the value of a row of the
+    earlier one, rows the rules added first (those carry the literals and their boundaries). Without them a
+    literal put into a parent row meets no child row, and the join hides the difference."""
+    order = {name: i for i, name in enumerate(tables)}
+    pairs = {(a, b) if order[a[0]] < order[b[0]] else (b, a) for a, b in found.join_pairs
+             if a[0] in order and b[0] in order}
+    for name in tables:
+        for key in schema.tables[name].foreign_keys:
+            if key.parent in order and order[key.parent] < order[name] and len(key.columns) == 1:
+                parent = schema.tables[key.parent]
+                pairs.add(((key.parent, parent.columns[key.parent_columns[0]].name.lower()),
+                           (name, schema.tables[name].columns[key.columns[0]].name.lower())))
+    for one, other in sorted(pairs):
+        for (first, first_column), (second, second_column) in ((one, other), (other, one)):
+            source, target = schema.tables[first], schema.tables[second]
+            at, to = _position(source, first_column), _position(target, second_column)
+            if at is None or to is None or not rows.get(first) or not rows.get(second):
+                continue
+            sampled = set(schema.sample.get(first, []))
+            added = [row for row in rows[first] if row not in sampled]
+            out = rows[second]
+            for row in (added or rng.sample(rows[first], 1))[:3]:
+                out.append(_copy(target, rng.choice(out), {to: row[at]}, out))
     return rows
+
+
+def _position(table: Table, column: str) -> int | None:
+    return next((i for i, c in enumerate(table.columns) if c.name.lower() == column), None)
 
 
 def subset(rows: list[tuple[Any, ...]], rng: random.Random, keep: float) -> list[tuple[Any, ...]]:
@@ -182,17 +247,44 @@ def nulls(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.R
     return [_with(row, {i: None for i in nullable if rng.random() < share[i]}) for row in rows]
 
 
+def null_columns(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """NULL in every row of a nullable column the queries aggregate or join on (COUNT(col) against COUNT(*),
+    MAX over NULLs, a NULL foreign key that LEFT JOIN keeps and JOIN drops), or, half the time, only in the
+    rows that share one value of another column: the NULLs then fall into one group, where a HAVING threshold
+    or an argmax by COUNT notices them."""
+    targets = [i for i, c in enumerate(table.columns) if not c.not_null and not c.primary_key
+               and c.name.lower() in found.aggregated | found.join_columns]
+    if not rows or not targets:
+        return rows
+    chosen = {i for i in targets if rng.random() < 0.7} or {rng.choice(targets)}
+    if rng.random() < 0.5 and len(table.columns) > 1:
+        group = rng.choice([i for i in range(len(table.columns)) if i not in chosen] or [0])
+        value = rng.choice(rows)[group]
+        return [_with(row, {i: None for i in chosen}) if row[group] == value else row for row in rows]
+    return [_with(row, {i: None for i in chosen}) for row in rows]
+
+
 def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
-    """Equal values in ORDER BY key columns (and sometimes in others): an argmax by ``LIMIT 1`` against one by
-    ``= (SELECT MAX ...)`` disagrees when two rows tie for the top."""
-    if len(rows) < 2:
+    """Equal values in ORDER BY key columns (and sometimes in others), often the column's largest or smallest
+    value: an argmax by ``LIMIT 1`` against one by ``= (SELECT MAX ...)`` disagrees when two rows tie for the
+    top."""
+    if not rows:
         return rows
     out = list(rows)
     for position, column in enumerate(table.columns):
         if column.name.lower() in found.order_columns or rng.random() < 0.15:
+            values = [row[position] for row in out if row[position] is not None]
             source = rng.choice(out)[position]
+            if values and rng.random() < 0.6:
+                try:
+                    source = rng.choice((max(values), min(values)))
+                except TypeError:  # a column that mixes numbers and text has no order in Python
+                    pass
             for index in rng.sample(range(len(out)), max(1, len(out) // 3)):
                 out[index] = _with(out[index], {position: source})
+            if column.name.lower() in found.order_columns:  # and one more row, other values, on the same key
+                out.append(_copy(table, rng.choice(rows), {position: source}, out))
     return out
 
 
@@ -233,18 +325,20 @@ def repair_keys(table: Table, rows: list[tuple[Any, ...]], built: Rows, rng: ran
 
 
 Rule = Callable[[Table, list[tuple[Any, ...]], Hints, random.Random], list[tuple[Any, ...]]]
-#: The rules each neighbor applies, in turn (neighbor ``i`` uses profile ``i % 8``), and whether it may empty
+#: The rules each neighbor applies, in turn (neighbor ``i`` uses profile ``i % len(PROFILES)``), and whether it may empty
 #: a table: one rule alone first, so that a difference one rule exposes is not hidden by another (NULLs that
 #: tie at a LIMIT, say), then combinations.
 PROFILES: list[tuple[tuple[Rule, ...], bool]] = [
     ((literal_rows, literal_values), False),
-    ((nulls,), False),
+    ((null_columns,), False),
     ((duplicates,), False),
     ((literal_rows, ties), False),
     ((failed_joins,), True),
     ((literal_rows, literal_values, nulls), False),
     ((literal_rows, duplicates, ties), False),
     ((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), True),
+    ((literal_rows, null_columns), False),
+    ((nulls,), False),
 ]
 
 

@@ -1,9 +1,10 @@
 """Scratch databases for the neighbor search: the schema and a bounded sample read from the case's database,
-and in-memory SQLite copies built from row sets with every declared constraint enforced by the engine.
+and in-memory copies built from row sets with every declared constraint enforced by the engine.
 
 Nothing here writes to the user's database: the schema and the sample are read through the case's own
 read-only, time-limited :class:`ExecutionAdapter` (the same sandbox as the queries), and each neighbor is a
-fresh shared in-memory SQLite database that lives only while its :class:`Scratch` is open.
+fresh in-memory database of the case's engine (SQLite, or DuckDB under the same sandbox settings as a DuckDB
+file) that lives only while its :class:`Scratch` is open.
 """
 
 from __future__ import annotations
@@ -11,17 +12,22 @@ from __future__ import annotations
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
+import sqlalchemy as sa
+
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, duckdb_memory_engine
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
-#: Declared-type fragments that give a SQLite column numeric affinity (INTEGER, REAL or NUMERIC).
+#: Declared-type fragments that give a SQLite column numeric affinity (INTEGER, REAL or NUMERIC), which also
+#: name DuckDB's numeric types (INTEGER, BIGINT, DOUBLE, DECIMAL(p,s), ...).
 _NUMERIC_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")
+#: Engines whose neighbors can be built in memory here.
+SCRATCH_DIALECTS = ("sqlite", "duckdb")
 _CACHE: dict[tuple[str, str, int], Schema | str] = {}
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 64
@@ -39,7 +45,7 @@ class Column:
         """Whether SQLite gives the column a numeric affinity (its values are then numbers, not text)."""
         declared = self.declared_type.upper()
         return any(fragment in declared for fragment in _NUMERIC_TYPES) and not any(
-            fragment in declared for fragment in ("CHAR", "CLOB", "TEXT"))
+            fragment in declared for fragment in ("CHAR", "CLOB", "TEXT", "INTERVAL"))
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,7 @@ class Schema:
     index_ddl: dict[str, list[str]]
     sample: Rows
     malformed_keys: list[str]  # declared foreign keys SQLite itself cannot enforce (parent key not unique)
+    dialect: str = "sqlite"
 
     def scope(self, names: set[str]) -> list[str]:
         """``names`` (lower case) that exist, plus the parents their foreign keys need, parents first."""
@@ -92,7 +99,8 @@ def read_schema(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
-    schema = _read(database, sample_rows, timeout_ms)
+    schema = _read_duckdb(database, sample_rows, timeout_ms) if database.dialect == "duckdb" \
+        else _read(database, sample_rows, timeout_ms)
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -119,6 +127,14 @@ def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Sche
                 return f"cannot recreate the schema in a scratch database: {error} (in {sql[:80]!r})"
         tables = {name.lower(): _describe(connection, name, sql) for name, sql in ddl.items()}
     malformed = _resolve_keys(tables)
+    sample = _sample(database, tables, sample_rows, timeout_ms)
+    if isinstance(sample, str):
+        return sample
+    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, sample, malformed)
+
+
+def _sample(database: ExecutionAdapter, tables: dict[str, Table], sample_rows: int, timeout_ms: int) -> Rows | str:
+    """The first ``sample_rows`` rows of every table (a string says which table could not be read)."""
     sample: Rows = {}
     for lower, table in tables.items():
         quoted = '"' + table.name.replace('"', '""') + '"'
@@ -128,7 +144,58 @@ def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Sche
             return f"cannot sample table {table.name}: {rows.error.message if rows.error else 'no result'}"
         sample[lower] = _untagged([tuple(r) for r in rows.relation.frame.iter_rows()]) \
             if rows.relation.width == len(table.columns) else []
-    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, sample, malformed)
+    return sample
+
+
+def _read_duckdb(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
+    """The schema of a DuckDB database's current schema from its catalog functions (``duckdb_tables``,
+    ``duckdb_columns``, ``duckdb_constraints``, ``duckdb_indexes``), and the sample."""
+    scope = "database_name = current_database() AND schema_name = current_schema()"
+    queries = {
+        "tables": f"SELECT table_name, sql FROM duckdb_tables() WHERE {scope} AND NOT temporary ORDER BY table_oid",
+        "columns": f"SELECT table_name, column_name, data_type, NOT is_nullable FROM duckdb_columns() "
+                   f"WHERE {scope} ORDER BY table_name, column_index",
+        "constraints": f"SELECT table_name, constraint_type, array_to_string(constraint_column_names, chr(1)), "
+                       f"referenced_table, array_to_string(referenced_column_names, chr(1)) FROM duckdb_constraints() "
+                       f"WHERE {scope} AND constraint_type IN ('PRIMARY KEY', 'UNIQUE', 'FOREIGN KEY')",
+        "indexes": f"SELECT table_name, sql FROM duckdb_indexes() WHERE {scope} AND sql IS NOT NULL",
+    }
+    found: dict[str, list[tuple[Any, ...]]] = {}
+    for label, sql in queries.items():
+        result = database.execute(sql, timeout_ms=timeout_ms)
+        if not result.success or result.relation is None:
+            return f"cannot read the schema ({label}): {result.error.message if result.error else 'no result'}"
+        found[label] = list(result.relation.frame.iter_rows())
+    columns: dict[str, list[tuple[str, str, bool]]] = {}
+    for table, name, declared, not_null in found["columns"]:
+        columns.setdefault(table, []).append((name, declared, bool(not_null)))
+    constraints = [(t, kind, (names or "").split(chr(1)), parent, (parents or "").split(chr(1)) if parents else [])
+                   for t, kind, names, parent, parents in found["constraints"]]
+    tables: dict[str, Table] = {}
+    for name, ddl in found["tables"]:
+        positions = {c[0].lower(): i for i, c in enumerate(columns.get(name, []))}
+        keyed = {positions.get(c.lower(), -1) for t, kind, names, _, _ in constraints
+                 if t == name and kind == "PRIMARY KEY" for c in names}
+        table = Table(name, ddl, [Column(c, declared, not_null, i in keyed)
+                                  for i, (c, declared, not_null) in enumerate(columns.get(name, []))])
+        for t, kind, names, parent, parent_names in constraints:
+            cols = tuple(positions.get(c.lower(), -1) for c in names)
+            if t != name or -1 in cols:
+                continue
+            if kind == "FOREIGN KEY":
+                table.foreign_keys.append(ForeignKey(cols, parent, tuple(parent_names)))  # type: ignore[arg-type]
+            elif cols not in table.unique_sets:
+                table.unique_sets.insert(0 if kind == "PRIMARY KEY" else len(table.unique_sets), cols)
+        tables[name.lower()] = table
+    index_ddl: dict[str, list[str]] = {}
+    for table, sql in found["indexes"]:
+        if table.lower() in tables:
+            index_ddl.setdefault(table.lower(), []).append(sql)
+    malformed = _resolve_keys(tables)
+    sample = _sample(database, tables, sample_rows, timeout_ms)
+    if isinstance(sample, str):
+        return sample
+    return Schema(tables, index_ddl, sample, malformed, dialect="duckdb")
 
 
 def _untagged(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
@@ -216,23 +283,26 @@ def scratch_name() -> str:
     return f"sqlcmp-neighbor-{uuid.uuid4().hex}"
 
 
-def scratch_adapter(name: str) -> ExecutionAdapter:
-    """The read-only, time-limited adapter over the neighbor database ``name`` (whichever is built now)."""
-    return ExecutionAdapter(f"neighbor:{name}", scratch=name)
+def scratch_adapter(name: str, dialect: str = "sqlite") -> ExecutionAdapter:
+    """The sandboxed, time-limited adapter over the neighbor database ``name`` (whichever is built now)."""
+    return ExecutionAdapter(f"neighbor:{name}", scratch=name, scratch_dialect=dialect)
 
 
 @contextmanager
-def scratch(schema: Schema, tables: list[str], rows: Rows, name: str) -> Iterator[Scratch]:
-    """Build a neighbor in memory under ``name``: create ``tables`` (parents first), then insert ``rows`` one
-    by one with foreign keys, NOT NULL, CHECK, PRIMARY KEY and UNIQUE enforced by SQLite; a rejected row is
-    left out. Where a malformed foreign key in scope makes SQLite refuse every insert, enforcement is off and
-    the well-formed keys are checked here instead (:func:`_parents_present`)."""
+def scratch(schema: Schema, tables: list[str], rows: Rows, name: str, engine: sa.Engine | None = None) \
+        -> Iterator[Scratch]:
+    """Build a neighbor in memory under ``name`` in the case's engine: create ``tables`` (parents first), then
+    insert ``rows`` with foreign keys, NOT NULL, CHECK, PRIMARY KEY and UNIQUE enforced by the engine; a
+    rejected row is left out. Where a malformed foreign key in scope makes SQLite refuse every insert,
+    enforcement is off and the well-formed keys are checked here instead (:func:`_parents_present`). A DuckDB
+    neighbor is written through ``engine`` (the search's adapter's, so that both open the same database with
+    the same settings) and gets each table in one statement, row by row only when that statement is refused."""
     enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
-    with _connection(name, enforce_keys=enforced) as connection:
+    with _writable(schema.dialect, name, engine, enforce_keys=enforced) as writer:
         for table in tables:
-            connection.execute(schema.tables[table].ddl)
+            writer.execute(schema.tables[table].ddl)
             for sql in schema.index_ddl.get(table, []):
-                connection.execute(sql)
+                writer.execute(sql)
         accepted: Rows = {}
         rejected = 0
         for table in tables:
@@ -240,18 +310,64 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, name: str) -> Iterato
             insert = (f'INSERT INTO "{spec.name.replace(chr(34), chr(34) * 2)}" VALUES '
                       f'({", ".join("?" * len(spec.columns))})')
             kept = accepted.setdefault(table, [])
+            if writer.batch is not None and rows.get(table) and writer.batch(spec, rows[table]):
+                kept.extend(rows[table])
+                continue
             for row in rows.get(table, []):
                 if not enforced and not _parents_present(spec, row, accepted):
                     rejected += 1
                     continue
                 try:
-                    connection.execute(insert, row)
+                    writer.execute(insert, row)
                     kept.append(row)
-                except (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.OperationalError,
-                        OverflowError):
+                except (*writer.rejections, OverflowError):
                     rejected += 1
-        connection.commit()
+        writer.finish()
         yield Scratch(accepted, rejected)
+
+
+@dataclass
+class _Writer:
+    """A writable connection to a neighbor being built: ``execute(sql, params)``, the engine's errors that
+    mean a row was rejected, and ``finish`` (commit) before the neighbor is queried."""
+
+    execute: Callable[..., Any]
+    rejections: tuple[type[BaseException], ...]
+    finish: Callable[[], Any]
+    batch: Callable[[Table, list[tuple[Any, ...]]], bool] | None = None  # all rows at once, or False
+
+
+@contextmanager
+def _writable(dialect: str, name: str, engine: sa.Engine | None, *, enforce_keys: bool = True) \
+        -> Iterator[_Writer]:
+    """A writable in-memory database ``name`` of ``dialect``; it disappears when this closes (and no adapter
+    connection is open on it)."""
+    if dialect != "duckdb":
+        with _connection(name, enforce_keys=enforce_keys) as connection:
+            yield _Writer(connection.execute, (sqlite3.IntegrityError, sqlite3.InterfaceError,
+                                               sqlite3.OperationalError), connection.commit)
+        return
+    import duckdb
+
+    raw = (engine or duckdb_memory_engine(name)).raw_connection()
+    driver = raw.driver_connection
+
+    def batch(table: Table, rows: list[tuple[Any, ...]]) -> bool:
+        """Every row in one INSERT (a statement either inserts all or nothing in DuckDB)."""
+        values = ", ".join("(" + ", ".join("?" * len(table.columns)) + ")" for _ in rows)
+        try:
+            driver.execute(f'INSERT INTO "{table.name.replace(chr(34), chr(34) * 2)}" VALUES {values}',
+                           [v for row in rows for v in row])
+            return True
+        except (duckdb.Error, OverflowError):
+            return False
+
+    try:
+        yield _Writer(lambda sql, params=(): driver.execute(sql, params), (duckdb.Error,), lambda: None, batch)
+    finally:
+        for (table,) in reversed(driver.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_oid").fetchall()):
+            driver.execute(f'DROP TABLE "{table.replace(chr(34), chr(34) * 2)}"')  # children first
+        raw.close()
 
 
 def _parents_present(table: Table, row: tuple[Any, ...], accepted: Rows) -> bool:

@@ -28,11 +28,12 @@ from sqlglot import exp
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import hints, neighbor_rows, seed_of
-from sqlcmp_dagster.engine.neighbor_scratch import Rows, Schema, read_schema, scratch, scratch_adapter, \
-    scratch_name
+from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Rows, Schema, read_schema, scratch, \
+    scratch_adapter, scratch_name
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
+from sqlcmp_dagster.engine.structure import StructuralComparison
 
 if TYPE_CHECKING:
     from sqlcmp_dagster.engine.pipeline import Side, Validation
@@ -70,11 +71,15 @@ class _Search:
     adapter: ExecutionAdapter = field(init=False)
     elapsed_queries_ms: float = 0.0
     nondeterminism: list[str] = field(default_factory=list)
+    cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
 
     def __post_init__(self) -> None:
         from sqlcmp_dagster.engine.pipeline import resolve_mode
 
-        self.adapter = scratch_adapter(self.name)
+        self.adapter = scratch_adapter(self.name, self.schema.dialect)
+        # An in-memory DuckDB lives while a connection is open: one kept for the whole search spares opening a
+        # new database for every neighbor (each neighbor drops its tables when done).
+        self.keeper = self.adapter.engine.raw_connection() if self.schema.dialect == "duckdb" else None
         dialect = self.validation.dialect
         sides = [self.validation.actual, *(self.validation.expected[i] for i in self.validation.runnable())]
         self.semantics = {id(side): (resolve_mode(self.config, side.shape(dialect)), side.shape(dialect))
@@ -105,7 +110,7 @@ class _Search:
     def run(self, rows: Rows, *, reverse: bool = False) -> tuple[_Run | None, Rows, int]:
         """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it."""
         ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
-        with scratch(self.schema, self.tables, ordered, self.name) as built:
+        with scratch(self.schema, self.tables, ordered, self.name, self.adapter.engine) as built:
             return self._compare(), built.accepted, built.rejected
 
     def _compare(self) -> _Run | None:
@@ -177,6 +182,10 @@ class _Search:
         if message not in self.nondeterminism:
             self.nondeterminism.append(message)
 
+    def cut(self, message: str) -> None:
+        if message not in self.cuts:
+            self.cuts.append(message)
+
     def differs(self, rows: Rows) -> tuple[_Run, Rows] | None:
         """The run on ``rows`` when no alternative matches the actual query there, else None."""
         outcome, accepted, _ = self.run(rows)
@@ -204,13 +213,20 @@ class _Search:
         return False
 
 
-def neighbor_search(validation: Validation, index: int, result: ResultComparison,
-                    database: ExecutionAdapter | None) -> dict[str, Any]:
+def neighbor_search(validation: Validation, index: int, structure: StructuralComparison, result: ResultComparison,
+                    database: ExecutionAdapter | None, *, budget_ms: int | None) -> dict[str, Any]:
     """The neighbor search of one case (Layer 4): whether it ran (and why not), neighbors tried, the
-    counterexample found, non-determinism seen. Never raises for anything the case contains."""
+    counterexample found, non-determinism seen. ``budget_ms`` is what the case's own budget
+    (``case_timeout_ms``) has left, None when nothing: the search takes at most that, and at most
+    ``neighbor_time_budget_ms``. Never raises for anything the case contains."""
     started = time.monotonic()
     config = validation.request.config
     reason = _not_run_reason(validation, index, result, database)
+    if reason is None and config.neighbor_skip_proven and structure.normalized_sql_match:
+        return {**_outcome(False, "the canonical trees are equal: no database tells the queries apart, so the "
+                                  "pass is robust without a search", started), "robust_by_structure": True}
+    if reason is None and budget_ms is None:
+        reason = f"case_timeout_ms={config.case_budget_ms()} was spent before the neighbor search"
     if reason is not None:
         return _outcome(False, reason, started)
     assert database is not None
@@ -218,11 +234,16 @@ def neighbor_search(validation: Validation, index: int, result: ResultComparison
     if isinstance(schema, str):
         return _outcome(False, schema, started)
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
-    found = hints(t for t in trees if t is not None)
+    found = hints((t for t in trees if t is not None), schema)
     tables = schema.scope(found.tables)
     if not tables:
         return _outcome(False, "the queries read no table of the database", started)
-    search = _Search(validation, index, schema, tables, started + config.neighbor_time_budget_ms / 1000)
+    assert budget_ms is not None
+    budget = min(budget_ms, config.neighbor_time_budget_ms)
+    search = _Search(validation, index, schema, tables, started + budget / 1000)
+    if budget_ms < config.neighbor_time_budget_ms:
+        search.cut(f"neighbor search limited to {budget_ms} ms: what was left of "
+                   f"case_timeout_ms={config.case_budget_ms()} (one query_timeout_ms at most)")
     tried = nonempty = rejected = 0
     counterexample = None
     stop = None
@@ -241,10 +262,13 @@ def neighbor_search(validation: Validation, index: int, result: ResultComparison
             counterexample = _shrink(search, accepted, outcome, number)
             break
     except _Spent:
-        stop = f"time budget of {config.neighbor_time_budget_ms} ms spent after {tried} neighbors"
+        stop = f"time budget of {budget} ms spent after {tried} neighbors"
+        search.cut(f"neighbor search stopped: {stop}")
     finally:
+        if search.keeper is not None:
+            search.keeper.close()
         search.adapter.close()
-    return {**_outcome(True, stop, started), "neighbors_tried": tried, "neighbors_nonempty": nonempty,
+    return {**_outcome(True, stop, started), "budget_cuts": search.cuts, "neighbors_tried": tried, "neighbors_nonempty": nonempty,
             "rejected_rows": rejected, "tables": [schema.tables[t].name for t in tables],
             "counterexample_found": counterexample is not None, "counterexample": counterexample,
             "nondeterminism": search.nondeterminism, "malformed_foreign_keys": schema.malformed_keys,
@@ -291,9 +315,10 @@ def _not_run_reason(validation: Validation, index: int, result: ResultComparison
     sides = [validation.actual, validation.expected[index]]
     if database is None or any(side.pre_materialized for side in sides):
         return "a result was given rather than executed: there is no database to build neighbors from"
-    if database.dialect != "sqlite":
-        return (f"no scratch copy for {database.dialect} yet: neighbors are built in memory for SQLite "
-                "databases only, and the search never writes to the evaluated database")
+    if database.dialect not in SCRATCH_DIALECTS:
+        return (f"no scratch copy for {database.dialect}: neighbors are built in memory, in SQLite or DuckDB, and a "
+                f"{database.dialect} copy would have to be created on the server, which the search never does (it "
+                "never writes to the evaluated database or its server, and the case's read-only role could not)")
     for label, side in (("actual", sides[0]), ("expected", sides[1])):
         if side.parsed.ast is not None and _random(side.parsed.ast):
             return f"the {label} query calls a non-deterministic function: its result is not a function of the data"
@@ -316,6 +341,7 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
         try:
             outcome = search.differs(candidate)
         except _Spent:
+            search.cut("the counterexample is shrunk only as far as the time budget allowed")
             return None
         if outcome is None:
             return False
@@ -365,7 +391,8 @@ def _count(rows: int) -> str:
 def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
     return {"neighbor_search_ran": ran, "reason": reason, "neighbors_tried": 0, "neighbors_nonempty": 0,
             "rejected_rows": 0, "tables": [], "counterexample_found": False, "counterexample": None,
-            "nondeterminism": [], "malformed_foreign_keys": [], "query_ms": 0.0,
+            "nondeterminism": [], "malformed_foreign_keys": [], "query_ms": 0.0, "budget_cuts": [],
+            "robust_by_structure": False,
             "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
 
 
@@ -380,6 +407,7 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
     found = neighborhood["counterexample"]
     if neighborhood["nondeterminism"]:
         report.warnings += [f"neighbor databases: {note}" for note in neighborhood["nondeterminism"]]
+    report.warnings += neighborhood.get("budget_cuts", [])
     if found is None:
         if scope == "neighborhood" and not neighborhood["neighbor_search_ran"] and report.deterministic_verdict \
                 == "pass":
@@ -405,15 +433,17 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
 
 def robustness(valid: list[Report], vacuous_pass: Callable[[Report], bool]) -> dict[str, Any]:
     """Summary figures of the neighbor search over valid reports: ``robust_passes`` (passes whose search ran
-    and found no counterexample), ``robust_pass_rate`` beside the pass rate (None when no search ran),
+    and found no counterexample, and passes whose canonical trees are equal, robust without a search),
+    ``robust_pass_rate`` beside the pass rate (None when no pass was searched or proven),
     ``passes_with_counterexample``, ``neighbor_searches`` (passes searched) and ``vacuous_passes_resolved``
     (passes on two empty results whose search compared non-empty results on some neighbor)."""
     passes = [(r, r.evidence.get("neighborhood") or {}) for r in valid if r.deterministic_verdict == "pass"]
     searched = [(r, n) for r, n in passes if n.get("neighbor_search_ran")]
-    robust = sum(not n.get("counterexample_found") for _, n in searched)
+    proven = sum(bool(n.get("robust_by_structure")) for _, n in passes)
+    robust = sum(not n.get("counterexample_found") for _, n in searched) + proven
     vacuous = [n for r, n in searched if vacuous_pass(r)]
     return {"robust_passes": robust,
-            "robust_pass_rate": round(robust / len(valid), 6) if valid and searched else None,
+            "robust_pass_rate": round(robust / len(valid), 6) if valid and (searched or proven) else None,
             "passes_with_counterexample": sum(bool(n.get("counterexample_found")) for _, n in passes),
             "neighbor_searches": len(searched),
             "vacuous_passes_resolved": sum(bool(n.get("neighbors_nonempty")) for n in vacuous)}

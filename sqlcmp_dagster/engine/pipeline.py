@@ -284,7 +284,9 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     Every candidate of the search is derived from the actual query and runs exactly as the actual query did:
     through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
     case's ``query_timeout_ms`` as its budget, or what is left of ``case_timeout_ms`` when that is less (a
-    warning names the cut). Returns the diagnostics and the milliseconds the candidates spent executing.
+    warning names the cut). The neighbor search of a pass gets what is left of the case's budget after that,
+    capped by ``neighbor_time_budget_ms`` (a warning names the cut there too). Returns the diagnostics and the
+    milliseconds the candidates spent executing.
     """
     config, dialect = validation.request.config, validation.dialect
     expected_side = validation.expected[index]
@@ -338,7 +340,9 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
         validation.warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
                                    f": what was left of case_timeout_ms={config.case_budget_ms()}")
-    diagnostics["neighborhood"] = neighbor_search(validation, index, result, database)
+    neighbor_budget_ms = remaining_timeout(validation, probe_ms[0])
+    diagnostics["neighborhood"] = neighbor_search(validation, index, structure, result, database,
+                                                  budget_ms=neighbor_budget_ms)
     return diagnostics, probe_ms[0]
 
 
