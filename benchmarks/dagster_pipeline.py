@@ -1,8 +1,11 @@
 """The Dagster pipeline's overhead: a suite through every layer asset and the summary in one run, against the
-engine alone over the same cases in one process (1 thread), on the local instance (SQLite run/event storage)
-and, with ``--pg-url``, on PostgreSQL run/event storage; and one case-sensor tick over unchanged cases.
+engine alone over the same cases in one process (1 thread), on the local instance (SQLite run/event storage
+as ``sqlcmp demo`` configures it: ``sqlcmp_dagster.event_log``), with ``--stock`` also on Dagster's stock
+SQLite event log, and with ``--pg-url`` on PostgreSQL run/event storage; and one case-sensor tick over
+unchanged cases.
 
-    python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir DIR [--pg-url URL] [--sensor-cases 10000]
+    python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir DIR [--pg-url URL] [--stock]
+        [--sensor-cases 10000] [--profile DIR]
     python benchmarks/dagster_pipeline.py            # the bundled suite cycled to --cases 1000 cases
 
 Spider dev (1,034 cases; the command BENCHMARKS.md uses), after
@@ -12,13 +15,17 @@ Spider dev (1,034 cases; the command BENCHMARKS.md uses), after
     python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir $S/database --pg-url postgresql+psycopg2://...
 
 Each part runs in a child process of its own (wall time and peak RSS from Linux /proc do not mix); the Dagster
-parts print the time spent storing events (cProfile-free: the instance's ``handle_new_event`` is wrapped).
+parts print the time spent storing events (the instance's ``handle_new_event`` is wrapped). ``--profile DIR``
+runs each Dagster part under cProfile instead and writes ``DIR/<part>.prof`` (times are then inflated; read
+the shares).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -57,8 +64,8 @@ def part(name: str, folder: Path, db_dir: Path, work: Path, pg_url: str | None) 
         return {"seconds": time.perf_counter() - started, "cpu_seconds": time.process_time() - cpu,
                 "peak_mib": peak_mib(), "cases": len(reports),
                 "passed": sum(r.deterministic_verdict == "pass" for r in reports)}
-    with _instance(name, pg_url) as instance:
-        if name in ("dagster", "dagster-pg"):
+    with _instance(name, pg_url, work) as instance:
+        if name in ("dagster", "dagster-stock", "dagster-pg"):
             events = _count_event_time(instance)
             started, cpu = time.perf_counter(), time.process_time()
             tick = sensor_tick(defs, instance, None)
@@ -81,9 +88,15 @@ def part(name: str, folder: Path, db_dir: Path, work: Path, pg_url: str | None) 
         return {"seconds": time.perf_counter() - started, "peak_mib": peak_mib()}
 
 
-def _instance(name: str, pg_url: str | None):  # noqa: ANN202 (a context manager)
+def _instance(name: str, pg_url: str | None, work: Path):  # noqa: ANN202 (a context manager)
     import dagster as dg
 
+    from sqlcmp_dagster.event_log import local_instance
+
+    if name == "dagster":
+        home = work / "dagster_home"
+        home.mkdir()
+        return dg.instance_for_test(temp_dir=str(home), overrides=local_instance(str(home / "history" / "runs")))
     if name != "dagster-pg":
         return dg.instance_for_test()
     import dagster_postgres  # noqa: F401 (fails early without the postgres extra)
@@ -115,12 +128,24 @@ def main() -> None:
     parser.add_argument("--db-dir", type=Path, help="the suite's databases")
     parser.add_argument("--pg-url", help="PostgreSQL URL for a run on PostgreSQL run/event storage")
     parser.add_argument("--sensor-cases", type=int, default=10_000)
-    parser.add_argument("--part", choices=("engine", "dagster", "dagster-pg", "sensor"))
+    parser.add_argument("--stock", action="store_true", help="also run on Dagster's stock SQLite event log, "
+                        "one event at a time (the per-event path this project's local instance replaces)")
+    parser.add_argument("--profile", type=Path, help="write a cProfile of each Dagster part here")
+    parser.add_argument("--part", choices=("engine", "dagster", "dagster-stock", "dagster-pg", "sensor"))
     parser.add_argument("--folder", type=Path)
     args = parser.parse_args()
     if args.part:
+        if args.part == "dagster-stock":  # Dagster's defaults: no event batches, a planned event per partition
+            os.environ.update({"DAGSTER_EVENT_BATCH_SIZE": "0", "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS": "0"})
         with tempfile.TemporaryDirectory() as work:
-            print(json.dumps(part(args.part, args.folder, args.db_dir, Path(work), args.pg_url)))
+            profile = cProfile.Profile() if args.profile and args.part.startswith("dagster") else None
+            if profile:
+                profile.enable()
+            figures = part(args.part, args.folder, args.db_dir, Path(work), args.pg_url)
+            if profile:
+                profile.disable()
+                profile.dump_stats(args.profile / f"{args.part}.prof")
+            print(json.dumps(figures))
         return
     with tempfile.TemporaryDirectory() as work:
         folder, sensor_folder = Path(work, "cases"), Path(work, "sensor-cases")
@@ -140,12 +165,14 @@ def main() -> None:
 
         build_sample_database(sensor_db / f"{SAMPLE_DB_ID}.sqlite")
         figures = {}
-        names = ["engine", "dagster", *(["dagster-pg"] if args.pg_url else []), "sensor"]
+        names = ["engine", "dagster", *(["dagster-stock"] if args.stock else []),
+                 *(["dagster-pg"] if args.pg_url else []), "sensor"]
         for name in names:
             where, databases = (sensor_folder, sensor_db) if name == "sensor" else (folder, db_dir)
             command = [sys.executable, __file__, "--part", name, "--folder", str(where), "--db-dir", str(databases)]
-            out = subprocess.run(command + (["--pg-url", args.pg_url] if args.pg_url else []), capture_output=True,
-                                 text=True)
+            command += ["--pg-url", args.pg_url] if args.pg_url else []
+            command += ["--profile", str(args.profile.resolve())] if args.profile else []
+            out = subprocess.run(command, capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
             figures[name] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -153,7 +180,8 @@ def main() -> None:
     print(f"{engine['cases']} cases, engine alone (one process, 1 thread): {engine['seconds']:.1f} s "
           f"(CPU {engine['cpu_seconds']:.1f} s), "
           f"peak {engine['peak_mib']:.0f} MiB, passed {engine['passed']}")
-    for name, label in (("dagster", "local instance (SQLite)"), ("dagster-pg", "PostgreSQL storage")):
+    for name, label in (("dagster", "local instance (SQLite, batched event log)"),
+                        ("dagster-stock", "Dagster's stock SQLite event log"), ("dagster-pg", "PostgreSQL storage")):
         if name in figures:
             f = figures[name]
             print(f"{f['cases']} cases, all assets + summary in {f['runs']} run, {label}: {f['seconds']:.1f} s "

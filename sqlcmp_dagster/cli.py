@@ -431,11 +431,18 @@ def _demo(args: argparse.Namespace) -> int:
     out_dir = args.out_dir.resolve()
     home = out_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
-    instance_config = home / "dagster.yaml"
-    if not instance_config.exists():  # a throwaway local instance: no telemetry, and no banner asking about it
-        instance_config.write_text("telemetry:\n  enabled: false\n", encoding="utf-8")
     os.environ["DAGSTER_HOME"] = str(home)
     import dagster as dg
+
+    from sqlcmp_dagster.event_log import local_instance
+
+    instance_config = home / "dagster.yaml"
+    if not instance_config.exists():
+        # a throwaway local instance: no telemetry (and no banner asking about it), and an event log that
+        # writes a step's per-case events in one transaction (sqlcmp_dagster.event_log)
+        instance_config.write_text(yaml.safe_dump({"telemetry": {"enabled": False},
+                                                   **local_instance(str(home / "history" / "runs"))}),
+                                   encoding="utf-8")
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)

@@ -18,6 +18,7 @@ from sqlcmp_dagster.assets.common import CASE_STORE
 from sqlcmp_dagster.assets.jobs import evaluation_job, nightly_evaluation, summary_job
 from sqlcmp_dagster.assets.sensors import case_sensor
 from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
+from sqlcmp_dagster.event_log import enable_event_batches
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource, LLMJudgeResource, \
     PartitionedParquetIOManager
 
@@ -37,7 +38,12 @@ summary_sensor = dg.AutomationConditionSensorDefinition(
 
 def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None, db_url: str | None = None,
                       storage_dir: str | None = None) -> dg.Definitions:
-    """The definitions with explicit locations (tests and the demo) or the environment's defaults."""
+    """The definitions with explicit locations (tests and the demo) or the environment's defaults.
+
+    Any process that loads them (``dagster dev``'s step processes, an in-process run) hands Dagster's event
+    log a step's partition events as batches: see ``sqlcmp_dagster.event_log``.
+    """
+    enable_event_batches()
     cases_dir = cases_dir or os.environ.get("SQLCMP_CASES_DIR") or str(sample_suite_path().parent)
     db_dir = db_dir or os.environ.get("SQLCMP_DB_DIR") or str(sample_db_dir())
     return dg.Definitions(

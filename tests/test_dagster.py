@@ -17,6 +17,7 @@ import pytest
 from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS
 from sqlcmp_dagster.assets.common import cases_partitions
+from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suites
 from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
@@ -24,12 +25,16 @@ from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.event_log import local_instance
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
 
 @pytest.fixture
-def instance() -> Iterator[dg.DagsterInstance]:
-    with dg.instance_for_test() as test_instance:
+def instance(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dg.DagsterInstance]:
+    """A local instance as ``sqlcmp demo`` configures it (the batched SQLite event log)."""
+    home = tmp_path_factory.mktemp("dagster_home")
+    with dg.instance_for_test(temp_dir=str(home), overrides=local_instance(str(home / "history" / "runs"))) \
+            as test_instance:
         yield test_instance
 
 
@@ -79,6 +84,11 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     assert (value["cases"], value["passed"], value["invalid_cases"]) == (34, 11, 1)
     metadata = summary.get_asset_materialization_events()[0].materialization.metadata
     assert "█" in metadata["severity"].value and metadata["pass_rate"].value == pytest.approx(11 / 33)
+    for name in ROBUST_FIGURES:  # numbers beside pass_rate, so the Plots tab draws their trend
+        assert isinstance(metadata[name], (dg.IntMetadataValue, dg.FloatMetadataValue)), name
+    assert (metadata["robust_passes"].value, metadata["passes_with_counterexample"].value) == (
+        value["robust_passes"], value["passes_with_counterexample"])
+    assert metadata["robust_pass_rate"].value == pytest.approx(value["robust_pass_rate"])
 
 
 def _query_the_store_as_the_readme_does(store: Path, reports: list[Report]) -> None:

@@ -11,6 +11,10 @@ from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.summary import summarize
 
+#: The robust figures of a summary (``engine.neighbors.robustness``), shown as numeric metadata.
+ROBUST_FIGURES = ("robust_pass_rate", "robust_passes", "passes_with_counterexample", "neighbor_searches",
+                  "vacuous_passes_resolved")
+
 
 @dg.asset(io_manager_key=CASE_STORE, group_name="evaluation", kinds={"polars"},
           ins={"case_reports": dg.AssetIn(key=case_reports_key)},
@@ -22,9 +26,8 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
     context.add_output_metadata({
         "pass_rate": dg.MetadataValue.float(summary["pass_rate"] if summary["pass_rate"] is not None
                                             else float("nan")),
-        "robust_pass_rate": dg.MetadataValue.float(summary["robust_pass_rate"]
-                                                   if summary["robust_pass_rate"] is not None else float("nan")),
-        "passes_with_counterexample": summary["passes_with_counterexample"],
+        # the neighbor search's figures beside the pass rate, each a number for the Plots tab
+        **{name: number(summary[name]) for name in ROBUST_FIGURES},
         "cases": summary["cases"],
         "vacuous_passes": summary["vacuous_passes"],
         "invalid_cases": summary["invalid_cases"],
@@ -48,6 +51,17 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
     })
     return summary
+
+
+def number(value: float | int | None) -> dg.MetadataValue:
+    """A summary figure as numeric metadata (a rate without cases to count, None, plots as NaN: a gap).
+
+    >>> number(None).value != number(None).value, number(3).value, number(0.5).value
+    (True, 3, 0.5)
+    """
+    if isinstance(value, int):
+        return dg.MetadataValue.int(value)
+    return dg.MetadataValue.float(float("nan") if value is None else value)
 
 
 def database_table(per_database: dict[str, dict[str, Any]], group: str = "database") -> str:

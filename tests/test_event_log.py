@@ -1,0 +1,70 @@
+"""The local instance's batched SQLite event log stores exactly what Dagster's per-event path stores, with a
+step's partition materializations written as one batch instead of one transaction pair per event."""
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from sqlcmp_dagster.event_log import BatchedSqliteEventLogStorage, enable_event_batches, local_instance
+
+KEYS = [f"case{i:03d}" for i in range(20)]
+parts = dg.DynamicPartitionsDefinition(name="cases")
+
+
+@dg.asset(partitions_def=parts, backfill_policy=dg.BackfillPolicy.single_run(), io_manager_key="mem")
+def layer(context: dg.AssetExecutionContext) -> int:
+    for key in context.partition_keys:
+        context.add_asset_metadata({"verdict": "pass" if key.endswith("0") else "fail"}, partition_key=key)
+    return len(context.partition_keys)
+
+
+def _materialize(home: Path, batched: bool) -> dict[str, object]:
+    """Materialize every partition in one run and read back what the instance recorded."""
+    home.mkdir()
+    overrides = local_instance(str(home / "history" / "runs")) if batched else None
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
+        calls = {"event": 0, "batch": 0}
+        storage = instance.event_log_storage
+        store_event, store_event_batch = storage.store_event, storage.store_event_batch
+
+        def count_event(event):  # noqa: ANN001, ANN202
+            calls["event"] += event.is_dagster_event and event.dagster_event_type == "ASSET_MATERIALIZATION"
+            return store_event(event)
+
+        def count_batch(events):  # noqa: ANN001, ANN202
+            calls["batch"] += 1
+            return store_event_batch(events)
+
+        storage.store_event, storage.store_event_batch = count_event, count_batch
+        instance.add_dynamic_partitions(parts.name, KEYS)
+        result = dg.materialize([layer], instance=instance, resources={"mem": dg.InMemoryIOManager()},
+                                tags={"dagster/asset_partition_range_start": KEYS[0],
+                                      "dagster/asset_partition_range_end": KEYS[-1]})
+        assert result.success
+        records = instance.fetch_materializations(dg.AssetKey("layer"), limit=1000).records
+        latest = instance.get_latest_materialization_event(dg.AssetKey("layer"))
+        return {"storage": type(storage), "calls": calls,
+                "verdicts": {r.partition_key: r.asset_materialization.metadata["verdict"].value for r in records},
+                "materialized": instance.get_materialized_partitions(dg.AssetKey("layer")),
+                "latest_is_last_stored": latest.asset_materialization.partition == records[0].partition_key,
+                "run_records": len(instance.get_records_for_run(result.run_id).records)}
+
+
+def test_batched_event_log_stores_what_the_per_event_path_stores(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
+    stock = _materialize(tmp_path / "stock", batched=False)
+    enable_event_batches()
+    batched = _materialize(tmp_path / "batched", batched=True)
+    assert batched["storage"] is BatchedSqliteEventLogStorage
+    # the same facts: one materialization per case with its own metadata, every partition materialized
+    assert batched["verdicts"] == stock["verdicts"] and len(batched["verdicts"]) == len(KEYS)
+    assert batched["materialized"] == stock["materialized"] == set(KEYS)
+    assert batched["latest_is_last_stored"] and stock["latest_is_last_stored"]
+    # ... written as one batch rather than one event (two SQLite transactions) at a time
+    assert stock["calls"] == {"event": len(KEYS), "batch": 0}
+    assert batched["calls"] == {"event": 0, "batch": 1}
+    # one planned event per run instead of one per partition
+    assert stock["run_records"] - batched["run_records"] == len(KEYS) - 1
