@@ -10,17 +10,27 @@ Bounds are generous multiples of what the fix allows and far below what the unfi
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import dagster as dg
+import polars as pl
 import pytest
 from conftest import pg_schema
 
+from sqlcmp_dagster.assets import LAYERS
+from sqlcmp_dagster.assets.common import cases_partitions
+from sqlcmp_dagster.definitions import build_definitions
+from sqlcmp_dagster.engine.records import reports_from_frame
+from sqlcmp_dagster.engine.pipeline import Evaluator
+
 from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.engine.duckdb_process import memory_bound
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
+from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.pipeline import compare
 
 #: One hostile result per engine: 300 rows of about 1 MB each (300 MB unbounded).
@@ -35,6 +45,8 @@ SLOW_STEPS = ("WITH RECURSIVE r(i, s) AS (SELECT 0, hex(zeroblob(10000000)) UNIO
               "SELECT i + 1, replace(s, '0', '0') FROM r WHERE i < 100000) SELECT max(i) FROM r")
 BLOB = {"sqlite": "x'00ff'", "duckdb": "'\\x00\\xFF'::BLOB", "postgres": "'\\x00ff'::bytea"}
 OTHER_BLOB = {"sqlite": "x'00fe'", "duckdb": "'\\x00\\xFE'::BLOB", "postgres": "'\\x00fe'::bytea"}
+#: One row of five 10 MB cells (issue 11 item 4 had five of 50 MB): the driver held it whole, 3 copies of 50 MB.
+HUGE_ROW = "SELECT " + ", ".join(f"repeat('{c}', 10000000) AS {c}" for c in "abcde")
 HUGE_TEXT = {"duckdb": "repeat('x', 5000000) || '{end}'", "postgres": "repeat('x', 5000000) || '{end}'"}
 
 
@@ -57,14 +69,20 @@ def baseline_rss() -> dict[str, int]:
     return {}
 
 
-def baseline(cache: dict[str, int], target: str) -> int:
+def baseline(cache: dict[str, int], target: str, children: bool = False) -> int:
+    """The peak of :func:`peak_rss_kb` on a trivial query: of the child itself, or of its own children."""
     if target not in cache:
-        cache[target] = peak_rss_kb(target, "SELECT 1 AS i", {"enable_counterfactual_probes": False})[0]
-    return cache[target]
+        peak, child_peak, _ = peak_rss_kb(target, "SELECT 1 AS i", {"enable_counterfactual_probes": False},
+                                          children=True)
+        cache[target], cache[f"{target} children"] = peak, child_peak
+    return cache[f"{target} children" if children else target]
 
 
-def peak_rss_kb(target: str, sql: str, config: dict[str, object]) -> tuple[int, dict[str, object]]:
-    """Peak RSS (KiB) of a child process that compares ``sql`` with ``SELECT 1`` on ``target``, and its report."""
+def peak_rss_kb(target: str, sql: str, config: dict[str, object], children: bool = False
+                ) -> tuple[int, int, dict[str, object]]:
+    """Peak RSS (KiB) of a child process that compares ``sql`` with ``SELECT 1`` on ``target``, the largest
+    peak of that child's own children (DuckDB's query processes, reaped when the adapter closes), and the
+    report."""
     script = (
         "import json, re, sys\n"
         "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
@@ -72,15 +90,20 @@ def peak_rss_kb(target: str, sql: str, config: dict[str, object]) -> tuple[int, 
         "from sqlcmp_dagster.engine.pipeline import compare\n"
         "target, sql, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])\n"
         "request = CompareRequest(expected_sql='SELECT 1 AS i', actual_sql=sql, config=EvalConfig(**config))\n"
-        "report = json.dumps(compare(request, ExecutionAdapter(target)).model_dump(mode='json'))\n"
+        "adapter = ExecutionAdapter(target)\n"
+        "report = json.dumps(compare(request, adapter).model_dump(mode='json'))\n"
+        "adapter.close()\n"
         # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forked parent (pytest) across exec.
         "peak = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
-        "print(json.dumps({'rss': peak, 'report': report}))\n"
+        # A reaped child's ru_maxrss: its own peak, or this process's size when it was forked if that is more.
+        "import resource\n"
+        "children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+        "print(json.dumps({'rss': peak, 'children': children, 'report': report}))\n"
     )
     done = subprocess.run([sys.executable, "-c", script, target, sql, json.dumps(config)], capture_output=True,
                           text=True, timeout=300, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return int(result["rss"]), json.loads(result["report"])
+    return int(result["rss"]), int(result["children"]), json.loads(result["report"])
 
 
 @pytest.mark.parametrize("engine", ["sqlite", "postgres"])
@@ -89,19 +112,34 @@ def test_max_result_bytes_bounds_memory_while_fetching(engine: str, targets: dic
     """300 MB of rows with max_result_bytes=8 MB: the child's peak stays within 100 MB of a trivial query's
     (unbounded, the rows alone are 300 MB)."""
     config = {"max_result_bytes": 8_000_000, "enable_counterfactual_probes": False}
-    peak, report = peak_rss_kb(targets[engine], WIDE_ROWS[engine], config)
+    peak, _, report = peak_rss_kb(targets[engine], WIDE_ROWS[engine], config)
     assert peak - baseline(baseline_rss, targets[engine]) < 100 * 1024, (engine, baseline_rss, peak)
     assert any("max_result_bytes=8,000,000" in w for w in report["warnings"]), report["warnings"]
     assert len(json.dumps(report)) < 200_000  # samples carry cut cells, not megabytes
 
 
 def test_max_result_bytes_truncates_on_duckdb(targets: dict[str, str]) -> None:
-    """DuckDB truncates and reports the same way (its driver materializes the whole result first, so its
-    memory is not measured here: see the README's security section)."""
-    execution = ExecutionAdapter(targets["duckdb"]).execute(WIDE_ROWS["duckdb"], max_bytes=8_000_000)
+    """DuckDB truncates and reports the same way when the rows fit its memory bound (20 rows of 1 MB)."""
+    adapter = ExecutionAdapter(targets["duckdb"])
+    execution = adapter.execute("SELECT range AS i, repeat('x', 1000000) AS z FROM range(20)", max_bytes=8_000_000)
     assert execution.success and execution.relation is not None and execution.relation.truncated
     assert execution.relation.height < 10
     assert any("max_result_bytes=8,000,000" in w for w in execution.warnings)
+    adapter.close()
+
+
+def test_max_result_bytes_bounds_duckdb_memory(targets: dict[str, str], baseline_rss: dict[str, int]) -> None:
+    """DuckDB computes 2,048 rows at a time outside its memory_limit, so 1,000 rows of 1 MB were 1 GB in this
+    process whatever the fetch kept. Its query process is bounded by memory_bound(max_result_bytes) (320 MiB
+    at 8 MiB): the query fails there with a named reason, and nothing large reaches the parent."""
+    config = {"max_result_bytes": 8 << 20, "enable_counterfactual_probes": False}
+    sql = "SELECT range AS i, repeat('x', 1000000) AS z FROM range(1000)"
+    peak, child_peak, report = peak_rss_kb(targets["duckdb"], sql, config, children=True)
+    assert child_peak - baseline(baseline_rss, targets["duckdb"], children=True) < 400 * 1024, \
+        (baseline_rss, child_peak)
+    assert peak - baseline(baseline_rss, targets["duckdb"]) < 100 * 1024, (baseline_rss, peak)
+    error = report["metrics"]["validation"]["execution_error_actual"]
+    assert error["message"].startswith("result_too_large: the query needed more than 320 MiB of memory in DuckDB"), error
 
 
 @pytest.mark.parametrize("engine", ["duckdb", "postgres"])
@@ -121,10 +159,27 @@ def test_huge_cells_are_cut_with_a_digest_and_compared_truthfully(engine: str, t
     adapter.close()
 
 
+@pytest.mark.parametrize("engine", ["duckdb", "postgres"])
+def test_one_huge_row_is_cut_before_it_reaches_the_process(engine: str, targets: dict[str, str],
+                                                           baseline_rss: dict[str, int]) -> None:
+    """PostgreSQL cuts each value past max_cell_bytes on the server (prefix and digest computed there), so the
+    row never crosses the wire whole; DuckDB's row stays in its query process, bounded by memory_bound, and
+    only cut cells reach this one. Either way the comparing process stays within 40 MB of a trivial query
+    (the row whole is 50 MB; the driver held three copies of it)."""
+    config = {"enable_counterfactual_probes": False, "max_cell_bytes": 1 << 16}
+    peak, child_peak, report = peak_rss_kb(targets[engine], HUGE_ROW, config, children=True)
+    assert peak - baseline(baseline_rss, targets[engine]) < 40 * 1024, (baseline_rss, peak)
+    if engine == "duckdb":
+        assert child_peak - baseline(baseline_rss, targets[engine], children=True) \
+            < memory_bound(DEFAULT_MAX_RESULT_BYTES) // 1024, (baseline_rss, child_peak)
+    assert any("5 cell(s) longer than max_cell_bytes=65,536 were cut" in w for w in report["warnings"]), \
+        report["warnings"]
+
+
 def test_sqlite_refuses_a_value_past_max_cell_bytes_inside_the_engine(targets: dict[str, str],
                                                                      baseline_rss: dict[str, int]) -> None:
     config = {"enable_counterfactual_probes": False}
-    peak, report = peak_rss_kb(targets["sqlite"], "SELECT zeroblob(300000000), zeroblob(300000000)", config)
+    peak, _, report = peak_rss_kb(targets["sqlite"], "SELECT zeroblob(300000000), zeroblob(300000000)", config)
     assert peak - baseline(baseline_rss, targets["sqlite"]) < 50 * 1024, (baseline_rss, peak)
     assert "string or blob too big (a value longer than max_cell_bytes=1,048,576)" in json.dumps(report)
 
@@ -188,6 +243,33 @@ def test_case_timeout_ms_caps_the_probes_and_names_the_cut(pg_url: str) -> None:
                       adapter)
     assert starved.error_types == ["timeout"]  # the actual query got what was left of 300 ms
     adapter.close()
+
+
+def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_path: Path, sample_dir: Path
+                                                                         ) -> None:
+    """Issue 11 item 9 in Dagster: the fix search runs in the diagnostics asset, a step of its own, so its
+    "fix search limited" warning must travel with what that asset returns; the report then says what the
+    library's says."""
+    case = {"case_id": "budget", "db": "shop", "expected_sql": "SELECT name FROM products",
+            "actual_sql": "SELECT name FROM products WHERE price > 10",
+            "config": {"query_timeout_ms": 10_000, "case_timeout_ms": 10_000}}
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text(json.dumps(case) + "\n", encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(cases_partitions.name, ["budget"])
+        assert dg.materialize(LAYERS, instance=instance, resources=defs.resources, partition_key="budget").success
+    frames = [pl.read_parquet(p) for p in (tmp_path / "store" / "case_reports").glob("*.parquet")]
+    [report] = [r for frame in frames for r in reports_from_frame(frame)]
+    cut = [w for w in report.warnings if w.startswith("fix search limited to")]
+    assert cut and cut[0].endswith("what was left of case_timeout_ms=10000"), report.warnings
+    library = Evaluator(db_dir=sample_dir).evaluate(CompareRequest.model_validate(case))
+
+    def unmeasured(warnings: list[str]) -> list[str]:  # the ms left differ from run to run
+        return [re.sub(r"limited to \d+ ms", "limited to N ms", w) for w in warnings]
+
+    assert unmeasured(report.warnings) == unmeasured(library.warnings)
 
 
 def test_batch_with_resource_attacks_writes_every_other_report(tmp_path: Path, targets: dict[str, str]) -> None:

@@ -45,7 +45,7 @@ def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
     assert index == choose(result_layer(validation))
     for number, result in results.items():
         assert result_from_row(_stored(result_row(number, result), RESULT)) == result
-    found, _ = diagnostic_layer(restored, index, structures[index], results[index], database)
+    found, _, _ = diagnostic_layer(restored, index, structures[index], results[index], database)
     stored = pl.DataFrame([diagnostics_row(found)], schema=DIAGNOSTICS).row(0, named=True)
     assert diagnostics_from_row(stored) == found
 

@@ -24,9 +24,11 @@ def diagnostics(executions: pl.DataFrame, structural_diffs: pl.DataFrame, result
         structure = structure_from_row(chosen(row["structures"], index))
         result = result_from_row(chosen(row["results"], index))
         adapter, _ = database.open(validation.request)
-        found, probe_ms = diagnostic_layer(validation, index, structure, result, adapter)
+        found, probe_ms, search_warnings = diagnostic_layer(validation, index, structure, result, adapter)
         performance, warnings = performance_layer(validation, index, adapter)
-        return {**diagnostics_row(found), "performance": performance, "performance_warnings": warnings,
+        # The analysis' warnings, as the library's report has them: the fix search's, then performance's.
+        return {**diagnostics_row(found), "performance": performance,
+                "performance_warnings": search_warnings + warnings,
                 "probe_execution_ms": probe_ms}
 
     return per_case(joined(executions, structural_diffs, result_comparisons), diagnose_case, SCHEMA)

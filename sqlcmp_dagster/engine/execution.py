@@ -30,6 +30,8 @@ import polars as pl
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
+from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
+from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, DuckdbProcess, Request, memory_bound
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
     binary_text
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, unsafe_reason
@@ -41,21 +43,9 @@ _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
 DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 #: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
 _SQLITE_PROGRESS_STEPS = 10_000
-#: DuckDB settings of every connection, applied when the read-only file is opened and then locked: no file,
-#: URL or extension access (``read_text``, ``glob``, ``COPY``, ``ATTACH``, httpfs, ``FROM 'file.csv'``), no
-#: extension installed or loaded behind the query's back, no ``SET`` or ``enable_logging`` that changes them.
-DUCKDB_SANDBOX = {
-    "enable_external_access": False,
-    "autoinstall_known_extensions": False,
-    "autoload_known_extensions": False,
-    "lock_configuration": True,
-}
 #: PostgreSQL predefined roles whose members reach past the database (server files, programs, other backends).
 PRIVILEGED_PG_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
                        "pg_signal_backend")
-#: Rows fetched per round trip at most; fewer when rows are wide, so one round trip stays near a MiB.
-_FETCH_ROWS = 1024
-_FETCH_BYTES = 1 << 20
 #: Characters of text (bytes of binary) of one cell that a report's samples and result tables show.
 SAMPLE_CELL_CHARS = 200
 
@@ -104,15 +94,6 @@ class Execution:
     error: ExecutionError | None
     elapsed_ms: float
     warnings: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Fetched:
-    """The rows :func:`fetch_bounded` kept, whether it stopped early, and why (one warning per cap hit)."""
-
-    rows: list[tuple[Any, ...]]
-    truncated: bool
-    warnings: list[str]
 
 
 @dataclass(frozen=True)
@@ -253,6 +234,9 @@ class ExecutionAdapter:
         self.timeout_ms = timeout_ms
         self.max_result_rows = max_result_rows
         self._sqlite_path: Path | None = None
+        self._duckdb_database: str | None = None
+        self._duckdb_idle: list[DuckdbProcess] = []
+        self._duckdb_lock = threading.Lock()
         if scratch is not None:
             self.identifier = target
             self.engine = duckdb_memory_engine(scratch) if scratch_dialect == "duckdb" else sa.create_engine(
@@ -292,6 +276,8 @@ class ExecutionAdapter:
             database = sa.make_url(target).database
             if database and database != ":memory:" and not Path(database).is_file():
                 raise FileNotFoundError(f"DuckDB database not found: {database}")
+            self._duckdb_database = str(Path(database).resolve()) if database and database != ":memory:" \
+                else ":memory:"
             return sa.create_engine(target, poolclass=NullPool,
                                     connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
         if self._sqlite_path is not None:
@@ -322,18 +308,27 @@ class ExecutionAdapter:
         if reason is not None:
             return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
         limit = self.max_result_rows if max_rows is None else max_rows
+        timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        if self._duckdb_database is not None:
+            return self._execute_duckdb(Request(self._duckdb_database, _strip_terminator(sql), timeout, limit,
+                                                max_bytes, max_cell_bytes))
         started = time.perf_counter()
         try:
-            with self._session(self.timeout_ms if timeout_ms is None else timeout_ms, max_cell_bytes) as connection:
+            with self._session(timeout, max_cell_bytes) as connection:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
                 # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
                 raw = connection.connection
+                query, shape = _strip_terminator(sql), None
+                if self.dialect == "postgres":
+                    shape = _postgres_shape(raw, query)
+                    query = shape.query(query, max_cell_bytes) if shape is not None else query
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
-                cursor.execute(_strip_terminator(sql))
-                fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
+                cursor.execute(query)
+                fetched = fetch_bounded(shape.rows(cursor) if shape is not None else cursor, limit, max_bytes,
+                                        max_cell_bytes)
                 if cursor.description is None:
                     raise _NoRows()
-                names = [str(column[0]) for column in cursor.description]
+                names = shape.names if shape is not None else [str(column[0]) for column in cursor.description]
                 elapsed = (time.perf_counter() - started) * 1000
         except _NoRows:
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
@@ -352,6 +347,33 @@ class ExecutionAdapter:
             return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
         relation = relation_from_rows(names, fetched.rows, fetched.truncated)
         return Execution(True, relation, None, elapsed, fetched.warnings)
+
+    def _execute_duckdb(self, request: Request) -> Execution:
+        """Run ``request`` in a DuckDB process of this adapter (:mod:`~sqlcmp_dagster.engine.duckdb_process`),
+        whose memory is bounded by :func:`~sqlcmp_dagster.engine.duckdb_process.memory_bound` of ``max_bytes``."""
+        with self._duckdb_lock:
+            process = self._duckdb_idle.pop() if self._duckdb_idle else DuckdbProcess()
+        started = time.perf_counter()
+        answer = process.run(request)
+        elapsed = (time.perf_counter() - started) * 1000
+        if process.alive:
+            with self._duckdb_lock:
+                self._duckdb_idle.append(process)
+        if answer.outcome == "ok":
+            assert answer.names is not None and answer.fetched is not None
+            relation = relation_from_rows(answer.names, answer.fetched.rows, answer.fetched.truncated)
+            return Execution(True, relation, None, elapsed, answer.fetched.warnings)
+        if answer.outcome == "no_rows":
+            error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
+        elif answer.outcome == "memory":
+            error = ExecutionError(category="unknown_error", message=(
+                f"result_too_large: the query needed more than {memory_bound(request.max_bytes) >> 20} MiB of "
+                f"memory in DuckDB (the bound set by max_result_bytes={request.max_bytes:,}): {answer.message}"))
+        elif answer.outcome == "timeout":
+            error = ExecutionError(category="timeout", message=f"interrupted: {answer.message}")
+        else:
+            error = execution_error(answer.message)
+        return Execution(False, None, error, elapsed)
 
     def explain(self, sql: str) -> Plan | None:
         """The engine's plan for ``sql``, estimated only (a query is never run for its plan: no ANALYZE).
@@ -386,6 +408,10 @@ class ExecutionAdapter:
         return hashlib.sha256(self.identifier.encode()).hexdigest()[:16]
 
     def close(self) -> None:
+        with self._duckdb_lock:
+            processes, self._duckdb_idle = self._duckdb_idle, []
+        for process in processes:
+            process.stop()
         self.engine.dispose()
 
     @contextmanager
@@ -400,7 +426,7 @@ class ExecutionAdapter:
                     driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes)
                 guard = sqlite_deadline(driver, timeout_ms)
             elif self.dialect == "duckdb":
-                guard = _interrupt_after(driver, timeout_ms)
+                guard = interrupt_after(driver, timeout_ms)
             else:
                 guard = _noop()
             with guard:
@@ -412,56 +438,6 @@ class ExecutionAdapter:
                     yield connection
                 finally:
                     transaction.rollback()
-
-
-def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int, max_cell_bytes: int) -> Fetched:
-    """Fetch at most ``max_rows`` rows and about ``max_bytes`` bytes from a DBAPI ``cursor``, cutting each cell
-    at ``max_cell_bytes`` as it arrives (:func:`cut_cell`).
-
-    The caps are enforced while fetching: rows come in round trips of about a MiB (one row at a time while rows
-    are huge), so the process never holds more than the kept rows plus one round trip. Size is approximate:
-    the length of text and binary values plus 8 bytes per cell.
-    """
-    rows: list[tuple[Any, ...]] = []
-    size, batch, cells_cut = 0, 1, 0
-    while True:
-        want = min(batch, max_rows + 1 - len(rows))
-        chunk = cursor.fetchmany(want)
-        for raw in chunk:
-            row = tuple(cut_cell(value, max_cell_bytes) for value in raw)
-            cells_cut += sum(a is not b for a, b in zip(raw, row) if isinstance(a, (str, bytes)))
-            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
-            rows.append(row)
-            if size > max_bytes:
-                warnings = [f"result truncated at max_result_bytes={max_bytes:,} (about {size:,} bytes in "
-                            f"{len(rows):,} rows)"]
-                return Fetched(rows, True, _cut_warning(cells_cut, max_cell_bytes) + warnings)
-        if len(rows) > max_rows:
-            warnings = [f"result truncated to max_result_rows={max_rows} rows"]
-            return Fetched(rows[:max_rows], True, _cut_warning(cells_cut, max_cell_bytes) + warnings)
-        if len(chunk) < want:
-            return Fetched(rows, False, _cut_warning(cells_cut, max_cell_bytes))
-        batch = max(1, min(_FETCH_ROWS, _FETCH_BYTES * len(rows) // max(size, 1)))
-
-
-def cut_cell(value: Any, limit: int) -> Any:
-    """A driver's cell as the engine keeps it: binary as ``bytes`` (psycopg2 returns ``memoryview``), and text
-    or binary longer than ``limit`` cut there with a marker naming the full length and a digest of the whole
-    value, so that two cut cells are still equal exactly when the values were.
-
-    >>> cut_cell("abcdef", 3)
-    'abc…[cut at 3 of 6 characters, sha256 bef57ec7f53a6d40]'
-    >>> cut_cell(memoryview(b"\\x00\\xff"), 3)
-    b'\\x00\\xff'
-    """
-    if isinstance(value, (memoryview, bytearray)):
-        value = bytes(value)
-    if isinstance(value, (str, bytes)) and len(value) > limit:
-        whole = value if isinstance(value, bytes) else value.encode("utf-8", errors="surrogatepass")
-        unit = "bytes" if isinstance(value, bytes) else "characters"
-        marker = f"…[cut at {limit} of {len(value)} {unit}, sha256 {hashlib.sha256(whole).hexdigest()[:16]}]"
-        return value[:limit] + (marker.encode() if isinstance(value, bytes) else marker)
-    return value
 
 
 def shown_rows(rows: Iterable[Sequence[Any]], limit: int = SAMPLE_CELL_CHARS) -> list[list[Any]]:
@@ -483,9 +459,91 @@ def _shown(value: Any, limit: int) -> Any:
     return value
 
 
-def _cut_warning(count: int, limit: int) -> list[str]:
-    return [f"{count} cell(s) longer than max_cell_bytes={limit:,} were cut (compared by prefix and digest)"] \
-        if count else []
+#: PostgreSQL types whose values are at most a few dozen bytes (or a bounded few KB, as numeric): not cut.
+_PG_FIXED_TYPES = frozenset({
+    16, 18, 19, 20, 21, 23, 26, 700, 701, 790, 1700, 1082, 1083, 1114, 1184, 1186, 1266, 2950, 650, 869, 829,
+})
+#: PostgreSQL types measured and cut as they are; any other type is measured and cut through its text form.
+_PG_TEXT_TYPES = frozenset({25, 1042, 1043})
+_PG_BYTEA = 17
+
+
+@dataclass(frozen=True)
+class _PostgresShape:
+    """A PostgreSQL result's columns, and which of them may hold a value too long to transfer.
+
+    :meth:`query` wraps the query so that the server sends, for a value of more than ``max_cell_bytes`` bytes,
+    NULL in its column and the cut value in an extra column: the first ``max_cell_bytes`` characters (bytes of
+    a bytea) and the marker :func:`~bounds.cut_cell` would write (full length, SHA-256 prefix), computed on the
+    server, so the whole value never reaches this process.
+    Other values, and their types, are as the query returned them. :meth:`rows` puts the cut values back.
+    """
+
+    names: list[str]
+    cuttable: list[tuple[int, int]]  # (column index, type oid)
+
+    def query(self, sql: str, limit: int) -> str:
+        if not self.cuttable:
+            return sql
+        columns = [f"c{i}" for i in range(len(self.names))]
+        kept, cut = list(columns), []
+        for index, oid in self.cuttable:
+            value = columns[index] if oid in _PG_TEXT_TYPES or oid == _PG_BYTEA else f"{columns[index]}::text"
+            too_long = f"octet_length({value}) > {limit}"  # read from the value's header: no scan
+            if oid == _PG_BYTEA:
+                marker = (f"substring({value} from 1 for {limit}) || convert_to('…[cut at {limit} of ' || "
+                          f"octet_length({value}) || ' bytes, sha256 ' || left(encode(sha256({value}), 'hex'), "
+                          "16) || ']', 'UTF8')")
+            else:
+                marker = (f"left({value}, {limit}) || '…[cut at {limit} of ' || length({value}) || ' characters, "
+                          f"sha256 ' || left(encode(sha256(convert_to({value}, 'UTF8')), 'hex'), 16) || ']'")
+            kept[index] = f"CASE WHEN {too_long} THEN NULL ELSE {columns[index]} END"
+            cut.append(f"CASE WHEN {too_long} THEN {marker} END")
+        # OFFSET 0 keeps the query a subquery of its own, so each value is computed once, not once per use.
+        return (f"SELECT {', '.join(kept + cut)} FROM (SELECT * FROM ({sql}) AS sqlcmp_query OFFSET 0) "
+                f"AS sqlcmp_cut({', '.join(columns)})")
+
+    def rows(self, cursor: Any) -> Any:
+        """``cursor`` with each row's cut values put back in their columns (as :class:`~bounds.CutText` or
+        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are)."""
+        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable])
+
+
+@dataclass(frozen=True)
+class _MergedCursor:
+    cursor: Any
+    width: int
+    cut_columns: list[int]
+
+    def fetchmany(self, size: int) -> list[tuple[Any, ...]]:
+        merged = []
+        for row in self.cursor.fetchmany(size):
+            values = list(row[:self.width])
+            for index, cut in zip(self.cut_columns, row[self.width:]):
+                if cut is not None:
+                    values[index] = CutText(cut) if isinstance(cut, str) else CutBytes(bytes(cut))
+            merged.append(tuple(values))
+        return merged
+
+
+def _postgres_shape(raw: Any, sql: str) -> _PostgresShape | None:
+    """The columns of ``sql`` (planned, not run: ``LIMIT 0``) in a savepoint, or None when that fails (the query
+    then runs unwrapped and fails with its own message)."""
+    cursor = raw.cursor()
+    try:
+        cursor.execute("SAVEPOINT sqlcmp_shape")
+        try:
+            cursor.execute(f"SELECT * FROM ({sql}) AS sqlcmp_shape LIMIT 0")
+        except Exception:  # noqa: BLE001 - any failure of the query itself: it runs again unwrapped
+            cursor.execute("ROLLBACK TO SAVEPOINT sqlcmp_shape")
+            return None
+        description = cursor.description or []
+        cursor.execute("RELEASE SAVEPOINT sqlcmp_shape")
+    finally:
+        cursor.close()
+    return _PostgresShape(names=[str(column[0]) for column in description],
+                          cuttable=[(i, int(column[1])) for i, column in enumerate(description)
+                                    if int(column[1]) not in _PG_FIXED_TYPES])
 
 
 def postgres_privileges(engine: sa.Engine) -> list[str]:
@@ -558,22 +616,10 @@ def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator
     handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
     connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
     try:
-        with _interrupt_after(connection, timeout_ms):
+        with interrupt_after(connection, timeout_ms):
             yield
     finally:
         connection.set_progress_handler(None, 0)
-
-
-@contextmanager
-def _interrupt_after(connection: Any, timeout_ms: int) -> Iterator[None]:
-    """Interrupt a DuckDB or SQLite connection from a timer thread once ``timeout_ms`` has passed."""
-    timer = threading.Timer(timeout_ms / 1000, connection.interrupt)
-    timer.daemon = True
-    timer.start()
-    try:
-        yield
-    finally:
-        timer.cancel()
 
 
 @contextmanager

@@ -241,9 +241,12 @@ def result_layer(validation: Validation, database: ExecutionAdapter | None = Non
         assert side.relation is not None
         result = compare_results(side.relation, actual.relation, mode=resolve_mode(config, shape), config=config,
                                  order_keys=shape.order_keys)
-        if (not result.mode_pass and result.comparison_mode == "order-sensitive" and shape.limit is not None
-                and shape.order_keys and database is not None and not side.pre_materialized
-                and _cut_inside_tie(validation, side, shape, database)):
+        tie_check = (not result.mode_pass and result.comparison_mode == "order-sensitive" and shape.limit is not None
+                     and shape.order_keys and database is not None and not side.pre_materialized)
+        if tie_check and remaining_timeout(validation) is None:
+            result = dataclasses.replace(result, warnings=[
+                *result.warnings, f"LIMIT tie re-check skipped: case_timeout_ms={config.case_budget_ms()} spent"])
+        elif tie_check and database is not None and _cut_inside_tie(validation, side, shape, database):
             result = dataclasses.replace(result, mode_pass=True, tie_ambiguous=True, warnings=[
                 *result.warnings, "LIMIT cuts inside a tie of the ORDER BY keys: the actual rows at the cut are an "
                 "equally valid choice (tie-ambiguous)"])
@@ -258,8 +261,7 @@ def _cut_inside_tie(validation: Validation, side: Side, shape: QueryShape, datab
     uncut_tree.set("offset", None)
     config = validation.request.config
     timeout_ms = remaining_timeout(validation)
-    if timeout_ms is None:
-        validation.warnings.append(f"LIMIT tie re-check skipped: case_timeout_ms={config.case_budget_ms()} spent")
+    if timeout_ms is None:  # result_layer checked it: the budget is spent
         return False
     uncut = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=timeout_ms,
                              max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
@@ -277,7 +279,8 @@ def choose(results: dict[int, ResultComparison]) -> int:
 
 
 def diagnostic_layer(validation: Validation, index: int, structure: StructuralComparison,
-                     result: ResultComparison, database: ExecutionAdapter | None) -> tuple[dict[str, Any], float]:
+                     result: ResultComparison, database: ExecutionAdapter | None
+                     ) -> tuple[dict[str, Any], float, list[str]]:
     """Layer 4 for the chosen alternative, with the verified-minimal-fix search when a database is at hand, and
     for a pass the neighbor-database search (``diagnostics["neighborhood"]``).
 
@@ -285,8 +288,9 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
     case's ``query_timeout_ms`` as its budget, or what is left of ``case_timeout_ms`` when that is less (a
     warning names the cut). The neighbor search of a pass gets what is left of the case's budget after that,
-    capped by ``neighbor_time_budget_ms`` (a warning names the cut there too). Returns the diagnostics and the
-    milliseconds the candidates spent executing.
+    capped by ``neighbor_time_budget_ms`` (a warning names the cut there too). Returns the diagnostics, the
+    milliseconds the candidates spent executing and the fix search's warnings (returned, not added to
+    ``validation``: in Dagster this layer is its own step, and only what it returns reaches the report).
     """
     config, dialect = validation.request.config, validation.dialect
     expected_side = validation.expected[index]
@@ -337,13 +341,14 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
                            budget_ms=budget_ms or 0,
                            duplicates=Duplicates(_duplicate_rows(expected_side.relation),
                                                  _duplicate_rows(validation.actual.relation)))
+    warnings = []
     if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
-        validation.warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
-                                   f": what was left of case_timeout_ms={config.case_budget_ms()}")
+        warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
+                        f": what was left of case_timeout_ms={config.case_budget_ms()}")
     neighbor_budget_ms = remaining_timeout(validation, probe_ms[0])
     diagnostics["neighborhood"] = neighbor_search(validation, index, structure, result, database,
                                                   budget_ms=neighbor_budget_ms)
-    return diagnostics, probe_ms[0]
+    return diagnostics, probe_ms[0], warnings
 
 
 def _tied_rows(tree: exp.Expression, kept: Relation, dialect: str,
@@ -404,9 +409,11 @@ def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analys
     results = result_layer(validation, database)
     index = choose(results)
     compared = time.perf_counter()
-    diagnostics, probe_ms = diagnostic_layer(validation, index, structures[index], results[index], database)
+    diagnostics, probe_ms, search_warnings = diagnostic_layer(validation, index, structures[index], results[index],
+                                                              database)
     diagnosed = time.perf_counter()
-    performance, warnings = performance_layer(validation, index, database)
+    performance, performance_warnings = performance_layer(validation, index, database)
+    warnings = search_warnings + performance_warnings
     timings = {"comparison_ms": (compared - started) * 1000, "diagnostics_ms": (diagnosed - compared) * 1000,
                "probe_execution_ms": probe_ms}
     return Analysis(index=index, structure=structures[index], result=results[index],

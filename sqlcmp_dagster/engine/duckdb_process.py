@@ -1,0 +1,214 @@
+"""DuckDB queries run in a child process whose memory is bounded by the operating system.
+
+DuckDB's ``memory_limit`` covers its buffer manager only (its documentation's "Limits" page): the vectors a
+query computes, 2,048 rows at a time, are not counted, so ``SELECT repeat('x', 1000000) FROM range(2000)``
+holds 2 GB in one vector before the first row can be fetched, whatever the fetch does. The only bound that
+holds is the operating system's: the query runs in a child process under ``RLIMIT_DATA`` (the process's
+private writable memory), set from ``max_result_bytes`` (:func:`memory_bound`). Past it DuckDB fails with its
+own out-of-memory error, reported as ``result_too_large``; a process that hangs past its timeout, or dies, is
+killed and replaced, and the parent stays untouched.
+
+The child runs this file as a script: it imports DuckDB and the sibling :mod:`bounds` only (not the package,
+whose import takes seconds), and answers requests one at a time, as tuples of built-in values pickled over its
+stdin and stdout, until its stdin closes. The adapter keeps its processes and reuses them, so a query costs a
+connection, as in-process, not a process start.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+if __package__:
+    from sqlcmp_dagster.engine.bounds import Fetched, fetch_bounded, interrupt_after
+else:  # the child, run as a script beside bounds.py
+    from bounds import Fetched, fetch_bounded, interrupt_after  # type: ignore[import-not-found,no-redef]
+
+#: DuckDB settings of every connection, applied when the read-only file is opened and then locked: no file,
+#: URL or extension access (``read_text``, ``glob``, ``COPY``, ``ATTACH``, httpfs, ``FROM 'file.csv'``), no
+#: extension installed or loaded behind the query's back, no ``SET`` or ``enable_logging`` that changes them.
+DUCKDB_SANDBOX = {
+    "enable_external_access": False,
+    "autoinstall_known_extensions": False,
+    "autoload_known_extensions": False,
+    "lock_configuration": True,
+}
+#: Memory a DuckDB query may use beyond its process's footprint when it starts, besides what its result needs.
+ENGINE_MEMORY_BYTES = 256 << 20
+#: How many times ``max_result_bytes`` a query's process may hold for its result: a kept cell costs a Python
+#: object (a small integer about 30 bytes where ``max_result_bytes`` counts 8), plus its pickled copy.
+RESULT_MEMORY_FACTOR = 8
+#: Seconds the parent waits past a query's timeout for the child's own interrupt before killing the child.
+KILL_MARGIN_S = 5.0
+
+
+def memory_bound(max_result_bytes: int) -> int:
+    """Bytes a DuckDB query's process may allocate beyond its footprint when the query starts.
+
+    >>> memory_bound(64 << 20) >> 20
+    768
+    """
+    return ENGINE_MEMORY_BYTES + RESULT_MEMORY_FACTOR * max_result_bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """One query for the child: where, what, and its bounds."""
+
+    database: str
+    sql: str
+    timeout_ms: int
+    max_rows: int
+    max_bytes: int
+    max_cell_bytes: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The child's answer. ``outcome`` is ``ok`` (``names`` and ``fetched`` set), ``no_rows`` (the statement
+    returned no result set), ``error`` (DuckDB's or the driver's message), ``memory`` (past
+    :func:`memory_bound`), ``timeout`` (killed past its timeout) or ``died`` (the child ended without an answer;
+    ``message`` has its exit status)."""
+
+    outcome: str
+    message: str = ""
+    names: list[str] | None = None
+    fetched: Fetched | None = None
+
+
+class DuckdbProcess:
+    """A child process answering DuckDB queries one at a time; started on first use, killed when it hangs past
+    a query's timeout, dies, or ran out of memory (a process that did is not trusted again)."""
+
+    def __init__(self) -> None:
+        self._child: subprocess.Popen[bytes] | None = None
+        self._requests: Connection | None = None
+        self._answers: Connection | None = None
+
+    def run(self, request: Request) -> Answer:
+        """Send ``request`` and wait for its answer, at most its timeout plus :data:`KILL_MARGIN_S`."""
+        if self._child is None or self._child.poll() is not None:
+            self._start()
+        assert self._requests is not None and self._answers is not None and self._child is not None
+        try:
+            self._requests.send(asdict(request))
+            if not self._answers.poll(request.timeout_ms / 1000 + KILL_MARGIN_S):
+                self.stop()
+                return Answer("timeout", f"the query did not stop within its timeout of {request.timeout_ms} ms; "
+                                         "its DuckDB process was killed")
+            outcome, message, names, rows, truncated, warnings = self._answers.recv()
+        except (EOFError, OSError):
+            status = self.stop()
+            return Answer("died", f"the DuckDB process running the query ended without an answer "
+                                  f"(exit status {status})")
+        if outcome == "memory":
+            self.stop()
+        fetched = Fetched(rows, truncated, warnings) if rows is not None else None
+        return Answer(outcome, message, names, fetched)
+
+    @property
+    def alive(self) -> bool:
+        return self._child is not None and self._child.poll() is None
+
+    def stop(self) -> int | None:
+        """Kill the child (if running) and reap it; its exit status."""
+        for connection in (self._requests, self._answers):
+            if connection is not None:
+                connection.close()
+        self._requests = self._answers = None
+        child, self._child = self._child, None
+        if child is None:
+            return None
+        if child.poll() is None:
+            child.kill()
+        status = child.wait()
+        for stream in (child.stdin, child.stdout):
+            if stream is not None:
+                stream.close()
+        return status
+
+    def _start(self) -> None:
+        self.stop()
+        child = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL)
+        assert child.stdin is not None and child.stdout is not None
+        self._child = child
+        self._requests = Connection(os.dup(child.stdin.fileno()), readable=False)
+        self._answers = Connection(os.dup(child.stdout.fileno()), writable=False)
+
+
+def answer(duckdb: Any, request: Request) -> Answer:
+    """Run ``request`` in this process (the child) under :func:`memory_bound` of its ``max_bytes``.
+
+    The limit is set after the connection opens (DuckDB's threads and their stacks are then in place), at the
+    process's private memory plus the bound, and lifted once the result is fetched; DuckDB's own
+    ``memory_limit`` is half the bound, so its buffer-managed operators (sorts, hash tables) fail by themselves
+    before the process limit is reached. They never spill: no temporary directory (by default DuckDB would
+    create one beside the database file).
+    """
+    bound = memory_bound(request.max_bytes)
+    config = dict(DUCKDB_SANDBOX, memory_limit=f"{bound >> 21}MiB", temp_directory="")
+    in_memory = request.database in ("", ":memory:")
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    try:
+        connection = duckdb.connect(request.database or ":memory:", read_only=not in_memory, config=config)
+    except duckdb.Error as failure:
+        return Answer("error", str(failure).strip())
+    try:
+        limit = _private_bytes() + bound
+        resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard),
+                                                  hard))
+        with interrupt_after(connection, request.timeout_ms):
+            connection.execute(request.sql)
+            fetched = fetch_bounded(connection, request.max_rows, request.max_bytes, request.max_cell_bytes)
+        if connection.description is None:
+            return Answer("no_rows")
+        return Answer("ok", names=[str(column[0]) for column in connection.description], fetched=fetched)
+    except (duckdb.OutOfMemoryException, MemoryError) as failure:
+        return Answer("memory", str(failure).strip().splitlines()[0] if str(failure).strip() else "MemoryError")
+    except duckdb.Error as failure:
+        return Answer("error", str(failure).strip())
+    except (ValueError, OverflowError, UnicodeError, TypeError) as failure:  # conversions to Python values
+        return Answer("error", f"{type(failure).__name__}: {failure}")
+    finally:
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+        connection.close()
+
+
+def _private_bytes() -> int:
+    """This process's data size as ``RLIMIT_DATA`` counts it (``VmData``: private writable mappings)."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmData:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def main() -> None:
+    """The child's loop: requests from stdin, answers to stdout (which nothing else may write to: the real
+    stdout is handed over and file descriptor 1 pointed at stderr)."""
+    import duckdb
+
+    requests = Connection(0, writable=False)
+    answers = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)
+    while True:
+        try:
+            request = Request(**requests.recv())
+        except EOFError:
+            return
+        reply = answer(duckdb, request)
+        fetched = reply.fetched
+        answers.send((reply.outcome, reply.message, reply.names, fetched and fetched.rows,
+                      fetched is not None and fetched.truncated, fetched.warnings if fetched else []))
+        if reply.outcome == "memory":
+            return
+
+
+if __name__ == "__main__":
+    main()
