@@ -113,6 +113,7 @@ class DuckdbProcess:
 
     @property
     def alive(self) -> bool:
+        """Whether the child can take another query (a killed or exited one is not kept by the adapter)."""
         return self._child is not None and self._child.poll() is None
 
     def stop(self) -> int | None:

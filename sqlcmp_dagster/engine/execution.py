@@ -511,6 +511,8 @@ class _PostgresShape:
 
 @dataclass(frozen=True)
 class _MergedCursor:
+    """A DBAPI cursor over a :class:`_PostgresShape` query whose rows come back in the query's own columns."""
+
     cursor: Any
     width: int
     cut_columns: list[int]
