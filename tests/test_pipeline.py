@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,6 +15,7 @@ from sqlcmp_dagster.cases.sample import INVALID_SUITE, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine import pipeline
 from sqlcmp_dagster.engine.pipeline import Evaluator, ExpectedResults, validate
 
 TOP_LEVEL_KEYS = {
@@ -278,6 +280,14 @@ def test_worker_processes_give_the_serial_reports(sample_dir: Path) -> None:
     assert [r.case_id for r in parallel] == [c.case_id for c in cases]
     assert sorted(seen) == sorted(c.case_id for c in cases)
     assert [_dump(r) for r in parallel] == [_dump(r) for r in serial]
+
+
+def test_worker_processes_run_polars_on_one_thread(sample_dir: Path) -> None:
+    """Two workers on two cores each with polars' default pool (a thread per core) would oversubscribe them."""
+    before = dict(os.environ)
+    with pipeline._pool(Evaluator(db_dir=sample_dir), 2) as pool:
+        assert pool.submit(pl.thread_pool_size).result() == 1
+    assert dict(os.environ) == before  # this process keeps its own setting
 
 
 def test_an_expected_query_runs_once_per_batch_and_file_state(tmp_path: Path, sample_db: Path) -> None:

@@ -1,15 +1,25 @@
-"""Property-based tests of the result comparator: what must never change a verdict, and what always must."""
+"""Property-based tests of the result comparator: what must never change a verdict, and what always must.
+
+Every property runs on both implementations of Layer 3 (``path="frames"``, polars; ``path="rows"``, plain
+Python for small results), and the last one checks that the two give the same comparison, field for field.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import datetime
+import math
+from typing import Any, get_args
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqlcmp_dagster.engine.execution import relation_from_rows
-from sqlcmp_dagster.engine.models import EvalConfig
-from sqlcmp_dagster.engine.results import compare_results
+from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
+from sqlcmp_dagster.engine.results import ComparisonPath, compare_results
+
+PATHS = pytest.mark.parametrize("path", get_args(ComparisonPath))
 
 _CELLS = {
     "int": st.one_of(st.none(), st.integers(-3, 3)),
@@ -25,9 +35,10 @@ def tables(draw: st.DrawFn) -> tuple[list[str], list[tuple[Any, ...]]]:
     return [f"c{i}" for i in range(len(kinds))], rows
 
 
-def _passes(expected: tuple[list[str], list[tuple[Any, ...]]], actual: tuple[list[str], list[tuple[Any, ...]]]) -> bool:
+def _passes(expected: tuple[list[str], list[tuple[Any, ...]]], actual: tuple[list[str], list[tuple[Any, ...]]],
+            path: ComparisonPath) -> bool:
     result = compare_results(relation_from_rows(*expected), relation_from_rows(*actual), mode="order-insensitive",
-                             config=EvalConfig())
+                             config=EvalConfig(), path=path)
     return result.mode_pass
 
 
@@ -40,33 +51,108 @@ def _changed(value: Any) -> Any:
     return value + 100
 
 
+@PATHS
 @settings(max_examples=150, deadline=None)
 @given(table=tables(), data=st.data())
 def test_row_and_column_permutations_never_change_the_verdict(table: tuple[list[str], list[tuple[Any, ...]]],
-                                                              data: st.DataObject) -> None:
+                                                              data: st.DataObject, path: ComparisonPath) -> None:
     names, rows = table
     variant = list(rows)
     if rows and data.draw(st.booleans(), label="modify"):
         r = data.draw(st.integers(0, len(rows) - 1), label="row")
         c = data.draw(st.integers(0, len(names) - 1), label="column")
         variant[r] = tuple(_changed(v) if i == c else v for i, v in enumerate(variant[r]))
-    baseline = _passes(table, (names, variant))
+    baseline = _passes(table, (names, variant), path)
     row_order = data.draw(st.permutations(range(len(variant))), label="row order")
     col_order = data.draw(st.permutations(range(len(names))), label="column order")
     permuted = [tuple(row[c] for c in col_order) for row in (variant[i] for i in row_order)]
-    assert _passes(table, ([names[c] for c in col_order], permuted)) == baseline
+    assert _passes(table, ([names[c] for c in col_order], permuted), path) == baseline
 
 
+@PATHS
 @settings(max_examples=150, deadline=None)
 @given(table=tables(), data=st.data())
 def test_identical_tables_pass_and_changing_one_cell_always_fails(table: tuple[list[str], list[tuple[Any, ...]]],
-                                                                  data: st.DataObject) -> None:
+                                                                  data: st.DataObject, path: ComparisonPath) -> None:
     names, rows = table
-    assert _passes(table, table)
+    assert _passes(table, table, path)
     if not rows:
         return
     r = data.draw(st.integers(0, len(rows) - 1), label="row")
     c = data.draw(st.integers(0, len(names) - 1), label="column")
     changed = list(rows)
     changed[r] = tuple(_changed(v) if i == c else v for i, v in enumerate(changed[r]))
-    assert not _passes(table, (names, changed))
+    assert not _passes(table, (names, changed), path)
+
+
+#: Cells of every kind whose equality or order has a corner: NaN, -0.0, infinities, values a tolerance apart,
+#: integers beyond Float64's precision, booleans next to 0/1, bytes, dates, and columns of NULLs only.
+_EDGE_CELLS = {
+    "int": st.one_of(st.none(), st.integers(-2, 2), st.sampled_from([2**53 + 1, -(2**62)])),
+    "float": st.one_of(st.none(), st.sampled_from([0.0, -0.0, 1.0, 1.0 + 1e-12, 1.0 + 1e-6, 1.5, -2.25, math.nan,
+                                                    math.inf, -math.inf, 1e300])),
+    "text": st.one_of(st.none(), st.sampled_from(["", "a", "b", "1", "é", "A"])),
+    "bool": st.one_of(st.none(), st.booleans()),
+    "bytes": st.one_of(st.none(), st.sampled_from([b"", b"a", b"\xff"])),
+    "date": st.one_of(st.none(), st.sampled_from([datetime.date(2020, 1, 1), datetime.date(1999, 12, 31)])),
+    "null": st.none(),
+    "mixed": st.one_of(st.none(), st.integers(0, 1), st.sampled_from(["0", "1", 1.0])),
+}
+
+
+@st.composite
+def _table_pairs(draw: st.DrawFn) -> tuple[tuple[list[str], list[tuple[Any, ...]]],
+                                           tuple[list[str], list[tuple[Any, ...]]]]:
+    """An expected table and an actual table drawn from it: rows and columns permuted, cells changed or nudged,
+    rows dropped or repeated, columns retyped; or an unrelated table."""
+    kinds = draw(st.lists(st.sampled_from(sorted(_EDGE_CELLS)), min_size=0, max_size=4))
+    rows = draw(st.lists(st.tuples(*[_EDGE_CELLS[k] for k in kinds]), max_size=12))
+    names = [f"c{i}" for i in range(len(kinds))]
+    if draw(st.booleans()):
+        other = draw(st.lists(st.sampled_from(sorted(_EDGE_CELLS)), min_size=0, max_size=4))
+        return (names, rows), ([f"c{i}" for i in range(len(other))],
+                               draw(st.lists(st.tuples(*[_EDGE_CELLS[k] for k in other]), max_size=12)))
+    variant = [list(r) for r in rows]
+    for _ in range(draw(st.integers(0, 3))):
+        if not variant or not kinds:
+            break
+        r, c = draw(st.integers(0, len(variant) - 1)), draw(st.integers(0, len(kinds) - 1))
+        variant[r][c] = draw(st.one_of(_EDGE_CELLS[kinds[c]], st.sampled_from([None, 0, 1.0, "x"])))
+    if variant and draw(st.booleans()):
+        variant.append(list(draw(st.sampled_from(variant))))
+    if variant and draw(st.booleans()):
+        variant.pop(draw(st.integers(0, len(variant) - 1)))
+    variant = [variant[i] for i in draw(st.permutations(range(len(variant))))] if draw(st.booleans()) else variant
+    order = draw(st.permutations(range(len(kinds)))) if draw(st.booleans()) else list(range(len(kinds)))
+    renamed = [names[c] if draw(st.booleans()) else names[c].upper() for c in order]
+    return (names, rows), (renamed, [tuple(r[c] for c in order) for r in variant])
+
+
+def _same(left: Any, right: Any) -> bool:
+    """Equality that counts NaN equal to NaN (a metric may be NaN on both paths)."""
+    if isinstance(left, float) and isinstance(right, float) and math.isnan(left) and math.isnan(right):
+        return True
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_same(left[k], right[k]) for k in left)
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return len(left) == len(right) and all(_same(a, b) for a, b in zip(left, right))
+    return type(left) is type(right) and left == right
+
+
+@settings(max_examples=400, deadline=None)
+@given(tables=_table_pairs(), mode=st.sampled_from(get_args(ResolvedMode)), data=st.data())
+def test_both_paths_give_the_same_comparison(tables: tuple[tuple[list[str], list[tuple[Any, ...]]],
+                                                           tuple[list[str], list[tuple[Any, ...]]]],
+                                             mode: ResolvedMode, data: st.DataObject) -> None:
+    expected, actual = relation_from_rows(*tables[0]), relation_from_rows(*tables[1])
+    config = EvalConfig(
+        null_equality_mode=data.draw(st.sampled_from(["strict", "sql_semantic"]), label="nulls"),
+        require_column_name_match=data.draw(st.booleans(), label="names"),
+        require_column_order_match=data.draw(st.booleans(), label="order"),
+        numeric_abs_tolerance=data.draw(st.sampled_from([None, 0.0, 1e-3]), label="atol"),
+        numeric_rel_tolerance=data.draw(st.sampled_from([None, 0.0, 1e-3]), label="rtol"),
+        max_rows_for_cell_alignment=data.draw(st.sampled_from([100_000, 1]), label="max rows"))
+    order_keys = data.draw(st.lists(st.integers(0, max(expected.width, 1)), max_size=2), label="order keys")
+    frames = compare_results(expected, actual, mode=mode, config=config, order_keys=order_keys, path="frames")
+    rows = compare_results(expected, actual, mode=mode, config=config, order_keys=order_keys, path="rows")
+    assert _same(dataclasses.asdict(rows), dataclasses.asdict(frames))

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -169,3 +170,16 @@ def test_column_permutation_search_is_bounded_and_says_so() -> None:
     assert not different.mode_pass
     assert any("column-permutation search cut" in w for w in different.warnings)
     assert cmp((names, rows), (names, list(rows))).warnings == []  # the identity matches at once: no search
+
+
+@pytest.mark.parametrize("path", ["frames", "rows"])
+@pytest.mark.parametrize("mode", ["exact", "order-insensitive"])
+def test_nan_and_infinity_equal_only_themselves_under_tolerance(mode: ResolvedMode, path: str) -> None:
+    """polars orders NaN above every number, so ``|a - b| <= bound`` held when either was NaN."""
+    for expected, actual in ((math.nan, 0.0), (math.inf, 1.0), (0.0, math.nan), (1.0, -math.inf)):
+        result = compare_results(relation_from_rows(["x"], [(expected,)]), relation_from_rows(["x"], [(actual,)]),
+                                 mode=mode, config=EvalConfig(), path=path)  # type: ignore[arg-type]
+        assert not result.mode_pass, (expected, actual)
+    for same in (math.nan, math.inf):
+        assert compare_results(relation_from_rows(["x"], [(same,)]), relation_from_rows(["x"], [(same,)]),
+                               mode=mode, config=EvalConfig(), path=path).mode_pass  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -585,11 +586,27 @@ def _chunks(cases: Sequence[CompareRequest], size: int) -> list[list[tuple[int, 
     return [[(i, cases[i]) for i in order[start:start + size]] for start in range(0, len(order), size)]
 
 
+#: Threads of polars in each worker process: the workers already use every core, so polars' own pool (one
+#: thread per core by default) would only oversubscribe them. polars reads this once, when it is imported.
+_WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1"}
+
+
 def _pool(evaluator: Evaluator, workers: int) -> ProcessPoolExecutor:
     """Worker processes forked from a server that has imported the engine once (no fork of this process's
-    threads, and no re-import per worker)."""
+    threads, and no re-import per worker).
+
+    The server is started here with :data:`_WORKER_ENVIRONMENT` added to its environment (which its workers
+    inherit), so it imports polars with one thread; this process's own environment is restored right after.
+    A setting the user made in the environment wins."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([__name__])
+    added = {name: value for name, value in _WORKER_ENVIRONMENT.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        forkserver.ensure_running()  # the server copies the environment when it starts; later pools reuse it
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
     return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
                                initargs=(evaluator,))
 

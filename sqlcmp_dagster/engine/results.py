@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Literal, TypeVar
 
 import polars as pl
 
@@ -40,6 +40,8 @@ _PERMUTATION_TOTAL_CELLS = 20_000_000
 _PERMUTATION_STEPS = 100_000
 #: Below this many rows a frame operation costs its fixed overhead, so fewer operations beat cleverer ones.
 _SMALL_FRAME = 10_000
+#: A row pairing as one path represents it (see :func:`choose_mapping`).
+M = TypeVar("M")
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,19 @@ class Tolerance:
 
     def within(self, expected: pl.Expr, actual: pl.Expr) -> pl.Expr:
         both_nan = expected.is_nan() & actual.is_nan()
-        close = (actual - expected).abs() <= self.atol + self.rtol * expected.abs()
+        difference = (actual - expected).abs()
+        # Only two finite values can be close: an infinite or NaN difference (an infinity or a NaN on one side)
+        # is never within a bound, also not an infinite bound; polars would even find NaN <= NaN (it orders NaN
+        # above every number). Equal infinities are equal (:func:`_cell_equal`).
+        close = difference.is_finite() & (difference <= self.atol + self.rtol * expected.abs())
         return both_nan | close
 
     def close(self, expected: float, actual: float) -> bool:
         """The same rule on two plain numbers (for comparators outside polars)."""
         if math.isnan(expected) and math.isnan(actual):
             return True
-        return abs(actual - expected) <= self.atol + self.rtol * abs(expected)
+        difference = abs(actual - expected)
+        return math.isfinite(difference) and difference <= self.atol + self.rtol * abs(expected)
 
 
 @dataclass
@@ -126,6 +133,38 @@ class ResultComparison:
         }
 
 
+#: Which implementation compares: ``frames`` (polars, vectorized) or ``rows`` (plain Python, see
+#: :mod:`result_rows`). Both give the same :class:`ResultComparison`; the choice is speed only.
+ComparisonPath = Literal["frames", "rows"]
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The comparison rules one case runs under (from its mode and :class:`EvalConfig`)."""
+
+    tolerance: Tolerance
+    nulls_equal: bool  # ``null_equality_mode="strict"``
+    positional: bool  # columns are matched by position
+    by_name: bool  # columns are matched by name
+    max_rows: int  # ``max_rows_for_cell_alignment``
+
+
+@dataclass
+class Paired:
+    """What a path computes for one comparison; :func:`compare_results` derives every metric from it."""
+
+    mapping: list[int | None]
+    cut: str | None  # why the column-permutation search stopped early, or None
+    bag_matched: int  # rows paired as a multiset
+    matched: int  # rows paired under the mode's own pairing
+    ordered_pass: bool  # every row paired in order (ties of the ORDER BY keys permuted when checked)
+    ties_checked: bool
+    columns: list[ColumnStats]
+    null_counts_agree: bool  # each paired column holds as many NULLs on both sides
+    missing_rows: list[list[Any]]
+    extra_rows: list[list[Any]]
+
+
 def compare_results(
     expected: Relation,
     actual: Relation,
@@ -133,60 +172,44 @@ def compare_results(
     mode: ResolvedMode,
     config: EvalConfig,
     order_keys: list[int] | None = None,
+    path: ComparisonPath | None = None,
 ) -> ResultComparison:
     """Compare two materialized results under ``mode``.
 
     ``order_keys`` are the expected projection's column indexes that carry the top-level ORDER BY keys; when
     given, order-sensitive mode accepts rows permuted among ties of those keys. Without them ties cannot be
     seen in the result and the order is checked strictly (with a warning).
-    """
-    atol, rtol = config.tolerances(mode)
-    tolerance = Tolerance(atol, rtol)
-    nulls_equal = config.null_equality_mode == "strict"
-    warnings: list[str] = []
-    positional = mode == "exact" or config.require_column_order_match
-    by_name = mode == "exact" or config.require_column_name_match
 
-    mapping, matched, cut = align_columns(expected, actual, positional=positional, by_name=by_name,
-                                          tolerance=tolerance, nulls_equal=nulls_equal)
-    if cut:
-        warnings.append(f"column-permutation search cut at its work budget ({cut}): columns whose values cannot "
-                        "tell them apart were aligned greedily, so a permutation that matches may exist untried")
-    mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
-    keys = [f"k{i}" for i, _ in mapped]
-    if matched is not None:  # alignment already paired every row under this mapping: reuse, do not redo
-        e_frame, a_frame, numeric, bag = matched
-    else:
-        e_frame, a_frame, numeric = _comparable_frames(expected, actual, mapped)
-        bag = pair_rows(e_frame, a_frame, keys, numeric, tolerance, nulls_equal)
-    ties_checked = False
-    ordered_pass: bool | None = None
-    if expected.height == actual.height:
-        if mode == "order-sensitive" and order_keys:
-            ties_checked = all(k < expected.width and mapping[k] is not None for k in order_keys)
-        groups = _tie_groups(e_frame, [f"k{k}" for k in order_keys or []]) if ties_checked else None
-        ordered = pair_rows(_with_groups(e_frame, groups), _with_groups(a_frame, groups),
-                            keys + ([_GROUP] if groups is not None else []), numeric, tolerance, nulls_equal,
-                            positional=groups is None)
-        ordered_pass = ordered.matched == expected.height
-    else:
-        ordered = bag
-        ordered_pass = False
-    if mode == "order-sensitive" and order_keys and not ties_checked:
+    ``path`` forces an implementation; by default small results (:func:`result_rows.suits`) are compared in
+    plain Python, where polars' fixed cost per frame operation would be most of the time, and the rest with
+    polars. The two paths answer identically (tests/test_properties.py checks it on the same inputs).
+    """
+    from sqlcmp_dagster.engine import result_rows  # it builds on this module's types; imported once used
+
+    atol, rtol = config.tolerances(mode)
+    rules = Rules(Tolerance(atol, rtol), nulls_equal=config.null_equality_mode == "strict",
+                  positional=mode == "exact" or config.require_column_order_match,
+                  by_name=mode == "exact" or config.require_column_name_match,
+                  max_rows=config.max_rows_for_cell_alignment)
+    rows_path = result_rows.suits(expected, actual) if path is None else path == "rows"
+    paired = (result_rows.pair if rows_path else _pair_frames)(expected, actual, mode, order_keys, rules)
+    mapping, stats = paired.mapping, paired.columns
+    warnings: list[str] = []
+    if paired.cut:
+        warnings.append(f"column-permutation search cut at its work budget ({paired.cut}): columns whose values "
+                        "cannot tell them apart were aligned greedily, so a permutation that matches may exist "
+                        "untried")
+    if mode == "order-sensitive" and order_keys and not paired.ties_checked:
         warnings.append("ORDER BY keys are not all in the projection: ties could not be recognized, order "
                         "checked strictly")
-
-    pairing = ordered if mode in ("order-sensitive", "exact") else bag
-    stats = _column_stats(expected, actual, mapping, numeric, pairing, e_frame, a_frame, tolerance, nulls_equal,
-                          keys, config.max_rows_for_cell_alignment)
     schema = _schema_match(expected, actual, mapping)
     schema_ok = schema["attribute_count_match"] and all(j is not None for j in mapping)
-    if by_name:
+    if rules.by_name:
         schema_ok = schema_ok and schema["names_match"]
-    if positional:
+    if rules.positional:
         schema_ok = schema_ok and schema["order_match"]
-    row_equal = {"order-insensitive": bag.matched == expected.height == actual.height,
-                 "order-sensitive": bool(ordered_pass), "exact": bool(ordered_pass)}[mode]
+    bag_equal = paired.bag_matched == expected.height == actual.height
+    row_equal = bag_equal if mode == "order-insensitive" else paired.ordered_pass
     vacuous = expected.height == 0 and actual.height == 0
     if vacuous:
         warnings.append("both results are empty: the match is vacuous")
@@ -194,7 +217,7 @@ def compare_results(
         warnings.append("a result was truncated at max_result_rows: the comparison covers the kept rows only")
 
     total_rows = expected.height + actual.height
-    row_overlap = 1.0 if total_rows == 0 else 2 * bag.matched / total_rows
+    row_overlap = 1.0 if total_rows == 0 else 2 * paired.bag_matched / total_rows
     width = max(expected.width, actual.width)
     cells = max(expected.height, actual.height) * width
     equal_cells = sum(s.compared - s.mismatched for s in stats)
@@ -202,13 +225,13 @@ def compare_results(
     numeric_stats = [s for s in stats if s.numeric]
     outside = sum(s.mismatched for s in numeric_stats)
     diffs = [s.max_abs_diff for s in numeric_stats if s.max_abs_diff is not None]
-    null_ok = all(s.null_mismatched == 0 for s in stats) and _null_counts_agree(e_frame, a_frame, keys)
+    null_ok = all(s.null_mismatched == 0 for s in stats) and paired.null_counts_agree
 
     return ResultComparison(
         comparison_mode=mode,
         mode_pass=bool(schema_ok and row_equal),
-        bag_pass=bag.matched == expected.height == actual.height and schema_ok,
-        ordered_pass=bool(ordered_pass and schema_ok),
+        bag_pass=bag_equal and schema_ok,
+        ordered_pass=bool(paired.ordered_pass and schema_ok),
         schema_match=schema,
         row_overlap=row_overlap,
         cell_overlap=cell_overlap,
@@ -231,15 +254,55 @@ def compare_results(
         },
         null_handling_match=null_ok,
         columns=stats,
-        matched_rows=pairing.matched,
-        bag_matched_rows=bag.matched,
-        missing_rows=_sample(expected, pairing.unpaired_expected),
-        extra_rows=_sample(actual, pairing.unpaired_actual),
+        matched_rows=paired.matched,
+        bag_matched_rows=paired.bag_matched,
+        missing_rows=paired.missing_rows,
+        extra_rows=paired.extra_rows,
         extra_columns=[actual.names[j] for j in range(actual.width) if j not in set(mapping)],
         vacuous=vacuous,
-        ties_checked=ties_checked,
+        ties_checked=paired.ties_checked,
         warnings=warnings,
     )
+
+
+def ties_checkable(mode: ResolvedMode, order_keys: list[int] | None, expected: Relation, actual: Relation,
+                   mapping: list[int | None]) -> bool:
+    """Whether ties of the ORDER BY keys can be recognized: every key column is in the projection and paired,
+    and both sides have as many rows (else no order can match)."""
+    return (mode == "order-sensitive" and bool(order_keys) and expected.height == actual.height
+            and all(k < expected.width and mapping[k] is not None for k in order_keys or []))
+
+
+def _pair_frames(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: list[int] | None,
+                 rules: Rules) -> Paired:
+    """The frame path: alignment, pairings, cell figures and samples as polars operations."""
+    tolerance, nulls_equal = rules.tolerance, rules.nulls_equal
+    mapping, matched, cut = align_columns(expected, actual, positional=rules.positional, by_name=rules.by_name,
+                                          tolerance=tolerance, nulls_equal=nulls_equal)
+    mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
+    keys = [f"k{i}" for i, _ in mapped]
+    if matched is not None:  # alignment already paired every row under this mapping: reuse, do not redo
+        e_frame, a_frame, numeric, bag = matched
+    else:
+        e_frame, a_frame, numeric = _comparable_frames(expected, actual, mapped)
+        bag = pair_rows(e_frame, a_frame, keys, numeric, tolerance, nulls_equal)
+    ties_checked = ties_checkable(mode, order_keys, expected, actual, mapping)
+    if expected.height == actual.height:
+        groups = _tie_groups(e_frame, [f"k{k}" for k in order_keys or []]) if ties_checked else None
+        ordered = pair_rows(_with_groups(e_frame, groups), _with_groups(a_frame, groups),
+                            keys + ([_GROUP] if groups is not None else []), numeric, tolerance, nulls_equal,
+                            positional=groups is None)
+        ordered_pass = ordered.matched == expected.height
+    else:
+        ordered, ordered_pass = bag, False
+    pairing = ordered if mode in ("order-sensitive", "exact") else bag
+    stats = _column_stats(expected, actual, mapping, numeric, pairing, e_frame, a_frame, tolerance, nulls_equal,
+                          keys, rules.max_rows)
+    return Paired(mapping=mapping, cut=cut, bag_matched=bag.matched, matched=pairing.matched,
+                  ordered_pass=ordered_pass, ties_checked=ties_checked, columns=stats,
+                  null_counts_agree=_null_counts_agree(e_frame, a_frame, keys),
+                  missing_rows=_sample(expected, pairing.unpaired_expected),
+                  extra_rows=_sample(actual, pairing.unpaired_actual))
 
 
 def cut_inside_tie(expected: Relation, actual: Relation, uncut: Relation, *, offset: int, order_keys: list[int],
@@ -300,13 +363,30 @@ def align_columns(
     tolerance: Tolerance,
     nulls_equal: bool,
 ) -> tuple[list[int | None], _Matched | None, str | None]:
+    """One consistent column permutation (see :func:`choose_mapping`), rows paired with polars."""
+    return choose_mapping(expected, actual, positional=positional, by_name=by_name,
+                          rows_match=lambda mapping: _rows_match(expected, actual, mapping, tolerance, nulls_equal),
+                          similarity=lambda: _column_similarity(expected, actual))
+
+
+def choose_mapping(
+    expected: Relation,
+    actual: Relation,
+    *,
+    positional: bool,
+    by_name: bool,
+    rows_match: Callable[[list[int | None]], M | None],
+    similarity: Callable[[], list[list[float]]],
+) -> tuple[list[int | None], M | None, str | None]:
     """One consistent column permutation: for each expected column, the index of its actual column or None.
 
     Positional when column order is required; by (case-insensitive) name when names are required; otherwise by
     the values the columns hold. Columns whose values cannot tell them apart (two columns of equal multisets)
-    are resolved by trying their permutations against whole rows, preferring the identity. When a candidate
-    was accepted because every row paired under it, that pairing is returned too, so it is not computed again.
-    The third value says which work budget cut the permutation search short (None when it was not cut).
+    are resolved by trying their permutations against whole rows, preferring the identity. ``rows_match``
+    pairs the rows under a candidate mapping and returns the pairing when every row paired (else None);
+    ``similarity`` scores every expected column against every actual column (see :func:`_column_similarity`).
+    The accepted candidate's pairing is returned too, so it is not computed again. The third value says which
+    work budget cut the permutation search short (None when it was not cut).
     """
     k, j = expected.width, actual.width
     if positional:
@@ -321,9 +401,9 @@ def align_columns(
             mapping.append(hit)
         return mapping, None, None
     identity: list[int | None] = [i if i < j else None for i in range(k)]
-    if k == j and (matched := _rows_match(expected, actual, identity, tolerance, nulls_equal)) is not None:
+    if k == j and (matched := _complete(expected, actual, identity, rows_match)) is not None:
         return identity, matched, None
-    scores = _column_similarity(expected, actual)
+    scores = similarity()
     greedy = _assign(scores, k, j)
     candidates = [greedy]
     cut: str | None = None
@@ -344,9 +424,17 @@ def align_columns(
         cells += expected.height * k
         if cells > _PERMUTATION_TOTAL_CELLS:
             return greedy, None, f"{_PERMUTATION_TOTAL_CELLS:,} cells compared"
-        if (matched := _rows_match(expected, actual, candidate, tolerance, nulls_equal)) is not None:
+        if (matched := _complete(expected, actual, candidate, rows_match)) is not None:
             return candidate, matched, None
     return greedy, None, cut
+
+
+def _complete(expected: Relation, actual: Relation, mapping: list[int | None],
+              rows_match: Callable[[list[int | None]], M | None]) -> M | None:
+    """``rows_match`` under ``mapping`` when it could pair every row (equal heights, every column mapped)."""
+    if expected.height != actual.height or any(j is None for j in mapping):
+        return None
+    return rows_match(mapping)
 
 
 def _permutations(ties: list[list[int]], limit: int, steps: int) -> tuple[list[list[int | None]], str | None]:
@@ -613,9 +701,7 @@ _Matched = tuple[pl.DataFrame, pl.DataFrame, set[str], "Pairing"]
 def _rows_match(
     expected: Relation, actual: Relation, mapping: list[int | None], tolerance: Tolerance, nulls_equal: bool
 ) -> _Matched | None:
-    """The comparison under ``mapping`` when every row pairs with one of the other side, else None."""
-    if expected.height != actual.height or any(j is None for j in mapping):
-        return None
+    """The comparison under ``mapping`` (every column mapped) when every row pairs, else None."""
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
     e, a, numeric = _comparable_frames(expected, actual, mapped)
     pairing = pair_rows(e, a, [f"k{i}" for i, _ in mapped], numeric, tolerance, nulls_equal)
