@@ -3,6 +3,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import polars as pl
 import pytest
 
 from sqlcmp_dagster.engine.execution import relation_from_rows
@@ -183,3 +184,17 @@ def test_nan_and_infinity_equal_only_themselves_under_tolerance(mode: ResolvedMo
     for same in (math.nan, math.inf):
         assert compare_results(relation_from_rows(["x"], [(same,)]), relation_from_rows(["x"], [(same,)]),
                                mode=mode, config=EvalConfig(), path=path).mode_pass  # type: ignore[arg-type]
+
+
+def test_the_plain_path_writes_numbers_as_tagged_text_does() -> None:
+    """The plain path writes the tagged text of numbers itself; its order decides which rows pair in the cell
+    alignment, so it must be polars' text exactly."""
+    from sqlcmp_dagster.engine.execution import tagged_text
+    from sqlcmp_dagster.engine.result_rows import _tagged
+
+    values = [0.0, -0.0, 1.5, 1e-5, -1.5e-5, 8.9e-5, 1e-6, -3.6e-7, 1e15, 1e16, 1e20, 5e-324, math.nan, math.inf,
+              -math.inf, 2.0**63, None]
+    series = pl.Series(values, dtype=pl.Float64)
+    assert _tagged(series, values) == tagged_text(series).to_list()
+    integers = pl.Series([0, -7, 2**62, None])
+    assert _tagged(integers, integers.to_list()) == tagged_text(integers).to_list()

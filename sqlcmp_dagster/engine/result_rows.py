@@ -145,7 +145,7 @@ def _comparable(expected: Relation, actual: Relation, e_values: list[list[Any]],
             e_col, a_col, number = _floats(left, e_values[i]), _floats(right, a_values[j]), True
             tolerant.append(len(numeric))
         else:
-            e_col, a_col, number = tagged_text(left).to_list(), tagged_text(right).to_list(), False
+            e_col, a_col, number = _tagged(left, e_values[i]), _tagged(right, a_values[j]), False
         e_columns.append(e_col)
         a_columns.append(a_col)
         numeric.append(number)
@@ -443,14 +443,32 @@ def _round9(value: float) -> float:
 
 
 def _tagged(series: pl.Series, values: list[Any]) -> list[str | None]:
-    """:func:`execution.tagged_text` for the types whose text Python writes as polars does."""
+    """:func:`execution.tagged_text` written in Python where its text is known (booleans, numbers, text,
+    bytes), by polars for the rest (dates and times)."""
     if series.dtype == pl.Boolean:
         return [None if v is None else "l:true" if v else "l:false" for v in values]
+    if series.dtype.is_numeric():
+        return [None if v is None else "n:" + _float_text(v) for v in _floats(series, values)]
     if series.dtype == pl.Utf8:
         return [None if v is None else "s:" + v for v in values]
     if series.dtype == pl.Binary:
         return [None if v is None else "b:" + v.hex() for v in values]
     return tagged_text(series).to_list()
+
+
+def _float_text(value: float) -> str:
+    """A Float64 as polars writes it: Python's shortest digits, but NaN, plain decimals down to 1e-5 and
+    exponents without zero padding below that."""
+    if value != value:
+        return "NaN"
+    text = repr(value)
+    if "e-" not in text:
+        return text
+    mantissa, exponent = text.split("e-")
+    if int(exponent) > 5:
+        return f"{mantissa}e-{int(exponent)}"
+    sign, digits = ("-", mantissa[1:]) if mantissa.startswith("-") else ("", mantissa)
+    return f"{sign}0.{'0' * (int(exponent) - 1)}{digits.replace('.', '')}"
 
 
 def _sample(values: list[list[Any]], rows: list[int], limit: int = 5) -> list[list[Any]]:
