@@ -5,8 +5,12 @@ Each tool runs in a child process of its own. The child builds both frames, rese
 the RSS after building (Linux only). sqlcmp compares as a multiset with no key; datacompy needs a join key, so it
 is given the unique ``id`` column: it does less work (a key join) than a bag comparison must.
 
-    pip install -e '.[bench]'    # datacompy
-    python benchmarks/bag_compare_1m.py [--rows 1000000]
+The frames are written to Parquet once and both children read the same files, so datacompy may run in a venv
+of its own (``--datacompy-python``): datacompy pins an older polars than this project uses.
+
+    pip install -e '.[bench]'    # datacompy, when its polars bound fits this venv; otherwise:
+    python -m venv /tmp/dc && /tmp/dc/bin/pip install datacompy pyarrow
+    python benchmarks/bag_compare_1m.py [--rows 1000000] [--datacompy-python /tmp/dc/bin/python]
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -43,8 +48,9 @@ def _rss_kib(field: str) -> int:
     raise RuntimeError(field)
 
 
-def child(tool: str, rows: int) -> dict[str, object]:
-    expected, actual = frames(rows)
+def child(tool: str, folder: Path) -> dict[str, object]:
+    expected, actual = pl.read_parquet(folder / "expected.parquet"), pl.read_parquet(folder / "actual.parquet")
+    rows = expected.height
     if tool == "sqlcmp":
         from sqlcmp_dagster.engine.execution import Relation
         from sqlcmp_dagster.engine.models import EvalConfig
@@ -66,27 +72,42 @@ def child(tool: str, rows: int) -> dict[str, object]:
     verdict = run()
     seconds = time.perf_counter() - started
     peak = _rss_kib("VmHWM")
+    inputs = (expected.estimated_size() + actual.estimated_size()) / 2**20
     return {"tool": tool, "rows": rows, "match": verdict, "seconds": round(seconds, 3),
-            "peak_rss_above_inputs_mib": round((peak - base) / 1024, 1)}
+            "peak_rss_above_inputs_mib": round((peak - base) / 1024, 1), "inputs_mib": round(inputs, 1),
+            "polars": pl.__version__}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--datacompy-python", default=sys.executable,
+                        help="interpreter of a venv with datacompy (default: this one)")
     parser.add_argument("--child", choices=("sqlcmp", "datacompy"))
+    parser.add_argument("--frames", type=Path, help="folder of the Parquet frames (children only)")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.rows)))
+        print(json.dumps(child(args.child, args.frames)))
         return
-    if importlib.util.find_spec("datacompy") is None:
-        sys.exit("datacompy is not installed: pip install -e '.[bench]'")
-    print(f"{'tool':10} {'rows':>9} {'match':>6} {'seconds':>8} {'peak MiB':>9}")
-    for tool in ("sqlcmp", "datacompy"):
-        out = subprocess.run([sys.executable, __file__, "--child", tool, "--rows", str(args.rows)],
-                             capture_output=True, text=True, check=True)
-        figures = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"{tool:10} {figures['rows']:>9} {str(figures['match']):>6} {figures['seconds']:>8} "
-              f"{figures['peak_rss_above_inputs_mib']:>9}")
+    if args.datacompy_python == sys.executable and importlib.util.find_spec("datacompy") is None:
+        sys.exit("datacompy is not installed: pip install -e '.[bench]' or pass --datacompy-python")
+    print(f"{'tool':10} {'polars':>7} {'rows':>9} {'match':>6} {'seconds':>8} {'inputs MiB':>11} "
+          f"{'peak MiB':>9} {'peak/inputs':>12}")
+    with tempfile.TemporaryDirectory() as folder:
+        expected, actual = frames(args.rows)
+        expected.write_parquet(Path(folder) / "expected.parquet")
+        actual.write_parquet(Path(folder) / "actual.parquet")
+        del expected, actual
+        times = {}
+        for tool, python in (("sqlcmp", sys.executable), ("datacompy", args.datacompy_python)):
+            out = subprocess.run([python, __file__, "--child", tool, "--frames", folder], capture_output=True,
+                                 text=True, check=True)
+            f = json.loads(out.stdout.strip().splitlines()[-1])
+            times[tool] = f["seconds"]
+            print(f"{tool:10} {f['polars']:>7} {f['rows']:>9} {str(f['match']):>6} {f['seconds']:>8} "
+                  f"{f['inputs_mib']:>11} {f['peak_rss_above_inputs_mib']:>9} "
+                  f"{f['peak_rss_above_inputs_mib'] / f['inputs_mib']:>12.2f}")
+    print(f"sqlcmp / datacompy time: {times['sqlcmp'] / times['datacompy']:.2f} (target <= 1)")
 
 
 if __name__ == "__main__":
