@@ -139,7 +139,7 @@ def _same(left: Any, right: Any) -> bool:
     return type(left) is type(right) and left == right
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(tables=_table_pairs(), mode=st.sampled_from(get_args(ResolvedMode)), data=st.data())
 def test_both_paths_give_the_same_comparison(tables: tuple[tuple[list[str], list[tuple[Any, ...]]],
                                                            tuple[list[str], list[tuple[Any, ...]]]],
