@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 import polars as pl
 import pytest
 
 from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS
+from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.cases.sample import sample_suite_path
@@ -25,6 +27,7 @@ from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.reporting.cases import outcome
 from sqlcmp_dagster.event_log import local_instance
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
@@ -75,6 +78,7 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
         assert got.metrics["result"] == expected.metrics["result"], case.case_id
     _query_the_store_as_the_readme_does(tmp_path / "store", [library.evaluate(c) for c in
                                                            load_suites(sample_suite_path().parent).cases])
+    _failing_cases_are_found_per_partition(instance, reports)
     schema = instance.fetch_materializations(dg.AssetKey("diagnostics"), limit=1).records[0] \
         .asset_materialization.metadata["dagster/column_schema"].value
     assert {c.name: c.type for c in schema.columns}["likely_source_clause"] == "String"
@@ -89,6 +93,23 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     assert (metadata["robust_passes"].value, metadata["passes_with_counterexample"].value) == (
         value["robust_passes"], value["passes_with_counterexample"])
     assert metadata["robust_pass_rate"].value == pytest.approx(value["robust_pass_rate"])
+
+
+def _failing_cases_are_found_per_partition(instance: dg.DagsterInstance, reports: dict[str, Report]) -> None:
+    """case_reports' case_verdict check has one result per partition: failed (a warning) exactly for the cases
+    that did not pass, while the run itself succeeded."""
+    key = CASE_VERDICT.spec.key
+    status = {info.partition_key: info.latest_execution_status.value
+              for info in instance.event_log_storage.get_asset_check_partition_info([key])}
+    assert status == {case_id: "SUCCEEDED" if outcome(report) == "pass" else "FAILED"
+                      for case_id, report in reports.items()}
+    assert "FAILED" in status.values() and "SUCCEEDED" in status.values()
+    failed = instance.event_log_storage.get_asset_check_execution_history(
+        key, limit=100, status={AssetCheckExecutionRecordStatus.FAILED})
+    evaluations = [record.event.dagster_event.event_specific_data for record in failed]
+    assert {e.partition for e in evaluations} == {k for k, v in status.items() if v == "FAILED"}
+    assert {e.severity for e in evaluations} == {dg.AssetCheckSeverity.WARN}
+    assert all(e.metadata["outcome"].value == outcome(reports[e.partition]) for e in evaluations)
 
 
 def _query_the_store_as_the_readme_does(store: Path, reports: list[Report]) -> None:

@@ -1,22 +1,43 @@
 """Final synthesis asset: one report per case under the failure precedence (the output contract), one typed
 column per top-level field."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
 import polars as pl
 
-from sqlcmp_dagster.assets.common import joined, layer_asset, outcome_of, report_from_layers
+from sqlcmp_dagster.assets.common import CaseCheck, case_reports_key, cases_partitions, joined, layer_asset, \
+    outcome_of, report_from_layers
 from sqlcmp_dagster.engine.judge import apply_judgment
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.records import report_from_row, report_row
+from sqlcmp_dagster.engine.records import report_from_row, report_row, reports_from_frame
 from sqlcmp_dagster.reporting.cases import outcome
 
 SCHEMA = {"case_id": pl.Utf8, **frame_schema("case_reports"), "fault": pl.Utf8}
 
 
-@layer_asset("case_reports", description="The report of each case: verdict, scores, severity, explanations.")
+def verdict_evaluations(frame: pl.DataFrame) -> Iterator[dg.AssetCheckEvaluation]:
+    """The ``case_verdict`` result of each case, on its partition: passed when the case passed; otherwise a
+    warning naming the outcome (fail or invalid), with the case's severity, score and first explanation."""
+    for report in reports_from_frame(frame):
+        metadata = partition_metadata(report)
+        yield dg.AssetCheckEvaluation(asset_key=case_reports_key, check_name="case_verdict",
+                                      passed=metadata["outcome"] == "pass", severity=dg.AssetCheckSeverity.WARN,
+                                      partition=report.case_id, metadata=metadata,
+                                      description=f"{metadata['outcome']}: {metadata['headline']}")
+
+
+#: A warning neither fails the run nor blocks anything: the failing cases are found per partition in the UI.
+CASE_VERDICT = CaseCheck(dg.AssetCheckSpec(
+    name="case_verdict", asset=case_reports_key, blocking=False, partitions_def=cases_partitions,
+    description="Per case: passes when the case passed; a warning names a failed or invalid case."),
+    verdict_evaluations)
+
+
+@layer_asset("case_reports", case_checks=(CASE_VERDICT,),
+             description="The report of each case: verdict, scores, severity, explanations.")
 def case_reports(context: dg.AssetExecutionContext, executions: pl.DataFrame, structural_diffs: pl.DataFrame,
                  result_comparisons: pl.DataFrame, diagnostics: pl.DataFrame, judgments: pl.DataFrame) -> pl.DataFrame:
     rows = []

@@ -8,7 +8,7 @@ import json
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import dagster as dg
 import polars as pl
@@ -31,31 +31,45 @@ LAYER_ASSETS = ("parsed_cases", "executions", "structural_diffs", "result_compar
                 "judgments", "case_reports")
 
 
-def layer_asset(name: str, **kwargs: Any) -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
+class CaseCheck(NamedTuple):
+    """A check with one result per case (partition), logged by the asset after its output: ``evaluate``
+    turns the asset's frame into one ``AssetCheckEvaluation`` per row."""
+
+    spec: dg.AssetCheckSpec
+    evaluate: Callable[[pl.DataFrame], Iterator[dg.AssetCheckEvaluation]]
+
+
+def layer_asset(name: str, description: str,
+                case_checks: tuple[CaseCheck, ...] = ()) -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
     """Declare a layer asset: case-partitioned, one run per backfill, stored per case, and blocked on its
-    contract check (the frame the function returns is validated before downstream layers may run)."""
+    contract check (the frame the function returns is validated before downstream layers may run).
+
+    ``case_checks`` are recorded per case. Dagster gives a check one result per step, and a step covers many
+    cases, so their results are logged per partition instead; the asset is declared subsettable because that
+    is what makes a check output optional (the one result per step is never yielded)."""
 
     def decorate(compute: Callable[..., pl.DataFrame]) -> dg.AssetsDefinition:
         @functools.wraps(compute)
-        def run(*args: Any, **inner: Any) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult]:
+        def run(*args: Any, **inner: Any) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult |
+                                                       dg.AssetCheckEvaluation]:
             frame = compute(*args, **inner)
             faults = frame.filter(pl.col("fault").is_not_null()).height if "fault" in frame.columns else 0
-            yield dg.Output(frame, metadata={"cases": frame.height, "faults": faults,
-                                             "dagster/column_schema": table_schema(frame.schema)})
+            yield dg.Output(frame, output_name=name, metadata={
+                "cases": frame.height, "faults": faults, "dagster/column_schema": table_schema(frame.schema)})
             yield contract_check(name, frame)
+            for check in case_checks:
+                yield from check.evaluate(frame)
 
         run.__signature__ = inspect.signature(compute).replace(  # type: ignore[attr-defined]
             return_annotation=inspect.Signature.empty)
-        return dg.asset(
+        return dg.multi_asset(
             name=name,
+            outs={name: dg.AssetOut(io_manager_key=CASE_STORE, code_version=ENGINE_VERSION, group_name="evaluation",
+                                    kinds={"polars", "sql"}, description=description)},
             partitions_def=cases_partitions,
             backfill_policy=dg.BackfillPolicy.single_run(),
-            io_manager_key=CASE_STORE,
-            check_specs=[contract_spec(name)],
-            code_version=ENGINE_VERSION,
-            group_name="evaluation",
-            kinds={"polars", "sql"},
-            **kwargs,
+            check_specs=[contract_spec(name), *(check.spec for check in case_checks)],
+            can_subset=bool(case_checks),
         )(run)
 
     return decorate
