@@ -18,7 +18,7 @@ import pytest
 from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS
 from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
-from sqlcmp_dagster.assets.common import cases_partitions
+from sqlcmp_dagster.assets.common import case_reports_key, cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suites
@@ -184,8 +184,11 @@ def test_a_broken_case_gets_its_own_report_and_the_others_complete(tmp_path: Pat
 def test_layer_assets_are_single_run_backfills_with_blocking_contracts() -> None:
     for asset in LAYERS:
         assert asset.backfill_policy == dg.BackfillPolicy.single_run()
-        (spec,) = asset.check_specs
-        assert spec.name == CONTRACT_CHECK and spec.blocking
+        specs = {spec.name: spec for spec in asset.check_specs}
+        assert specs[CONTRACT_CHECK].blocking
+        # case_reports also records each case's verdict, per partition and never blocking
+        assert set(specs) == ({CONTRACT_CHECK, "case_verdict"} if asset.key == case_reports_key else {CONTRACT_CHECK})
+    assert not CASE_VERDICT.spec.blocking and CASE_VERDICT.spec.partitions_def == cases_partitions
 
 
 def test_a_failed_contract_blocks_downstream_layers(tmp_path: Path, sample_dir: Path,
