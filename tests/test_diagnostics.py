@@ -21,6 +21,7 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator, compare
+from sqlcmp_dagster.engine.report import per_column_map
 
 SIX_SCORES = ("projection_error_score", "filter_error_score", "join_error_score", "grouping_error_score",
               "aggregate_function_error_score", "limit_topk_error_score")
@@ -62,7 +63,7 @@ def inconsistencies(report: Report) -> list[str]:
     """Every way a failing, unblocked report contradicts itself (empty when it does not)."""
     d, result = report.diagnostic_scores or {}, report.metrics["result"]
     card, family = result["cardinality_match"], result["result_equality_family"]
-    per_column = (report.mismatch_map or {})["per_column"]
+    per_column = per_column_map(report)
     found: list[str] = []
 
     def check(ok: bool, what: str) -> None:
@@ -229,7 +230,7 @@ def test_an_order_only_failure_lists_no_missing_rows_and_no_differing_columns(ru
     assert report.mismatch_map["missing_rows_sample"] == report.mismatch_map["extra_rows_sample"] == []
     assert not any(s.startswith("column ") for s in report.explanations)
     assert "10 of 12 rows are at a different position" in report.explanations
-    assert report.mismatch_map["per_column"]["pairing"] == "in order"
+    assert per_column_map(report)["pairing"] == "in order"
     assert not inconsistencies(report)
 
 

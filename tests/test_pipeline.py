@@ -17,6 +17,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine import pipeline
 from sqlcmp_dagster.engine.pipeline import Evaluator, ExpectedResults, validate
+from sqlcmp_dagster.engine.report import per_column_map
 
 TOP_LEVEL_KEYS = {
     "case_id", "deterministic_verdict", "ai_advisory_verdict", "verdict_consistency_flag", "overall_score",
@@ -126,7 +127,8 @@ def test_attribution_is_confirmed_by_re_execution(suite_reports: dict[str, Repor
 
 def test_plain_language_evidence_names_the_wrong_column(suite_reports: dict[str, Report]) -> None:
     report = suite_reports["fail_aggregate_function"]
-    per_column = report.mismatch_map["per_column"]["attributes"]
+    assert "per_column" not in report.mismatch_map  # one home: metrics.diagnostics.per_column_mismatch_map
+    per_column = per_column_map(report)["attributes"]
     wrong = [name for name, column in per_column.items() if column["status"] == "mismatch"]
     assert wrong == ["sum(quantity)"]
     assert any(line.startswith("column sum(quantity) differs in") for line in report.explanations)

@@ -133,8 +133,9 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     }
     # On an order-only failure every row is in both results: rows unpaired by position are not missing.
     order_only = diagnostics["ordering_error_flag"]
+    # The per-column map lives once, in metrics.diagnostics.per_column_mismatch_map (spec §1: a diagnostic
+    # metric under its layer); mismatch_map adds only what no metric holds, the sampled rows.
     mismatch_map = {
-        "per_column": diagnostics["per_column_mismatch_map"],
         "missing_rows_sample": [] if order_only else shown_rows(result.missing_rows),
         "extra_rows_sample": [] if order_only else shown_rows(result.extra_rows),
     }
@@ -171,6 +172,12 @@ def fault_report(request: CompareRequest, message: str) -> Report:
     )
 
 
+def per_column_map(report: Report) -> dict[str, Any]:
+    """A report's per-column mismatch map (``metrics.diagnostics.per_column_mismatch_map``), empty when the
+    diagnostics did not run (a blocked or passing case without one)."""
+    return ((report.metrics or {}).get("diagnostics") or {}).get("per_column_mismatch_map") or {}
+
+
 def render_text(report: Report) -> str:
     """A report as a person reads it: verdict, scores, explanations, per-column map, warnings.
 
@@ -189,7 +196,7 @@ def render_text(report: Report) -> str:
     if scores:
         lines.append("scores: " + ", ".join(scores))
     lines += [f"  - {line}" for line in report.explanations]
-    columns = (report.mismatch_map or {}).get("per_column", {}).get("attributes", {})
+    columns = per_column_map(report).get("attributes", {})
     wrong = {name: c for name, c in columns.items() if c["status"] != "match"}
     if wrong:
         lines.append("columns:")

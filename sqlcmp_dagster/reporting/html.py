@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.report import ENGINE_VERSION
+from sqlcmp_dagster.engine.report import ENGINE_VERSION, per_column_map
 from sqlcmp_dagster.engine.summary import SEVERITIES
 from sqlcmp_dagster.reporting.cases import case_row
 
@@ -107,7 +107,7 @@ def result_samples(report: Report) -> dict[str, Any] | None:
     extra = mismatch.get("extra_rows_sample") or []
     if not missing and not extra:
         return None
-    columns = list(((mismatch.get("per_column") or {}).get("attributes") or {}).keys())
+    columns = list((per_column_map(report).get("attributes") or {}).keys())
     return {"columns": columns, "missing": _marked(missing, extra), "extra": _marked(extra, missing)}
 
 
