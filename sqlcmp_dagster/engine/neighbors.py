@@ -27,7 +27,7 @@ from sqlglot import exp
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbor_generation import hints, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbor_generation import PROFILES, failed_joins, hints, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Rows, Schema, read_schema, scratch, \
     scratch_adapter, scratch_name
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
@@ -249,6 +249,8 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     stop = None
     try:
         for number in range(config.neighbor_count):
+            if len(tables) == 1 and not found.join_columns and PROFILES[number % len(PROFILES)][0] == (failed_joins,):
+                continue  # fewer neighbors for one table without a join: a profile of failed joins changes nothing
             rows = neighbor_rows(schema, tables, found, number,
                                  random.Random(seed_of(config.neighbor_seed, number)))
             outcome, accepted, dropped = search.run(rows)
