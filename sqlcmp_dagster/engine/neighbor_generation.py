@@ -146,7 +146,7 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
             continue
         for rule in rules:
             current = rule(table, current, found, rng)
-        rows[name] = repair_keys(table, current, rows, rng)
+        rows[name] = repair_keys(schema, table, current, rows, found, rng)
     return reach_joins(schema, tables, rows, found, rng)
 
 
@@ -308,16 +308,25 @@ def failed_joins(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
     return out
 
 
-def repair_keys(table: Table, rows: list[tuple[Any, ...]], built: Rows, rng: random.Random) \
-        -> list[tuple[Any, ...]]:
+def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built: Rows, found: Hints,
+                rng: random.Random) -> list[tuple[Any, ...]]:
     """Point every declared foreign key without a parent at a random surviving parent row, so that rules that
-    copy or change values do not simply lose their rows to the constraint (a row whose key is NULL keeps it)."""
+    copy or change values do not simply lose their rows to the constraint (a row whose key is NULL keeps it).
+    A key that holds one of the queries' literals keeps it instead, and its parent gets a row with that key (a
+    copy of one of its rows, inserted before the child): the row built to satisfy a WHERE stays in."""
     out = []
     for row in rows:
         for key in table.foreign_keys:
             values = tuple(row[i] for i in key.columns)
             parents = [tuple(p[i] for i in key.parent_columns) for p in built.get(key.parent, [])]
             if None in values or values in parents or not parents:
+                continue
+            literal = len(key.columns) == 1 and any(
+                values[0] == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), []))
+            if literal and key.parent in schema.tables:
+                parent = schema.tables[key.parent]
+                built[key.parent].append(_copy(parent, rng.choice(built[key.parent]),
+                                               dict(zip(key.parent_columns, values)), built[key.parent]))
                 continue
             row = _with(row, dict(zip(key.columns, rng.choice(parents))))
         out.append(row)
