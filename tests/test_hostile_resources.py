@@ -222,6 +222,24 @@ def test_max_sql_chars_refuses_before_parsing(sample_db: Path) -> None:
     assert "exceed max_sql_chars=10" in json.dumps(small.model_dump())
 
 
+def test_parse_is_cut_at_the_case_budget(sample_db: Path) -> None:
+    """Issue 11 item 8: within max_sql_chars a parse still ran its course (4 s for 20,000 characters of
+    1+1+...); now it stops at the case's budget, as a parse failure that says so, and the next parse is whole.
+    (The tokenizer is not clocked inside: a longer query overshoots by its tokenizing time.)"""
+    huge = "SELECT " + "+".join(["1"] * 9_990)
+    config = EvalConfig(case_timeout_ms=300)
+    started = time.monotonic()
+    report = compare(CompareRequest(expected_sql="SELECT 1", actual_sql=huge, config=config),
+                     ExecutionAdapter(str(sample_db)))
+    assert time.monotonic() - started < 0.3 + 5
+    assert report.blocked_reason == "parse_failure"
+    assert "parse cut: it ran past what was left of the case's time budget" in json.dumps(report.model_dump())
+    assert report.metrics["validation"]["parse_success_expected"] is True  # the trusted query was parsed first
+    fine = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1", config=config),
+                   ExecutionAdapter(str(sample_db)))
+    assert fine.deterministic_verdict == "pass"
+
+
 def test_case_timeout_ms_caps_the_probes_and_names_the_cut(pg_url: str) -> None:
     """Issue 11 item 9: probes (the fix search's candidates) re-run the slow actual query, so a case cost several
     query timeouts. With case_timeout_ms the queries a case runs fit in its budget, and the cut is named."""

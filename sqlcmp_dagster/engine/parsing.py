@@ -7,9 +7,11 @@ to formatting; they never change what a query computes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import functools
 import re
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import sqlglot
 from sqlglot import exp
@@ -60,9 +62,12 @@ class ParseOutcome:
     tree: exp.Expression | None = None
 
 
-def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS) -> ParseOutcome:
+def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS,
+          deadline: float | None = None) -> ParseOutcome:
     """Parse ``sql`` as exactly one statement in ``dialect`` and canonicalize it; text longer than
-    ``max_chars`` is refused before the parser sees it.
+    ``max_chars`` is refused before the parser sees it, and a parse still running at ``deadline`` (a
+    ``time.monotonic()`` instant: the end of the case's budget) stops there as a parse failure
+    (:class:`_Clocked`).
 
     >>> parse("select a from t", "sqlite").normalized_sql
     'select a from t'
@@ -76,8 +81,17 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS) -> 
     if len(sql) > max_chars:
         return ParseOutcome(False, None, None, f"query too long: {len(sql):,} characters exceed "
                                                f"max_sql_chars={max_chars:,}")
+    clock = _Clocked(deadline)
     try:
-        statements = [s for s in sqlglot.parse(sql, read=dialect) if s is not None]
+        return _parse(sql, dialect, clock)
+    except _ParseCut:
+        return ParseOutcome(False, None, None, "parse cut: it ran past what was left of the case's time budget "
+                                               "(case_timeout_ms)")
+
+
+def _parse(sql: str, dialect: str, clock: _Clocked) -> ParseOutcome:
+    try:
+        statements = [s for s in clock.parse(sql, dialect) if s is not None]
     except ParseError as error:
         return ParseOutcome(False, None, None, _parse_message(error))
     except SqlglotError as error:
@@ -93,8 +107,8 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS) -> 
                                                    "expression (a misspelt keyword?)")
     ast = statements[0]
     try:
-        tree = canonical_tree(ast, dialect)
-        normalized = _canonical_text(tree, dialect)
+        tree = canonical_tree(ast, dialect, clock)
+        normalized = clock.generate(tree, dialect)
     except (SqlglotError, RecursionError) as error:
         return ParseOutcome(False, None, None, _first_line(str(error)))
     # A multi-statement string parses, but it is not one query: the safety gate refuses it by its count.
@@ -229,12 +243,84 @@ def _canonical_text(tree: exp.Expression, dialect: str) -> str:
     return lowercase_keywords(tree.sql(dialect=dialect, normalize_functions="lower"), dialect)
 
 
-def canonical_tree(ast: exp.Expression, dialect: str) -> exp.Expression:
-    """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator."""
+def canonical_tree(ast: exp.Expression, dialect: str, clock: _Clocked | None = None) -> exp.Expression:
+    """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator (``clock``: the
+    parse's deadline, checked between rewrites)."""
     tree = normalize_identifiers(ast.copy())
-    tree = unalias_tables(tree)
-    tree = sort_commutative(tree)
+    for rewrite in (unalias_tables, sort_commutative):
+        if clock is not None:
+            clock.check()
+        tree = rewrite(tree)
     return tree
+
+
+class _ParseCut(Exception):
+    """A parse reached its deadline."""
+
+
+class _Clocked:
+    """sqlglot's parse and generation, checking a deadline as they go.
+
+    sqlglot cannot be interrupted and a per-call hook (``sys.setprofile``) made every parse three times slower,
+    so the dialect's own parser and generator are subclassed (:func:`_clocked_classes`): the parser checks the
+    clock every :data:`_CHECK_EVERY` tokens it advances over, the generator every as many nodes it prints, and
+    the canonical rewrites between each other. Without a deadline, sqlglot runs as it is.
+    """
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.ticks = 0
+
+    def check(self) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise _ParseCut()
+
+    def tick(self) -> None:
+        self.ticks += 1
+        if not self.ticks % _CHECK_EVERY:
+            self.check()
+
+    def parse(self, sql: str, dialect: str) -> list[exp.Expression | None]:
+        if self.deadline is None:
+            return sqlglot.parse(sql, read=dialect)
+        engine = sqlglot.Dialect.get_or_raise(dialect)
+        tokens = engine.tokenize(sql)
+        self.check()
+        parser_class, _ = _clocked_classes(type(engine))
+        parser = parser_class(dialect=engine)
+        parser.sqlcmp_clock = self
+        return parser.parse(tokens, sql)
+
+    def generate(self, tree: exp.Expression, dialect: str) -> str:
+        if self.deadline is None:
+            return _canonical_text(tree, dialect)
+        self.check()
+        engine = sqlglot.Dialect.get_or_raise(dialect)
+        _, generator_class = _clocked_classes(type(engine))
+        generator = generator_class(dialect=engine, normalize_functions="lower")
+        generator.sqlcmp_clock = self
+        return lowercase_keywords(generator.generate(tree, copy=True), dialect)
+
+
+#: Tokens advanced over (or nodes printed) between two looks at the clock.
+_CHECK_EVERY = 256
+
+
+@functools.cache
+def _clocked_classes(dialect_class: type[sqlglot.Dialect]) -> tuple[type[Any], type[Any]]:
+    """The dialect's parser and generator classes, each calling its ``sqlcmp_clock``'s ``tick`` as it goes."""
+    parser_base, generator_base = dialect_class.parser_class, dialect_class.generator_class
+
+    def advance(self: Any, times: int = 1) -> None:
+        parser_base._advance(self, times)
+        self.sqlcmp_clock.tick()
+
+    def sql(self: Any, expression: Any, key: str | None = None, comment: bool = True) -> str:
+        self.sqlcmp_clock.tick()
+        return generator_base.sql(self, expression, key, comment)
+
+    return (type(f"Clocked{parser_base.__name__}", (parser_base,), {"_advance": advance}),
+            type(f"Clocked{generator_base.__name__}", (generator_base,), {"sql": sql}))
 
 
 def unalias_tables(tree: exp.Expression) -> exp.Expression:

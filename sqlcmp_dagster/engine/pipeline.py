@@ -113,8 +113,11 @@ def parse_layer(request: CompareRequest, dialect: str) -> Validation:
     """Layer 1, first half: parse and canonicalize every query of the case (nothing is executed)."""
     started = time.perf_counter()
     limit = request.config.max_sql_chars
-    actual = Side(request.actual_sql, parse(request.actual_sql, dialect, max_chars=limit))
-    expected = [Side(sql, parse(sql, dialect, max_chars=limit)) for sql in request.expected_sql]
+    # Parsing counts against the case's budget and stops at its end; the expected queries (trusted) first, so
+    # that a hostile actual query cannot spend their share.
+    deadline = time.monotonic() + request.config.case_budget_ms() / 1000
+    expected = [Side(sql, parse(sql, dialect, max_chars=limit, deadline=deadline)) for sql in request.expected_sql]
+    actual = Side(request.actual_sql, parse(request.actual_sql, dialect, max_chars=limit, deadline=deadline))
     return Validation(request, dialect, request.db, actual, expected,
                       timings={"parse_ms": (time.perf_counter() - started) * 1000})
 
