@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs and starts what the tests need beyond Python, from Debian's packages: a PostgreSQL server on
-# loopback (Dagster run/event storage, and the PostgreSQL engine) and Chromium (the UI test).
+# loopback (Dagster run/event storage, and the PostgreSQL engine), Chromium (the UI test) and Redis on loopback
+# (the Celery broker of the scale-out test).
 # Prints the environment the tests read; CI sources it. Safe to run again: each step is idempotent.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-if ! command -v pg_ctlcluster >/dev/null || ! command -v chromium >/dev/null; then
+if ! command -v pg_ctlcluster >/dev/null || ! command -v chromium >/dev/null || ! command -v redis-server >/dev/null; then
   apt-get update -qq
-  apt-get install -y -qq postgresql chromium >/dev/null
+  apt-get install -y -qq postgresql chromium redis-server >/dev/null
 fi
 version=$(ls /etc/postgresql | sort -n | tail -n 1)
 if [ -z "$version" ]; then
@@ -34,6 +35,12 @@ moto=/opt/sqlcmp-moto
 s3_up() { python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:5055/', timeout=2)" 2>/dev/null; }
 if ! s3_up; then setsid "$moto/bin/moto_server" -H 127.0.0.1 -p 5055 </dev/null >/tmp/sqlcmp-moto.log 2>&1 & fi
 for _ in $(seq 1 30); do s3_up && break; sleep 1; done
+# Redis for dagster-celery's broker and result backend: loopback only, no persistence (a test's queue is scratch).
+redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping 2>/dev/null | grep -q PONG; }
+redis_up || redis-server --bind 127.0.0.1 --port 6379 --protected-mode yes --save '' --appendonly no \
+  --daemonize yes --logfile /tmp/sqlcmp-redis.log >&2
+for _ in $(seq 1 30); do redis_up && break; sleep 1; done
+echo "export SQLCMP_TEST_REDIS_URL=redis://127.0.0.1:6379"
 echo "export SQLCMP_TEST_S3_ENDPOINT=http://127.0.0.1:5055"
 echo "export SQLCMP_TEST_PG_URL=postgresql+psycopg2://sqlcmp_select:sqlcmp_select@127.0.0.1:5432/sqlcmp_dagster"
 echo "export SQLCMP_TEST_PG_ADMIN_URL=postgresql+psycopg2://sqlcmp:sqlcmp@127.0.0.1:5432/sqlcmp_dagster"

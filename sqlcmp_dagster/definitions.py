@@ -3,7 +3,8 @@
 Defaults evaluate the bundled sample (its suite folder and SQLite database); environment variables point it
 elsewhere: ``SQLCMP_CASES_DIR`` (suite folder), ``SQLCMP_DB_DIR`` (SQLite folder), ``SQLCMP_DB_URL``
 (a SQLAlchemy URL for cases that name no database), ``SQLCMP_STORAGE_DIR`` (the per-case Parquet store: a
-local folder or an fsspec URL such as ``s3://bucket/prefix``).
+local folder or an fsspec URL such as ``s3://bucket/prefix``). ``SQLCMP_EXECUTOR`` and ``SQLCMP_CASES_PER_RUN``
+choose how runs scale out (README, "Scale-out"); the same jobs run under every executor.
 """
 
 from __future__ import annotations
@@ -36,6 +37,30 @@ summary_sensor = dg.AutomationConditionSensorDefinition(
     description="Recomputes evaluation_summary after case reports change (its eager automation condition).")
 
 
+def executor_from_environment() -> dg.ExecutorDefinition | None:
+    """The executor of launched runs, chosen by ``SQLCMP_EXECUTOR``:
+
+    - unset or ``multiprocess``: Dagster's default, each step of a launched run in its own process
+      (``materialize()`` and ``sqlcmp demo`` stay in-process);
+    - ``celery``: ``dagster_celery.celery_executor``, each step a task on the broker ``SQLCMP_CELERY_BROKER``
+      (e.g. ``redis://host:6379/0``) with results on ``SQLCMP_CELERY_BACKEND`` (default: the broker's URL),
+      executed by ``dagster-celery`` workers that import this module with the same environment.
+
+    The broker's URL is read from the environment by Dagster (not fixed here), so the workers' ``-y`` file can
+    name the same variables.
+    """
+    choice = os.environ.get("SQLCMP_EXECUTOR", "multiprocess").strip()
+    if choice == "multiprocess":
+        return None
+    if choice != "celery":
+        raise ValueError(f"SQLCMP_EXECUTOR must be 'multiprocess' or 'celery', not {choice!r}")
+    from dagster_celery import celery_executor  # the 'celery' extra: pip install 'sqlcmp-dagster[celery]'
+
+    backend = "SQLCMP_CELERY_BACKEND" if os.environ.get("SQLCMP_CELERY_BACKEND") else "SQLCMP_CELERY_BROKER"
+    return celery_executor.configured({"broker": {"env": "SQLCMP_CELERY_BROKER"}, "backend": {"env": backend}},
+                                      name="celery")
+
+
 def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None, db_url: str | None = None,
                       storage_dir: str | None = None) -> dg.Definitions:
     """The definitions with explicit locations (tests and the demo) or the environment's defaults.
@@ -51,6 +76,7 @@ def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None
         jobs=[evaluation_job, summary_job],
         schedules=[nightly_evaluation],
         sensors=[case_sensor, summary_sensor],
+        executor=executor_from_environment(),
         resources={
             "cases": CaseSuiteResource(folder=cases_dir),
             "database": DatabaseResource(db_dir=db_dir, url=db_url or os.environ.get("SQLCMP_DB_URL")),

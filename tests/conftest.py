@@ -6,6 +6,7 @@ import json
 import os
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -200,3 +201,20 @@ def tiny_duck(tmp_path_factory: pytest.TempPathFactory) -> Path:
     connection.execute("CREATE TABLE t AS SELECT range AS a, 'v' || range AS b FROM range(10)")
     connection.close()
     return path
+
+
+@pytest.fixture
+def bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh bucket on the loopback S3-compatible server of ``.ci/services.sh`` (``SQLCMP_TEST_S3_ENDPOINT``);
+    the store is configured as a deployment would be, by URL and the standard AWS environment variables (set
+    here, so child processes inherit them)."""
+    endpoint = service("SQLCMP_TEST_S3_ENDPOINT")
+    s3fs = pytest.importorskip("s3fs")
+    for name, value in (("AWS_ACCESS_KEY_ID", "sqlcmp"), ("AWS_SECRET_ACCESS_KEY", "sqlcmp"),
+                        ("AWS_ENDPOINT_URL_S3", endpoint), ("AWS_DEFAULT_REGION", "us-east-1")):
+        monkeypatch.setenv(name, value)
+    name = f"sqlcmp-dagster-{uuid.uuid4().hex[:12]}"
+    filesystem = s3fs.S3FileSystem(endpoint_url=endpoint, key="sqlcmp", secret="sqlcmp")
+    filesystem.mkdir(name)
+    yield name
+    filesystem.rm(name, recursive=True)

@@ -9,12 +9,9 @@ import os
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import dagster as dg
-import pytest
 
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
@@ -24,26 +21,6 @@ from sqlcmp_dagster.resources.storage import read_asset
 
 LAYERS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics", "judgments",
           "case_reports")
-
-
-@pytest.fixture
-def bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """A fresh bucket on the loopback S3 server; the store is configured as a deployment would be, by URL and
-    the standard AWS environment variables."""
-    endpoint = os.environ.get("SQLCMP_TEST_S3_ENDPOINT")
-    if not endpoint:
-        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
-            pytest.fail("SQLCMP_TEST_S3_ENDPOINT is not set: run .ci/services.sh")
-        pytest.skip("SQLCMP_TEST_S3_ENDPOINT not set (run .ci/services.sh to start the S3-compatible server)")
-    s3fs = pytest.importorskip("s3fs")
-    for name, value in (("AWS_ACCESS_KEY_ID", "sqlcmp"), ("AWS_SECRET_ACCESS_KEY", "sqlcmp"),
-                        ("AWS_ENDPOINT_URL_S3", endpoint), ("AWS_DEFAULT_REGION", "us-east-1")):
-        monkeypatch.setenv(name, value)
-    name = f"sqlcmp-dagster-{uuid.uuid4().hex[:12]}"
-    filesystem = s3fs.S3FileSystem(endpoint_url=endpoint, key="sqlcmp", secret="sqlcmp")
-    filesystem.mkdir(name)
-    yield name
-    filesystem.rm(name, recursive=True)
 
 
 def _written(bucket: str) -> dict[str, object]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -26,6 +27,26 @@ cases_partitions = dg.DynamicPartitionsDefinition(name="cases")
 #: IO manager key of the per-partition Parquet store.
 CASE_STORE = "case_store"
 case_reports_key = dg.AssetKey("case_reports")
+#: Run tags of a run over a range of cases (consecutive partitions).
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+
+
+def layer_backfill_policy() -> dg.BackfillPolicy:
+    """The layer assets' backfill policy. Unset ``SQLCMP_CASES_PER_RUN``: a backfill is one run, the cheapest on
+    one machine (Dagster's per-run cost is paid once). Set to N (a deployment with workers): runs of at most N
+    cases (``BackfillPolicy.multi_run(N)``), so that a backfill's runs, and their steps, spread over the workers.
+    The case sensor splits its runs the same way."""
+    value = os.environ.get("SQLCMP_CASES_PER_RUN", "").strip()
+    if not value:
+        return dg.BackfillPolicy.single_run()
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"SQLCMP_CASES_PER_RUN must be a whole number of cases >= 1, not {value!r}")
+    return dg.BackfillPolicy.multi_run(int(value))
+
+
+#: Read once at import: the daemon, the run processes and the workers must all be started with the same value.
+LAYER_BACKFILL_POLICY = layer_backfill_policy()
 
 LAYER_ASSETS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics",
                 "judgments", "case_reports")
@@ -41,8 +62,8 @@ class CaseCheck(NamedTuple):
 
 def layer_asset(name: str, description: str,
                 case_checks: tuple[CaseCheck, ...] = ()) -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
-    """Declare a layer asset: case-partitioned, one run per backfill, stored per case, and blocked on its
-    contract check (the frame the function returns is validated before downstream layers may run).
+    """Declare a layer asset: case-partitioned, backfilled under ``LAYER_BACKFILL_POLICY``, stored per case,
+    and blocked on its contract check (the frame the function returns is validated before downstream layers may run).
 
     ``case_checks`` are recorded per case. Dagster gives a check one result per step, and a step covers many
     cases, so their results are logged per partition instead; the asset is declared subsettable because that
@@ -67,7 +88,7 @@ def layer_asset(name: str, description: str,
             outs={name: dg.AssetOut(io_manager_key=CASE_STORE, code_version=ENGINE_VERSION, group_name="evaluation",
                                     kinds={"polars", "sql"}, description=description)},
             partitions_def=cases_partitions,
-            backfill_policy=dg.BackfillPolicy.single_run(),
+            backfill_policy=LAYER_BACKFILL_POLICY,
             check_specs=[contract_spec(name), *(check.spec for check in case_checks)],
             can_subset=bool(case_checks),
         )(run)

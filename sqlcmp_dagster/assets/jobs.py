@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from sqlcmp_dagster.assets.common import LAYER_ASSETS, cases_partitions
-from sqlcmp_dagster.assets.sensors import RANGE_END, RANGE_START
+from sqlcmp_dagster.assets.common import LAYER_ASSETS, RANGE_END, RANGE_START, cases_partitions
 
 #: On-demand: pick partitions (cases) in the launchpad, or a range of them.
 evaluation_job = dg.define_asset_job("evaluation_job", selection=list(LAYER_ASSETS),

@@ -7,12 +7,11 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from sqlcmp_dagster.assets.common import LAYER_ASSETS, cases_partitions
+from sqlcmp_dagster.assets.common import LAYER_BACKFILL_POLICY, RANGE_END, RANGE_START, cases_partitions
+from sqlcmp_dagster.assets.jobs import evaluation_job
 from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
-RANGE_START = "dagster/asset_partition_range_start"
-RANGE_END = "dagster/asset_partition_range_end"
 
 
 def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, existing: Sequence[str],
@@ -20,7 +19,8 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     """Compare the suite folder with the cursor (case id -> data version) and say what to add, delete and run.
 
     New and edited cases are materialized through every layer; consecutive ones (in partition order) share one
-    run, so a first load of 1,000 cases is a single run. An unchanged re-scan requests nothing.
+    run, so a first load of 1,000 cases is a single run, or runs of at most N cases under the layer assets'
+    ``BackfillPolicy.multi_run(N)`` (``SQLCMP_CASES_PER_RUN``). An unchanged re-scan requests nothing.
     """
     suite = cases.load()
     previous: dict[str, str] = json.loads(cursor) if cursor else {}
@@ -31,7 +31,9 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     deleted = [case_id for case_id in existing if case_id not in versions]
     stale = {case_id for case_id, version in versions.items() if previous.get(case_id) != version}
     order = [k for k in existing if k in versions] + added
-    runs = [_run_request(block) for block in _consecutive(order, stale)]
+    size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(order) or 1
+    runs = [_run_request(block[start:start + size]) for block in _consecutive(order, stale)
+            for start in range(0, len(block), size)]
     requests = []
     if added:
         requests.append(cases_partitions.build_add_request(added))
@@ -57,13 +59,13 @@ def _consecutive(order: list[str], wanted: set[str]) -> list[list[str]]:
 
 
 def _run_request(block: list[str]) -> dg.RunRequest:
-    selection = [dg.AssetKey(name) for name in LAYER_ASSETS]
+    """A run of ``evaluation_job`` (every layer) over one case or a range of consecutive cases."""
     if len(block) == 1:
-        return dg.RunRequest(asset_selection=selection, partition_key=block[0], run_key=None)
-    return dg.RunRequest(asset_selection=selection, tags={RANGE_START: block[0], RANGE_END: block[-1]})
+        return dg.RunRequest(partition_key=block[0], run_key=None)
+    return dg.RunRequest(tags={RANGE_START: block[0], RANGE_END: block[-1]})
 
 
-@dg.sensor(name="case_sensor", minimum_interval_seconds=60, asset_selection=list(LAYER_ASSETS),
+@dg.sensor(name="case_sensor", minimum_interval_seconds=60, job=evaluation_job,
            default_status=dg.DefaultSensorStatus.STOPPED,
            description="Adds/removes case partitions as suite files change and materializes changed cases.")
 def case_sensor(context: dg.SensorEvaluationContext, cases: CaseSuiteResource,
