@@ -63,7 +63,8 @@ class CaseCheck(NamedTuple):
 def layer_asset(name: str, description: str,
                 case_checks: tuple[CaseCheck, ...] = ()) -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
     """Declare a layer asset: case-partitioned, backfilled under ``LAYER_BACKFILL_POLICY``, stored per case,
-    and blocked on its contract check (the frame the function returns is validated before downstream layers may run).
+    and blocked on its contract check (the frame the function returns is validated before downstream layers
+    may run).
 
     ``case_checks`` are recorded per case. Dagster gives a check one result per step, and a step covers many
     cases, so their results are logged per partition instead; the asset is declared subsettable because that
