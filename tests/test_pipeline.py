@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqlcmp_dagster.cases.sample import INVALID_SUITE, sample_suite_path
+from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
@@ -189,6 +189,12 @@ def test_a_failing_expected_query_makes_the_case_invalid_not_the_model_wrong(eva
 def test_parse_failure_takes_precedence_over_execution(run: Callable[..., Report]) -> None:
     report = run("SELECT name FROM nope", "SELECT (")
     assert report.blocked_reason == "parse_failure" and report.severity == "critical failure"
+
+
+def test_db_dir_may_be_given_as_text(sample_dir: Path) -> None:
+    report = Evaluator(db_dir=str(sample_dir)).evaluate(
+        CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1", db=SAMPLE_DB_ID))
+    assert (report.deterministic_verdict, report.blocked_reason) == ("pass", None)
 
 
 def test_missing_database_is_a_report_not_a_crash() -> None:

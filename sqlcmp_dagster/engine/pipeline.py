@@ -479,9 +479,9 @@ class Evaluator:
     PostgreSQL under a privileged role (see :class:`~sqlcmp_dagster.engine.execution.ExecutionAdapter`).
     """
 
-    def __init__(self, *, db_dir: Path | None = None, default_db: str | None = None,
+    def __init__(self, *, db_dir: Path | str | None = None, default_db: str | None = None,
                  judge: JudgeConfig | None = None, allow_privileged_role: bool = False) -> None:
-        self.db_dir = db_dir
+        self.db_dir = Path(db_dir) if db_dir is not None else None
         self.default_db = default_db
         self.judge = judge
         self.allow_privileged_role = allow_privileged_role
