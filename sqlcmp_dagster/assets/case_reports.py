@@ -7,7 +7,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from sqlcmp_dagster.assets.common import CaseCheck, case_reports_key, cases_partitions, joined, layer_asset, \
+from sqlcmp_dagster.assets.common import CaseCheck, Targets, case_reports_key, cases_partitions, joined, layer_asset, \
     outcome_of, report_from_layers
 from sqlcmp_dagster.engine.judge import apply_judgment
 from sqlcmp_dagster.contracts.schemas import frame_schema
@@ -18,7 +18,7 @@ from sqlcmp_dagster.reporting.cases import outcome
 SCHEMA = {"case_id": pl.Utf8, **frame_schema("case_reports"), "fault": pl.Utf8}
 
 
-def verdict_evaluations(frame: pl.DataFrame) -> Iterator[dg.AssetCheckEvaluation]:
+def verdict_evaluations(frame: pl.DataFrame, targets: Targets) -> Iterator[dg.AssetCheckEvaluation]:
     """The ``case_verdict`` result of each case, on its partition: passed when the case passed; otherwise a
     warning naming the outcome (fail or invalid), with the case's severity, score and first explanation."""
     for report in reports_from_frame(frame):
@@ -26,6 +26,7 @@ def verdict_evaluations(frame: pl.DataFrame) -> Iterator[dg.AssetCheckEvaluation
         yield dg.AssetCheckEvaluation(asset_key=case_reports_key, check_name="case_verdict",
                                       passed=metadata["outcome"] == "pass", severity=dg.AssetCheckSeverity.WARN,
                                       partition=report.case_id, metadata=metadata,
+                                      target_materialization_data=targets.get(report.case_id),
                                       description=f"{metadata['outcome']}: {metadata['headline']}")
 
 

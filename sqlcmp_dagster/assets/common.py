@@ -13,6 +13,8 @@ from typing import Any, NamedTuple
 
 import dagster as dg
 import polars as pl
+# Not exported at the top level in dagster 1.13; it is the type AssetCheckEvaluation's own field names.
+from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
 from sqlcmp_dagster.contracts import contract_check, contract_spec
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
@@ -52,12 +54,34 @@ LAYER_ASSETS = ("parsed_cases", "executions", "structural_diffs", "result_compar
                 "judgments", "case_reports")
 
 
+#: The materialization a per-case check result is about, by partition (see :func:`partition_targets`).
+Targets = dict[str, AssetCheckEvaluationTargetMaterializationData]
+
+
 class CaseCheck(NamedTuple):
     """A check with one result per case (partition), logged by the asset after its output: ``evaluate``
-    turns the asset's frame into one ``AssetCheckEvaluation`` per row."""
+    turns the asset's frame into one ``AssetCheckEvaluation`` per row, each targeting its partition's
+    materialization (``Targets``)."""
 
     spec: dg.AssetCheckSpec
-    evaluate: Callable[[pl.DataFrame], Iterator[dg.AssetCheckEvaluation]]
+    evaluate: Callable[[pl.DataFrame, Targets], Iterator[dg.AssetCheckEvaluation]]
+
+
+def partition_targets(context: dg.AssetExecutionContext, asset_key: dg.AssetKey, partitions: list[str]) -> Targets:
+    """The latest materialization of each of ``partitions``, as a check result's target.
+
+    Dagster fills this in for an ``AssetCheckResult`` but not for an ``AssetCheckEvaluation`` logged per
+    partition; without it the UI counts the result as stale (the partition shows "missing" under the check's
+    Partitions tab). Called after the asset's output, whose materializations are stored by then."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=asset_key, asset_partitions=partitions), limit=len(partitions)).records
+    targets: Targets = {}
+    for record in records:  # newest first: keep each partition's latest
+        partition = record.partition_key
+        if partition is not None and partition not in targets:
+            targets[partition] = AssetCheckEvaluationTargetMaterializationData(
+                storage_id=record.storage_id, run_id=record.run_id, timestamp=record.timestamp)
+    return targets
 
 
 def layer_asset(name: str, description: str,
@@ -79,8 +103,11 @@ def layer_asset(name: str, description: str,
             yield dg.Output(frame, output_name=name, metadata={
                 "cases": frame.height, "faults": faults, "dagster/column_schema": table_schema(frame.schema)})
             yield contract_check(name, frame)
-            for check in case_checks:
-                yield from check.evaluate(frame)
+            if case_checks:
+                context = next(a for a in (*args, *inner.values()) if isinstance(a, dg.AssetExecutionContext))
+                targets = partition_targets(context, dg.AssetKey(name), frame["case_id"].to_list())
+                for check in case_checks:
+                    yield from check.evaluate(frame, targets)
 
         run.__signature__ = inspect.signature(compute).replace(  # type: ignore[attr-defined]
             return_annotation=inspect.Signature.empty)
