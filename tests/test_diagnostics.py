@@ -21,7 +21,7 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator, compare
-from sqlcmp_dagster.engine.report import per_column_map
+from sqlcmp_dagster.engine.report import explanation_lines, per_column_map
 
 SIX_SCORES = ("projection_error_score", "filter_error_score", "join_error_score", "grouping_error_score",
               "aggregate_function_error_score", "limit_topk_error_score")
@@ -89,7 +89,7 @@ def inconsistencies(report: Report) -> list[str]:
               "a multi-clause fix is not marked ambiguous")
     elif fix is not None:
         check(not any(p["passed"] for p in probes), "a transplant passed but no fix is reported")
-        check(fix["explanation"].startswith("no verified fix: ") and fix["explanation"] in report.explanations,
+        check(fix["explanation"].startswith("no verified fix: ") and fix["explanation"] in explanation_lines(report),
               "a missing fix is not said plainly")
     # Flags agree with the scores and with the result metrics.
     order_only = family["mode_details"]["order-insensitive"] and not family["mode_pass"]
@@ -115,7 +115,7 @@ def inconsistencies(report: Report) -> list[str]:
                   "headline does not name the fix's clauses")
     columns = per_column["attributes"]
     rows_word = "paired rows" if per_column["pairing"] == "multiset" else "rows paired in order"
-    for sentence in report.explanations[1:]:
+    for sentence in explanation_lines(report)[1:]:
         if m := re.fullmatch(r"actual returns (\d+) rows, expected (\d+) .*", sentence):
             check((int(m[1]), int(m[2])) == (card["actual_rows"], card["expected_rows"]), sentence)
         elif m := re.fullmatch(r"(\d+) of (\d+) expected rows are in the actual result; (\d+) actual rows are "
@@ -209,7 +209,7 @@ def test_distinct_is_named_when_distinct_is_what_fixes_it(run: Any) -> None:
     assert d["suggested_fix"]["clauses"] == ["distinct"]
     assert d["likely_source_clause"] == "projection" and d["evidence_strength"] == "high"
     assert "likely source projection: DISTINCT (confidence 0.95, high evidence)" in report.explanations[0]
-    assert report.explanations[1] == "verified fix: taking the DISTINCT from the expected query makes the results match"
+    assert explanation_lines(report)[1] == "verified fix: taking the DISTINCT from the expected query makes the results match"
     assert not inconsistencies(report)
 
 
@@ -219,7 +219,7 @@ def test_an_order_by_that_changes_what_a_limit_keeps_is_a_top_k_error(run: Any) 
     d = report.diagnostic_scores
     assert d["likely_source_clause"] == "top_k" and not d["ordering_error_flag"]
     assert d["limit_topk_error_score"] >= 0.9 and d["suggested_fix"]["clauses"] == ["ordering"]
-    assert "ORDER BY differs before a LIMIT/OFFSET: it changes which rows are kept" in report.explanations
+    assert "ORDER BY differs before a LIMIT/OFFSET: it changes which rows are kept" in explanation_lines(report)
     assert not inconsistencies(report)
 
 
@@ -228,8 +228,8 @@ def test_an_order_only_failure_lists_no_missing_rows_and_no_differing_columns(ru
                  "SELECT name, price FROM products ORDER BY price ASC, name")
     assert report.diagnostic_scores["ordering_error_flag"]
     assert report.mismatch_map["missing_rows_sample"] == report.mismatch_map["extra_rows_sample"] == []
-    assert not any(s.startswith("column ") for s in report.explanations)
-    assert "10 of 12 rows are at a different position" in report.explanations
+    assert not any(s.startswith("column ") for s in explanation_lines(report))
+    assert "10 of 12 rows are at a different position" in explanation_lines(report)
     assert per_column_map(report)["pairing"] == "in order"
     assert not inconsistencies(report)
 
@@ -252,7 +252,7 @@ def test_set_operations_are_searched_branch_wise(run: Any) -> None:
     fix = report.diagnostic_scores["suggested_fix"]
     assert fix["found"] and (fix["clauses"], fix["branches"]) == (["selection_predicate"], [1])
     assert fix["sql"] == "SELECT name FROM products WHERE price > 17 UNION SELECT name FROM categories"
-    assert report.explanations[1] == ("verified fix: taking the WHERE clause of branch 1 from the expected query "
+    assert explanation_lines(report)[1] == ("verified fix: taking the WHERE clause of branch 1 from the expected query "
                                       "makes the results match")
     assert not inconsistencies(report)
 

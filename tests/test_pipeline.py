@@ -17,7 +17,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine import pipeline
 from sqlcmp_dagster.engine.pipeline import Evaluator, ExpectedResults, validate
-from sqlcmp_dagster.engine.report import per_column_map
+from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 
 TOP_LEVEL_KEYS = {
     "case_id", "deterministic_verdict", "ai_advisory_verdict", "verdict_consistency_flag", "overall_score",
@@ -91,7 +91,18 @@ def test_sample_case_outcome(suite_reports: dict[str, Report], case_id: str) -> 
     else:
         assert report.overall_score <= 0.5
         assert report.diagnostic_scores["likely_source_clause"] == source
-        assert report.explanations[1:], "a failure is explained"
+        assert explanation_lines(report)[1:], "a failure is explained"
+
+
+def test_each_explanation_sentence_is_stored_once(suite_reports: dict[str, Report]) -> None:
+    """The attribution evidence lives in diagnostic_scores.evidence only; what a person reads still shows it."""
+    failing = [r for r in suite_reports.values() if r.diagnostic_scores and r.diagnostic_scores["evidence"]]
+    assert failing
+    for report in failing:
+        evidence = report.diagnostic_scores["evidence"]
+        assert not set(evidence) & set(report.explanations), report.case_id
+        assert set(evidence) <= set(explanation_lines(report)) and explanation_lines(report)[0] == report.explanations[0]
+        assert evidence[0] in render_text(report)
 
 
 def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> None:
@@ -122,7 +133,7 @@ def test_attribution_is_confirmed_by_re_execution(suite_reports: dict[str, Repor
     fix = report.diagnostic_scores["suggested_fix"]
     assert fix["found"] and fix["clauses"] == ["projection"] and fix["verified_by"] == "execution"
     assert fix["sql"] == "SELECT name FROM customers WHERE city = 'Porto'"
-    assert "actual returns 2 extra columns (city, email)" in report.explanations
+    assert "actual returns 2 extra columns (city, email)" in explanation_lines(report)
 
 
 def test_plain_language_evidence_names_the_wrong_column(suite_reports: dict[str, Report]) -> None:
@@ -131,7 +142,7 @@ def test_plain_language_evidence_names_the_wrong_column(suite_reports: dict[str,
     per_column = per_column_map(report)["attributes"]
     wrong = [name for name, column in per_column.items() if column["status"] == "mismatch"]
     assert wrong == ["sum(quantity)"]
-    assert any(line.startswith("column sum(quantity) differs in") for line in report.explanations)
+    assert any(line.startswith("column sum(quantity) differs in") for line in explanation_lines(report))
 
 
 def test_join_fanout_sets_the_cardinality_explosion_flag(suite_reports: dict[str, Report]) -> None:
@@ -183,7 +194,7 @@ def test_a_failing_expected_query_makes_the_case_invalid_not_the_model_wrong(eva
     report = evaluator.evaluate(case)
     assert report.blocked_reason == "execution_failure"
     assert report.validity["case_valid"] is False and report.validity["execution_success_actual"] is True
-    assert any("expected query failed with missing_table" in line for line in report.explanations)
+    assert any("expected query failed with missing_table" in line for line in explanation_lines(report))
 
 
 def test_parse_failure_takes_precedence_over_execution(run: Callable[..., Report]) -> None:

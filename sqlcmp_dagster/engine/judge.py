@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.execution import Relation
 from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Report, Severity
+from sqlcmp_dagster.engine.report import explanation_lines
 
 PROMPT_VERSION = "sqlcmp-judge/2"
 
@@ -184,7 +185,7 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
         "result_metrics": _without_rows(report.metrics.get("result")),
         "diagnostics": {k: v for k, v in (report.diagnostic_scores or {}).items()
                         if k not in ("evidence", "suggested_fix")},
-        "explanations": report.explanations,
+        "explanations": explanation_lines(report),
         "warnings": report.warnings,
         "neighbor_databases": neighbor_evidence(report),
     }

@@ -118,13 +118,14 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
                 f"{diagnostics['likely_source_clause'] or 'unknown'}: {likely_source_words(diagnostics)} "
                 f"(confidence {diagnostics['confidence']:.2f}, "
                 f"{diagnostics['evidence_strength']} evidence{', ambiguous' if diagnostics['ambiguous_case'] else ''})")
-    explanations = [headline] + ([] if passed else list(diagnostics["evidence"]))
+    # The attribution evidence is held once, in diagnostic_scores.evidence; explanation_lines() shows both.
+    explanations = [headline]
     if analysis.alternatives > 1:
         explanations.append(f"best of {analysis.alternatives} expected queries: #{analysis.index + 1}")
     warnings = list(validation.warnings) + result.warnings + analysis.warnings
     for index, side in enumerate(validation.expected):
         warnings += _expected_failure(index, side, len(validation.expected))
-    # The attribution evidence is in explanations and diagnostic_scores.evidence already: not repeated here.
+    # The attribution evidence is in diagnostic_scores.evidence already: not repeated here.
     evidence = {
         "clauses": {name: detail for name, detail in structure.clause_match.items() if not detail["match"]},
         "probes": diagnostics["probes"],
@@ -178,6 +179,17 @@ def per_column_map(report: Report) -> dict[str, Any]:
     return ((report.metrics or {}).get("diagnostics") or {}).get("per_column_mismatch_map") or {}
 
 
+def explanation_lines(report: Report) -> list[str]:
+    """The explanation as a person reads it: the headline, the attribution evidence, then the other sentences.
+
+    A report keeps each fact once: ``explanations`` holds the headline and what no metric holds (the best of several
+    expected queries, a neighbor counterexample, why a case was blocked), and the attribution evidence is
+    ``diagnostic_scores.evidence``. Everything that shows a report to a person reads it through this function.
+    """
+    evidence = list((report.diagnostic_scores or {}).get("evidence") or [])
+    return report.explanations[:1] + evidence + report.explanations[1:]
+
+
 def render_text(report: Report) -> str:
     """A report as a person reads it: verdict, scores, explanations, per-column map, warnings.
 
@@ -195,7 +207,7 @@ def render_text(report: Report) -> str:
               (("structure", report.structure_score), ("result", report.result_score)) if value is not None]
     if scores:
         lines.append("scores: " + ", ".join(scores))
-    lines += [f"  - {line}" for line in report.explanations]
+    lines += [f"  - {line}" for line in explanation_lines(report)]
     columns = per_column_map(report).get("attributes", {})
     wrong = {name: c for name, c in columns.items() if c["status"] != "match"}
     if wrong:

@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.report import ENGINE_VERSION, per_column_map
+from sqlcmp_dagster.engine.report import ENGINE_VERSION, explanation_lines, per_column_map
 from sqlcmp_dagster.engine.summary import SEVERITIES
 from sqlcmp_dagster.reporting.cases import case_row
 
@@ -68,7 +68,7 @@ def case_view(report: Report) -> dict[str, Any]:
         "expected_lines": expected,
         "actual_lines": actual,
         "differing_clauses": sorted((evidence.get("clauses") or {}).keys()),
-        "explanations": report.explanations,
+        "explanations": explanation_lines(report),
         "warnings": report.warnings,
         "probes": evidence.get("probes") or [],
         "samples": result_samples(report),
