@@ -67,6 +67,7 @@ class _Search:
     schema: Schema
     tables: list[str]
     deadline: float
+    limit: str  # the time limit the deadline comes from, named in a cut
     name: str = field(default_factory=scratch_name)
     adapter: ExecutionAdapter = field(init=False)
     elapsed_queries_ms: float = 0.0
@@ -104,6 +105,9 @@ class _Search:
         self.elapsed_queries_ms += execution.elapsed_ms
         if execution.relation is None or execution.relation.truncated:
             self.remaining_ms()  # a timeout that was the budget's: stop here
+            if execution.error is not None and execution.error.category == "timeout":
+                self.cut(f"a query hit query_timeout_ms={self.config.query_timeout_ms} on a neighbor database: "
+                         "that neighbor tells nothing")
             return None
         return execution.relation
 
@@ -239,11 +243,12 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     if not tables:
         return _outcome(False, "the queries read no table of the database", started)
     assert budget_ms is not None
-    budget = min(budget_ms, config.neighbor_time_budget_ms)
-    search = _Search(validation, index, schema, tables, started + budget / 1000)
-    if budget_ms < config.neighbor_time_budget_ms:
-        search.cut(f"neighbor search limited to {budget_ms} ms: what was left of "
-                   f"case_timeout_ms={config.case_budget_ms()} (one query_timeout_ms at most)")
+    # The work is bounded by counts (neighbors, shrink tests, sampled rows), so the outcome is the same on every
+    # run; the clock is only a safety cap, and a search that hits it says so (``budget_cuts``, warnings).
+    cap = config.neighbor_time_budget_ms
+    limit = (f"neighbor_time_budget_ms={cap}" if cap <= budget_ms else
+             f"what was left of case_timeout_ms={config.case_budget_ms()} ({budget_ms} ms)")
+    search = _Search(validation, index, schema, tables, started + min(cap, budget_ms) / 1000, limit)
     tried = nonempty = rejected = 0
     counterexample = None
     stop = None
@@ -264,7 +269,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
             counterexample = _shrink(search, accepted, outcome, number)
             break
     except _Spent:
-        stop = f"time budget of {budget} ms spent after {tried} neighbors"
+        stop = f"{limit} was spent after {tried} neighbors"
         search.cut(f"neighbor search stopped: {stop}")
     finally:
         if search.keeper is not None:
@@ -274,7 +279,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
             "rejected_rows": rejected, "tables": [schema.tables[t].name for t in tables],
             "counterexample_found": counterexample is not None, "counterexample": counterexample,
             "nondeterminism": search.nondeterminism, "malformed_foreign_keys": schema.malformed_keys,
-            "query_ms": round(search.elapsed_queries_ms, 3)}
+            "query_ms": round(search.elapsed_queries_ms, 3), "time_limit_ms": min(cap, budget_ms)}
 
 
 def _keyed_uncut(tree: exp.Expression) -> tuple[exp.Expression, int] | None:
@@ -343,7 +348,7 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
         try:
             outcome = search.differs(candidate)
         except _Spent:
-            search.cut("the counterexample is shrunk only as far as the time budget allowed")
+            search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             return None
         if outcome is None:
             return False
@@ -360,6 +365,7 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
             if run is found or not search.by_chance(smallest, run):
                 return _counterexample(search, smallest, run, number)
         except _Spent:
+            search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             break
     return _counterexample(search, rows, found, number)
 

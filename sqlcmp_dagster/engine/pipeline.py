@@ -204,14 +204,21 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
 
 
 def remaining_timeout(validation: Validation, more_ms: float = 0.0) -> int | None:
-    """The timeout of the case's next query: ``query_timeout_ms``, or less when the case's budget
-    (``case_timeout_ms``) has less left after parsing and the queries run so far (``timings`` plus ``more_ms``
-    not yet recorded there); None when nothing is left. Counting recorded time rather than a clock deadline keeps
-    the budget right when Dagster runs the layers of a case in different steps."""
+    """The timeout of the case's next query: ``query_timeout_ms``, or less when the case's budget has less left
+    (:func:`case_time_left`); None when nothing is left."""
+    left = case_time_left(validation, more_ms)
+    return None if left is None else min(validation.request.config.query_timeout_ms, left)
+
+
+def case_time_left(validation: Validation, more_ms: float = 0.0) -> int | None:
+    """What is left of the case's budget (``case_timeout_ms``) after parsing and the queries run so far
+    (``timings`` plus ``more_ms`` not yet recorded there); None when nothing is left. Counting recorded time
+    rather than a clock deadline keeps the budget right when Dagster runs the layers of a case in different
+    steps."""
     config, timings = validation.request.config, validation.timings
     spent = timings.get("parse_ms", 0.0) + timings.get("execution_ms", 0.0) + more_ms
     left = config.case_budget_ms() - spent
-    return None if left < 1 else int(min(config.query_timeout_ms, left))
+    return None if left < 1 else int(left)
 
 
 def resolve_dialect(request: CompareRequest, database: ExecutionAdapter | None) -> str:
@@ -292,7 +299,7 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
     case's ``query_timeout_ms`` as its budget, or what is left of ``case_timeout_ms`` when that is less (a
     warning names the cut). The neighbor search of a pass gets what is left of the case's budget after that,
-    capped by ``neighbor_time_budget_ms`` (a warning names the cut there too). Returns the diagnostics, the
+    capped by ``neighbor_time_budget_ms`` (a warning names the limit when the search hits it). Returns the diagnostics, the
     milliseconds the candidates spent executing and the fix search's warnings (returned, not added to
     ``validation``: in Dagster this layer is its own step, and only what it returns reaches the report).
     """
@@ -349,9 +356,8 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
         warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
                         f": what was left of case_timeout_ms={config.case_budget_ms()}")
-    neighbor_budget_ms = remaining_timeout(validation, probe_ms[0])
     diagnostics["neighborhood"] = neighbor_search(validation, index, structure, result, database,
-                                                  budget_ms=neighbor_budget_ms)
+                                                  budget_ms=case_time_left(validation, probe_ms[0]))
     return diagnostics, probe_ms[0], warnings
 
 
