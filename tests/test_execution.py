@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import hashlib
+import multiprocessing
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -57,6 +59,28 @@ def test_timeout_interrupts_sqlite_and_the_database_stays_usable(adapter: Execut
     assert execution.error is not None and execution.error.category == "timeout"
     assert elapsed < 0.2 + 1.0
     assert adapter.execute("SELECT count(*) FROM products").success
+
+
+def test_one_watchdog_thread_serves_every_query_and_forked_children(adapter: ExecutionAdapter,
+                                                                    sample_db: Path) -> None:
+    """Deadlines are armed on one thread per process (not a thread per query), and a forked child (a worker)
+    gets a watchdog of its own (the parent's thread does not exist there)."""
+    runaway = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
+    for _ in range(200):
+        assert adapter.execute("SELECT count(*) FROM products", timeout_ms=60_000).success
+    watchdogs = [t for t in threading.enumerate() if t.name == "sqlcmp-query-watchdog"]
+    assert len(watchdogs) == 1
+    assert adapter.execute(runaway, timeout_ms=100).error.category == "timeout"  # type: ignore[union-attr]
+    child = multiprocessing.get_context("fork").Process(target=_child_times_out, args=(str(sample_db),))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+
+
+def _child_times_out(target: str) -> None:
+    runaway = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
+    execution = ExecutionAdapter(target).execute(runaway, timeout_ms=100)
+    raise SystemExit(0 if execution.error is not None and execution.error.category == "timeout" else 1)
 
 
 def test_cross_join_blowup_is_interrupted(adapter: ExecutionAdapter) -> None:

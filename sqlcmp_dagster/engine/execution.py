@@ -7,7 +7,7 @@ then opened so that it cannot do harm anyway: SQLite read-only (``mode=ro``, ``q
 per value; DuckDB read-only without external access (no files, URLs or extensions) with its configuration
 locked; PostgreSQL in a READ ONLY transaction, and only under a role that is neither superuser nor able to read
 server files or signal other backends (unless the operator opts in). Each call runs on its own connection in a
-transaction that is rolled back, is interrupted from a timer at its timeout, and stops fetching at
+transaction that is rolled back, is interrupted by a watchdog at its timeout, and stops fetching at
 ``max_result_rows`` rows or ``max_result_bytes`` bytes; a cell longer than ``max_cell_bytes`` is cut.
 """
 
@@ -417,8 +417,8 @@ class ExecutionAdapter:
     @contextmanager
     def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> Iterator[sa.Connection]:
         """A fresh connection in a read-only transaction that is always rolled back, with the engine's own
-        interruption armed: SQLite's progress handler and interrupt timer, PostgreSQL's statement_timeout,
-        DuckDB's interrupt timer. On SQLite, no value may grow past ``max_cell_bytes`` (when given)."""
+        interruption armed: SQLite's progress handler and watchdog, PostgreSQL's statement_timeout,
+        DuckDB's watchdog. On SQLite, no value may grow past ``max_cell_bytes`` (when given)."""
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
             if isinstance(driver, sqlite3.Connection):
@@ -612,8 +612,9 @@ def duckdb_memory_engine(name: str) -> sa.Engine:
 @contextmanager
 def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
     """Interrupt SQLite once ``timeout_ms`` has passed: from inside its VM loop (the progress handler), and
-    from a timer thread, because one VM step can take minutes (``replace`` over a 20 MB string in a recursive
-    CTE) and the progress handler only runs between steps, while an interrupt stops at the next opcode."""
+    from the process's watchdog thread (:func:`interrupt_after`), because one VM step can take minutes
+    (``replace`` over a 20 MB string in a recursive CTE) and the progress handler only runs between steps,
+    while an interrupt stops at the next opcode."""
     deadline = time.monotonic() + timeout_ms / 1000
     handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
     connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
