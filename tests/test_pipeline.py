@@ -103,6 +103,8 @@ def test_each_explanation_sentence_is_stored_once(suite_reports: dict[str, Repor
         assert not set(evidence) & set(report.explanations), report.case_id
         assert set(evidence) <= set(explanation_lines(report)) and explanation_lines(report)[0] == report.explanations[0]
         assert evidence[0] in render_text(report)
+        clause_match = report.metrics["structure"]["clause_match"]
+        assert report.evidence["clauses"] == sorted(n for n, d in clause_match.items() if not d["match"])
 
 
 def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> None:

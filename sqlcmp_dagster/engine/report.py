@@ -127,7 +127,8 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
         warnings += _expected_failure(index, side, len(validation.expected))
     # The attribution evidence is in diagnostic_scores.evidence already: not repeated here.
     evidence = {
-        "clauses": {name: detail for name, detail in structure.clause_match.items() if not detail["match"]},
+        # The differing clauses by name: their details are metrics.structure.clause_match, stated once.
+        "clauses": sorted(name for name, detail in structure.clause_match.items() if not detail["match"]),
         "probes": diagnostics["probes"],
         "matched_expected_index": analysis.index,
         "column_mapping": result.schema_match["column_mapping"],

@@ -67,7 +67,7 @@ def case_view(report: Report) -> dict[str, Any]:
         "anchor": "case-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in report.case_id),
         "expected_lines": expected,
         "actual_lines": actual,
-        "differing_clauses": sorted((evidence.get("clauses") or {}).keys()),
+        "differing_clauses": sorted(evidence.get("clauses") or []),
         "explanations": explanation_lines(report),
         "warnings": report.warnings,
         "probes": evidence.get("probes") or [],
