@@ -103,7 +103,7 @@ def test_the_connection_itself_is_read_only_even_past_the_gate(adapter: Executio
     """Defence in depth: a write that slipped past the statement gate still fails in the engine."""
     before = _digest(sample_db)
     forged = parse("SELECT 1", "sqlite")  # the gate sees SELECT 1; the engine is handed the DELETE
-    with pytest.raises(sqlite3.OperationalError, match="readonly|read-only"):
+    with pytest.raises(sqlite3.DatabaseError, match="not authorized|readonly|read-only"):
         sqlite_read_only(sample_db).execute("DELETE FROM orders")
     execution = adapter.execute("DELETE FROM orders", parsed=forged)
     assert execution.error is not None and execution.error.category == "permission_error", execution.error

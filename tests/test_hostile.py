@@ -129,6 +129,24 @@ def test_duckdb_engine_refuses_files_past_the_gate(duck: Path, canary: tuple[Pat
     assert list(tmp_path.iterdir()) == [] and digest(duck) == before
 
 
+@pytest.mark.parametrize("sql", [
+    "ATTACH '{dir}/x.sqlite' AS x", "ATTACH 'file:{dir}/y.sqlite?mode=rwc' AS y", "PRAGMA query_only = OFF",
+    "PRAGMA writable_schema = ON", "SELECT load_extension('{dir}/x.so')", "DELETE FROM orders",
+])
+def test_sqlite_engine_refuses_files_and_settings_past_the_gate(sample_db: Path, tmp_path: Path, sql: str) -> None:
+    """SQLite's authorizer is its engine wall (DuckDB's is its sandbox settings): with the gate bypassed, an
+    ATTACH (which would create the file), a pragma that sets something, a denied function or a write is not
+    authorized, and no file appears."""
+    before = digest(sample_db)
+    adapter = ExecutionAdapter(str(sample_db), timeout_ms=2000)
+    execution = adapter.execute(sql.replace("{dir}", str(tmp_path)), parsed=FORGED["sqlite"])
+    assert execution.error is not None and execution.error.category == "permission_error", execution.error
+    assert "not authorized" in execution.error.message
+    assert adapter.execute("SELECT count(*) FROM orders").success
+    adapter.close()
+    assert list(tmp_path.iterdir()) == [] and digest(sample_db) == before
+
+
 def test_postgres_select_only_role_refuses_server_access_past_the_gate(pg: tuple[str, str]) -> None:
     url, admin_url = pg
     before = pg_state(admin_url)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -33,6 +34,12 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.pipeline import compare
 
+#: An actual query that behaves on t's ten rows and explodes on a neighbor database with fewer: a 400 MB value
+#: per row there (DuckDB computes it, SQLite refuses it at max_cell_bytes).
+NEIGHBOR_BOMB = {
+    engine: "SELECT a FROM t WHERE a > 2 AND length(CASE WHEN (SELECT count(*) FROM t) < 10 THEN "
+            f"{huge} ELSE 'y' END) > 0"
+    for engine, huge in (("duckdb", "repeat('x', 400000000)"), ("sqlite", "hex(zeroblob(400000000))"))}
 #: One hostile result per engine: 300 rows of about 1 MB each (300 MB unbounded).
 WIDE_ROWS = {
     "sqlite": "WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 300) "
@@ -78,9 +85,9 @@ def baseline(cache: dict[str, int], target: str, children: bool = False) -> int:
     return cache[f"{target} children" if children else target]
 
 
-def peak_rss_kb(target: str, sql: str, config: dict[str, object], children: bool = False
-                ) -> tuple[int, int, dict[str, object]]:
-    """Peak RSS (KiB) of a child process that compares ``sql`` with ``SELECT 1`` on ``target``, the largest
+def peak_rss_kb(target: str, sql: str, config: dict[str, object], children: bool = False,
+                expected: str = "SELECT 1 AS i") -> tuple[int, int, dict[str, object]]:
+    """Peak RSS (KiB) of a child process that compares ``sql`` with ``expected`` on ``target``, the largest
     peak of that child's own children (DuckDB's query processes, reaped when the adapter closes), and the
     report."""
     script = (
@@ -88,8 +95,8 @@ def peak_rss_kb(target: str, sql: str, config: dict[str, object], children: bool
         "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
         "from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig\n"
         "from sqlcmp_dagster.engine.pipeline import compare\n"
-        "target, sql, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])\n"
-        "request = CompareRequest(expected_sql='SELECT 1 AS i', actual_sql=sql, config=EvalConfig(**config))\n"
+        "target, sql, config, expected = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4]\n"
+        "request = CompareRequest(expected_sql=expected, actual_sql=sql, config=EvalConfig(**config))\n"
         "adapter = ExecutionAdapter(target)\n"
         "report = json.dumps(compare(request, adapter).model_dump(mode='json'))\n"
         "adapter.close()\n"
@@ -100,7 +107,7 @@ def peak_rss_kb(target: str, sql: str, config: dict[str, object], children: bool
         "children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
         "print(json.dumps({'rss': peak, 'children': children, 'report': report}))\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, target, sql, json.dumps(config)], capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script, target, sql, json.dumps(config), expected], capture_output=True,
                           text=True, timeout=300, check=True)
     result = json.loads(done.stdout.strip().splitlines()[-1])
     return int(result["rss"]), int(result["children"]), json.loads(result["report"])
@@ -222,11 +229,19 @@ def test_max_sql_chars_refuses_before_parsing(sample_db: Path) -> None:
     assert "exceed max_sql_chars=10" in json.dumps(small.model_dump())
 
 
-def test_parse_is_cut_at_the_case_budget(sample_db: Path) -> None:
+#: Queries under max_sql_chars whose parse runs long: a chain of 10,000 additions (tokens and nodes), and 100
+#: groups of nested comparisons (the canonical rewrites print every operand to order it: 2 s unclocked).
+SLOW_PARSES = {"chain": "SELECT " + "+".join(["1"] * 9_990),
+               "nested": "SELECT 1 WHERE " + " OR ".join("(" + " AND ".join(f"c{j} = (a{i} = {j})" for j in range(8))
+                                                         + ")" for i in range(100))}
+
+
+@pytest.mark.parametrize("shape", SLOW_PARSES)
+def test_parse_is_cut_at_the_case_budget(sample_db: Path, shape: str) -> None:
     """Issue 11 item 8: within max_sql_chars a parse still ran its course (4 s for 20,000 characters of
     1+1+...); now it stops at the case's budget, as a parse failure that says so, and the next parse is whole.
-    (The tokenizer is not clocked inside: a longer query overshoots by its tokenizing time.)"""
-    huge = "SELECT " + "+".join(["1"] * 9_990)
+    The tokenizer, the parser, the canonical rewrites and the generator all look at the clock as they go."""
+    huge = SLOW_PARSES[shape]
     config = EvalConfig(case_timeout_ms=300)
     started = time.monotonic()
     report = compare(CompareRequest(expected_sql="SELECT 1", actual_sql=huge, config=config),
@@ -318,3 +333,58 @@ def test_batch_with_resource_attacks_writes_every_other_report(tmp_path: Path, t
     assert "max_cell_bytes" in json.dumps(reports["zeroblob"])
     assert reports["steps"]["error_types"] == ["timeout"]
     assert "max_sql_chars" in json.dumps(reports["long"])
+
+
+@pytest.fixture(scope="module")
+def tiny_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file with the table of ``tiny_duck``: t(a, b) of ten rows."""
+    path = tmp_path_factory.mktemp("tiny_sqlite") / "tiny.sqlite"
+    connection = sqlite3.connect(path)
+    connection.execute("CREATE TABLE t (a INTEGER, b TEXT)")
+    connection.executemany("INSERT INTO t VALUES (?, ?)", [(i, f"v{i}") for i in range(10)])
+    connection.commit()
+    connection.close()
+    return path
+
+
+def test_a_neighbor_only_explosion_stays_in_duckdbs_bounded_process(tiny_duck: Path,
+                                                                    baseline_rss: dict[str, int]) -> None:
+    """The case passes on the user's database; on a neighbor database the actual query asks for 400 MB per row.
+    That query runs in the DuckDB process under the case's memory bound, like the case's own queries: it
+    fails there as result_too_large, named in the report, and the comparing process stays small (in this
+    process the search held 0.9 GB and ran out its whole budget before)."""
+    config = {"max_result_bytes": 8 << 20, "neighbor_count": 2}
+    peak, _, report = peak_rss_kb(str(tiny_duck), NEIGHBOR_BOMB["duckdb"], config,
+                                  expected="SELECT a FROM t WHERE a > 2")
+    search = report["evidence"]["neighborhood"]  # type: ignore[index]
+    assert report["deterministic_verdict"] == "pass" and search["neighbor_search_ran"]
+    assert any("result_too_large" in failure and "max_result_bytes=8,388,608" in failure
+               for failure in search["query_failures"]), search
+    assert any(w.startswith("neighbor databases: the actual query failed") for w in report["warnings"])
+    assert peak - baseline(baseline_rss, str(tiny_duck)) < 150_000, peak
+
+
+def test_batch_with_neighbor_only_explosions_writes_every_other_report(tmp_path: Path, tiny_duck: Path,
+                                                                       tiny_sqlite: Path) -> None:
+    """Neighbor-only explosions on DuckDB and SQLite are bounded on the neighbors with a named reason (DuckDB's
+    memory bound, SQLite's max_cell_bytes), and the other cases of the batch, searched on their own
+    neighbors, pass and are written."""
+    dbs = {"duckdb": str(tiny_duck), "sqlite": str(tiny_sqlite)}
+    config = {"max_result_bytes": 8 << 20, "neighbor_count": 2}
+    cases = [{"case_id": f"bomb_{engine}", "db": db, "expected_sql": "SELECT a FROM t WHERE a > 2",
+              "actual_sql": NEIGHBOR_BOMB[engine], "config": config} for engine, db in dbs.items()]
+    cases += [{"case_id": f"good_{engine}", "db": db, "expected_sql": "SELECT a FROM t WHERE a > 5",
+               "actual_sql": "SELECT a FROM t WHERE a >= 6", "config": config} for engine, db in dbs.items()]
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps(case) + "\n" for case in cases), encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    main(["evaluate", str(suite), "--out", str(out), "--workers", "2"])
+    reports = {r["case_id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    assert set(reports) == {case["case_id"] for case in cases}
+    for engine, reason in (("duckdb", "result_too_large"), ("sqlite", "max_cell_bytes")):
+        bomb, good = reports[f"bomb_{engine}"], reports[f"good_{engine}"]
+        assert bomb["deterministic_verdict"] == "pass" and good["deterministic_verdict"] == "pass"
+        failures = bomb["evidence"]["neighborhood"]["query_failures"]
+        assert any(reason in failure for failure in failures), (engine, failures)
+        assert good["evidence"]["neighborhood"]["neighbor_search_ran"]
+        assert not good["evidence"]["neighborhood"]["query_failures"]

@@ -12,6 +12,11 @@ The child runs this file as a script: it imports DuckDB and the sibling :mod:`bo
 whose import takes seconds), and answers requests one at a time, as tuples of built-in values pickled over its
 stdin and stdout, until its stdin closes. The adapter keeps its processes and reuses them, so a query costs a
 connection, as in-process, not a process start.
+
+Neighbor databases (:mod:`~sqlcmp_dagster.engine.neighbors`) live in the child too: the search writes each
+neighbor into the child's in-memory :data:`NEIGHBOR_DATABASE` (:meth:`DuckdbProcess.build`) and queries it
+like a file, under the same bounds, so a query that behaves on the user's database and explodes on a small
+neighbor fails there with the same named reason instead of in the comparing process.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ ENGINE_MEMORY_BYTES = 256 << 20
 RESULT_MEMORY_FACTOR = 8
 #: Seconds the parent waits past a query's timeout for the child's own interrupt before killing the child.
 KILL_MARGIN_S = 5.0
+#: The ``database`` of a :class:`Request` for the child's in-memory neighbor database.
+NEIGHBOR_DATABASE = ":sqlcmp-neighbor:"
+#: Seconds the parent waits for one write to a neighbor (rows the search built itself, never a query's text).
+BUILD_TIMEOUT_S = 60.0
 
 
 def memory_bound(max_result_bytes: int) -> int:
@@ -96,7 +105,7 @@ class DuckdbProcess:
             self._start()
         assert self._requests is not None and self._answers is not None and self._child is not None
         try:
-            self._requests.send(asdict(request))
+            self._requests.send(("query", asdict(request)))
             if not self._answers.poll(request.timeout_ms / 1000 + KILL_MARGIN_S):
                 self.stop()
                 return Answer("timeout", f"the query did not stop within its timeout of {request.timeout_ms} ms; "
@@ -110,6 +119,23 @@ class DuckdbProcess:
             self.stop()
         fetched = Fetched(rows, truncated, warnings) if rows is not None else None
         return Answer(outcome, message, names, fetched)
+
+    def build(self, sql: str, params: Any = (), *, max_bytes: int) -> str | None:
+        """Run one statement that builds the child's neighbor database (DDL or ``INSERT`` with ``params``; an
+        empty ``sql`` empties it); DuckDB's message when it refuses the statement, else None. ``max_bytes`` is
+        the ``max_result_bytes`` of the queries to come, which sets the neighbor database's ``memory_limit``
+        as a file's (:func:`answer`) when this opens it."""
+        if self._child is None or self._child.poll() is not None:
+            self._start()
+        assert self._requests is not None and self._answers is not None
+        try:
+            self._requests.send(("build", sql, params, max_bytes))
+            if self._answers.poll(BUILD_TIMEOUT_S):
+                failure: str | None = self._answers.recv()
+                return failure
+        except (EOFError, OSError):
+            pass
+        return f"the DuckDB process building the neighbor database ended (exit status {self.stop()})"
 
     @property
     def alive(self) -> bool:
@@ -143,8 +169,49 @@ class DuckdbProcess:
         self._answers = Connection(os.dup(child.stdout.fileno()), writable=False)
 
 
-def answer(duckdb: Any, request: Request) -> Answer:
-    """Run ``request`` in this process (the child) under :func:`memory_bound` of its ``max_bytes``.
+class Neighbor:
+    """The child's in-memory neighbor database (:data:`NEIGHBOR_DATABASE`), opened at the first write with the
+    settings of a file's connection and kept from one neighbor to the next (opening a DuckDB takes tens of
+    milliseconds): the search empties it between neighbors."""
+
+    def __init__(self, duckdb: Any) -> None:
+        self.duckdb = duckdb
+        self.connection: Any = None
+
+    def build(self, sql: str, params: Any, max_bytes: int) -> str | None:
+        """Run one building statement (an empty ``sql`` drops every table, children first); DuckDB's message
+        when it refuses it."""
+        try:
+            if self.connection is None:
+                self.connection = self.duckdb.connect(":memory:", config=settings(max_bytes))
+            if sql:
+                self.connection.execute(sql, params)
+                return None
+            tables = self.connection.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_oid DESC")
+            for (table,) in tables.fetchall():
+                self.connection.execute(f'DROP TABLE "{table.replace(chr(34), chr(34) * 2)}"')
+            return None
+        except (self.duckdb.Error, OverflowError, ValueError, TypeError) as failure:
+            return str(failure).strip() or type(failure).__name__
+
+    def cursor(self) -> Any:
+        """A connection to the neighbor database in a transaction that closing it rolls back."""
+        if self.connection is None:
+            raise self.duckdb.CatalogException("no neighbor database has been built in this process")
+        cursor = self.connection.cursor()
+        cursor.execute("BEGIN TRANSACTION")
+        return cursor
+
+
+def settings(max_bytes: int) -> dict[str, Any]:
+    """A DuckDB connection's settings for queries bounded by ``max_bytes``: the sandbox, DuckDB's own
+    ``memory_limit`` at half of :func:`memory_bound`, and no temporary directory."""
+    return dict(DUCKDB_SANDBOX, memory_limit=f"{memory_bound(max_bytes) >> 21}MiB", temp_directory="")
+
+
+def answer(duckdb: Any, request: Request, neighbor: Neighbor | None = None) -> Answer:
+    """Run ``request`` in this process (the child) under :func:`memory_bound` of its ``max_bytes``, on
+    ``neighbor`` when the request names :data:`NEIGHBOR_DATABASE`.
 
     The limit is set after the connection opens (DuckDB's threads and their stacks are then in place), at the
     process's private memory plus the bound, and lifted once the result is fetched; DuckDB's own
@@ -153,11 +220,14 @@ def answer(duckdb: Any, request: Request) -> Answer:
     create one beside the database file).
     """
     bound = memory_bound(request.max_bytes)
-    config = dict(DUCKDB_SANDBOX, memory_limit=f"{bound >> 21}MiB", temp_directory="")
     in_memory = request.database in ("", ":memory:")
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     try:
-        connection = duckdb.connect(request.database or ":memory:", read_only=not in_memory, config=config)
+        if request.database == NEIGHBOR_DATABASE and neighbor is not None:
+            connection = neighbor.cursor()
+        else:
+            connection = duckdb.connect(request.database or ":memory:", read_only=not in_memory,
+                                        config=settings(request.max_bytes))
     except duckdb.Error as failure:
         return Answer("error", str(failure).strip())
     try:
@@ -198,12 +268,16 @@ def main() -> None:
     requests = Connection(0, writable=False)
     answers = Connection(os.dup(1), readable=False)
     os.dup2(2, 1)
+    neighbor = Neighbor(duckdb)
     while True:
         try:
-            request = Request(**requests.recv())
+            kind, *body = requests.recv()
         except EOFError:
             return
-        reply = answer(duckdb, request)
+        if kind == "build":
+            answers.send(neighbor.build(*body))
+            continue
+        reply = answer(duckdb, Request(**body[0]), neighbor)
         fetched = reply.fetched
         answers.send((reply.outcome, reply.message, reply.names, fetched and fetched.rows,
                       fetched is not None and fetched.truncated, fetched.warnings if fetched else []))

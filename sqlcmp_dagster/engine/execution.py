@@ -31,10 +31,11 @@ import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
 from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
-from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, DuckdbProcess, Request, memory_bound
+from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
+    memory_bound
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
     binary_text
-from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, unsafe_reason
+from sqlcmp_dagster.engine.parsing import ParseOutcome, denied, parse, unsafe_reason
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
@@ -223,24 +224,32 @@ class ExecutionAdapter:
 
     def __init__(self, target: str, *, timeout_ms: int = 10_000, max_result_rows: int = 1_000_000,
                  allow_privileged_role: bool = False, scratch: str | None = None,
-                 scratch_dialect: str = "sqlite") -> None:
+                 neighbor_process: DuckdbProcess | None = None) -> None:
         """``allow_privileged_role`` is the operator's explicit opt-in to run untrusted SQL on PostgreSQL under a
         role that could read server files or signal other sessions; without it such a role is refused here
-        (:class:`PrivilegedRoleError`), before any case runs. ``scratch`` names a shared in-memory database of
-        ``scratch_dialect`` (a neighbor database, :mod:`sqlcmp_dagster.engine.neighbors`) to open instead of
-        ``target``, which then only labels it: SQLite read-only (``query_only``); DuckDB under the sandbox
-        settings of a DuckDB file (:func:`duckdb_memory_engine`; an in-memory DuckDB cannot be opened
-        read-only, so the safety gate and the rolled-back transaction keep it unwritten)."""
+        (:class:`PrivilegedRoleError`), before any case runs. A neighbor database
+        (:mod:`sqlcmp_dagster.engine.neighbors`) is opened instead of ``target``, which then only labels it:
+        ``scratch`` names a shared in-memory SQLite database, opened read-only (``query_only``) with the rules
+        of a SQLite file; ``neighbor_process`` is the DuckDB process whose in-memory neighbor database the
+        queries run on, under the sandbox and the memory bound of a DuckDB file (the safety gate and a
+        rolled-back transaction keep it unwritten: an in-memory DuckDB cannot be opened read-only)."""
         self.timeout_ms = timeout_ms
         self.max_result_rows = max_result_rows
         self._sqlite_path: Path | None = None
         self._duckdb_database: str | None = None
         self._duckdb_idle: list[DuckdbProcess] = []
         self._duckdb_lock = threading.Lock()
-        if scratch is not None:
+        self.neighbor_process = neighbor_process
+        if neighbor_process is not None:
             self.identifier = target
-            self.engine = duckdb_memory_engine(scratch) if scratch_dialect == "duckdb" else sa.create_engine(
-                "sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch), poolclass=NullPool)
+            self._duckdb_database = NEIGHBOR_DATABASE
+            # Never connected by a query (they run in the neighbor's process); it names the dialect.
+            self.engine = sa.create_engine("duckdb:///:memory:", poolclass=NullPool,
+                                           connect_args={"config": dict(DUCKDB_SANDBOX)})
+        elif scratch is not None:
+            self.identifier = target
+            self.engine = sa.create_engine("sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch),
+                                           poolclass=NullPool)
         else:
             self.engine = self._open(target)
         backend = self.engine.dialect.name
@@ -351,14 +360,12 @@ class ExecutionAdapter:
     def _execute_duckdb(self, request: Request) -> Execution:
         """Run ``request`` in a DuckDB process of this adapter (:mod:`~sqlcmp_dagster.engine.duckdb_process`),
         whose memory is bounded by :func:`~sqlcmp_dagster.engine.duckdb_process.memory_bound` of ``max_bytes``."""
-        with self._duckdb_lock:
-            process = self._duckdb_idle.pop() if self._duckdb_idle else DuckdbProcess()
+        process = self.neighbor_process or self.borrow_duckdb_process()
         started = time.perf_counter()
         answer = process.run(request)
         elapsed = (time.perf_counter() - started) * 1000
-        if process.alive:
-            with self._duckdb_lock:
-                self._duckdb_idle.append(process)
+        if process is not self.neighbor_process:
+            self.return_duckdb_process(process)
         if answer.outcome == "ok":
             assert answer.names is not None and answer.fetched is not None
             relation = relation_from_rows(answer.names, answer.fetched.rows, answer.fetched.truncated)
@@ -374,6 +381,19 @@ class ExecutionAdapter:
         else:
             error = execution_error(answer.message)
         return Execution(False, None, error, elapsed)
+
+    def borrow_duckdb_process(self) -> DuckdbProcess:
+        """One of this adapter's idle DuckDB processes (a new one when none is idle), the caller's until
+        :meth:`return_duckdb_process`: each query borrows one, and so does a neighbor search, which builds its
+        neighbors in it (a process already started spares the search a process start)."""
+        with self._duckdb_lock:
+            return self._duckdb_idle.pop() if self._duckdb_idle else DuckdbProcess()
+
+    def return_duckdb_process(self, process: DuckdbProcess) -> None:
+        """Give back a borrowed process; one that was killed or died is dropped."""
+        if process.alive:
+            with self._duckdb_lock:
+                self._duckdb_idle.append(process)
 
     def explain(self, sql: str) -> Plan | None:
         """The engine's plan for ``sql``, estimated only (a query is never run for its plan: no ANALYZE).
@@ -584,29 +604,61 @@ def resolve_database(db: str, db_dir: Path | None) -> str:
 
 
 def sqlite_read_only(path: Path) -> sqlite3.Connection:
-    """A connection to the SQLite file at ``path`` that cannot write: opened ``mode=ro`` and ``query_only``."""
-    connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False)
+    """A connection to the SQLite file at ``path`` that cannot write: opened ``mode=ro`` and ``query_only``,
+    under :func:`sqlite_authorizer`."""
+    return _sqlite_sandboxed(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False))
+
+
+def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
+    """A connection to the shared in-memory SQLite database ``name`` (``file:NAME?mode=memory&cache=shared``,
+    alive while its builder holds a connection) that cannot write: the rules of :func:`sqlite_read_only`."""
+    return _sqlite_sandboxed(sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True,
+                                             check_same_thread=False))
+
+
+def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
     connection.execute("PRAGMA query_only = ON")
+    connection.set_authorizer(sqlite_authorizer)
     # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
     connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     return connection
 
 
-def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
-    """A connection to the shared in-memory SQLite database ``name`` (``file:NAME?mode=memory&cache=shared``,
-    alive while its builder holds a connection) that cannot write: ``query_only``, as :func:`sqlite_read_only`."""
-    connection = sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True, check_same_thread=False)
-    connection.execute("PRAGMA query_only = ON")
-    connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
-    return connection
+#: What a query may do on SQLite (authorizer actions): read, select, call a function, recurse, and the
+#: session's own transaction statements.
+_SQLITE_ALLOWED = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                             sqlite3.SQLITE_RECURSIVE, sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT})
+#: Pragmas without side effects, readable as table-valued functions (``pragma_table_info('t')``).
+_SQLITE_READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                                  "foreign_key_list", "collation_list", "function_list", "pragma_list",
+                                  "table_list"})
 
 
-def duckdb_memory_engine(name: str) -> sa.Engine:
-    """An engine over the in-memory DuckDB database ``name``, shared by every connection of this process that
-    opens it with the same settings (the sandbox of :data:`DUCKDB_SANDBOX`: no file or network access, no
-    extension loading, settings locked), alive while one of them is open."""
-    return sa.create_engine(f"duckdb:///:memory:{name}", poolclass=NullPool,
-                            connect_args={"config": dict(DUCKDB_SANDBOX)})
+def sqlite_authorizer(action: int, first: str | None, second: str | None, database: str | None,
+                      trigger: str | None) -> int:
+    """SQLite's own wall, consulted as each statement is prepared (the engine-side twin of DuckDB's
+    ``enable_external_access=false``): it allows reads, function calls but those on the deny list
+    (:data:`~sqlcmp_dagster.engine.parsing.DENIED_FUNCTIONS`) and the read-only pragmas, and denies everything
+    else, so ``ATTACH`` (which opens, even creates, any file), a pragma that sets something and every write
+    fail with ``not authorized`` even past the gate.
+
+    >>> sqlite_authorizer(sqlite3.SQLITE_ATTACH, "/tmp/x.db", None, None, None) == sqlite3.SQLITE_DENY
+    True
+    """
+    if action == sqlite3.SQLITE_FUNCTION:
+        return sqlite3.SQLITE_DENY if denied(second or "", "sqlite") else sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (first or "").lower()
+        # SQLAlchemy reads the isolation level when it connects; setting it stays denied.
+        allowed = name in _SQLITE_READ_PRAGMAS or (name == "read_uncommitted" and second is None)
+        return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
+    if action in _SQLITE_ALLOWED:
+        return sqlite3.SQLITE_OK
+    # Preparing a table-valued pragma asks for sqlite_master's columns as an UPDATE; that table cannot be
+    # written here anyway (a read-only file, query_only, and writable_schema is a pragma denied above).
+    if action == sqlite3.SQLITE_UPDATE and first in ("sqlite_master", "sqlite_schema"):
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
 
 
 @contextmanager

@@ -3,8 +3,10 @@ and in-memory copies built from row sets with every declared constraint enforced
 
 Nothing here writes to the user's database: the schema and the sample are read through the case's own
 read-only, time-limited :class:`ExecutionAdapter` (the same sandbox as the queries), and each neighbor is a
-fresh in-memory database of the case's engine (SQLite, or DuckDB under the same sandbox settings as a DuckDB
-file) that lives only while its :class:`Scratch` is open.
+fresh in-memory database of the case's engine that lives only while its :class:`Scratch` is open: SQLite in
+this process, DuckDB in one of the case's bounded DuckDB processes
+(:mod:`~sqlcmp_dagster.engine.duckdb_process`), so that the queries run on a neighbor under the very bounds of
+the case's own database.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, duckdb_memory_engine
+from sqlcmp_dagster.engine.duckdb_process import DuckdbProcess
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES
 
 Rows = dict[str, list[tuple[Any, ...]]]
 
@@ -283,22 +285,33 @@ def scratch_name() -> str:
     return f"sqlcmp-neighbor-{uuid.uuid4().hex}"
 
 
-def scratch_adapter(name: str, dialect: str = "sqlite") -> ExecutionAdapter:
-    """The sandboxed, time-limited adapter over the neighbor database ``name`` (whichever is built now)."""
-    return ExecutionAdapter(f"neighbor:{name}", scratch=name, scratch_dialect=dialect)
+@contextmanager
+def scratch_adapter(name: str, database: ExecutionAdapter) -> Iterator[ExecutionAdapter]:
+    """The sandboxed, time-limited adapter over the neighbor databases of a search on ``database``, whichever
+    is built now: SQLite's shared in-memory database ``name``, or the in-memory neighbor database of a DuckDB
+    process borrowed from ``database`` for the search (already started, and given back afterwards)."""
+    process = database.borrow_duckdb_process() if database.dialect == "duckdb" else None
+    adapter = ExecutionAdapter(f"neighbor:{name}", scratch=name, neighbor_process=process)
+    try:
+        yield adapter
+    finally:
+        adapter.close()
+        if process is not None:
+            database.return_duckdb_process(process)
 
 
 @contextmanager
-def scratch(schema: Schema, tables: list[str], rows: Rows, name: str, engine: sa.Engine | None = None) \
-        -> Iterator[Scratch]:
+def scratch(schema: Schema, tables: list[str], rows: Rows, name: str, process: DuckdbProcess | None = None,
+            max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> Iterator[Scratch]:
     """Build a neighbor in memory under ``name`` in the case's engine: create ``tables`` (parents first), then
     insert ``rows`` with foreign keys, NOT NULL, CHECK, PRIMARY KEY and UNIQUE enforced by the engine; a
     rejected row is left out. Where a malformed foreign key in scope makes SQLite refuse every insert,
     enforcement is off and the well-formed keys are checked here instead (:func:`_parents_present`). A DuckDB
-    neighbor is written through ``engine`` (the search's adapter's, so that both open the same database with
-    the same settings) and gets each table in one statement, row by row only when that statement is refused."""
+    neighbor is written into ``process`` (the search adapter's, where its queries run with ``max_bytes`` as
+    their ``max_result_bytes``) and gets each table in one statement, row by row only when that statement is
+    refused."""
     enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
-    with _writable(schema.dialect, name, engine, enforce_keys=enforced) as writer:
+    with _writable(name, process, max_bytes, enforce_keys=enforced) as writer:
         for table in tables:
             writer.execute(schema.tables[table].ddl)
             for sql in schema.index_ddl.get(table, []):
@@ -337,37 +350,36 @@ class _Writer:
     batch: Callable[[Table, list[tuple[Any, ...]]], bool] | None = None  # all rows at once, or False
 
 
+class _Refused(Exception):
+    """DuckDB refused a statement building a neighbor (a row breaking a constraint)."""
+
+
 @contextmanager
-def _writable(dialect: str, name: str, engine: sa.Engine | None, *, enforce_keys: bool = True) \
+def _writable(name: str, process: DuckdbProcess | None, max_bytes: int, *, enforce_keys: bool = True) \
         -> Iterator[_Writer]:
-    """A writable in-memory database ``name`` of ``dialect``; it disappears when this closes (and no adapter
-    connection is open on it)."""
-    if dialect != "duckdb":
+    """A writable in-memory database: ``process``'s DuckDB neighbor database (its queries to come bounded by
+    ``max_bytes``), else SQLite's ``name``; it is emptied when this closes."""
+    if process is None:
         with _connection(name, enforce_keys=enforce_keys) as connection:
             yield _Writer(connection.execute, (sqlite3.IntegrityError, sqlite3.InterfaceError,
                                                sqlite3.OperationalError), connection.commit)
         return
-    import duckdb
 
-    raw = (engine or duckdb_memory_engine(name)).raw_connection()
-    driver = raw.driver_connection
+    def execute(sql: str, params: Any = ()) -> None:
+        refusal = process.build(sql, list(params), max_bytes=max_bytes)
+        if refusal is not None:
+            raise _Refused(refusal)
 
     def batch(table: Table, rows: list[tuple[Any, ...]]) -> bool:
         """Every row in one INSERT (a statement either inserts all or nothing in DuckDB)."""
         values = ", ".join("(" + ", ".join("?" * len(table.columns)) + ")" for _ in rows)
-        try:
-            driver.execute(f'INSERT INTO "{table.name.replace(chr(34), chr(34) * 2)}" VALUES {values}',
-                           [v for row in rows for v in row])
-            return True
-        except (duckdb.Error, OverflowError):
-            return False
+        return process.build(f'INSERT INTO "{table.name.replace(chr(34), chr(34) * 2)}" VALUES {values}',
+                             [v for row in rows for v in row], max_bytes=max_bytes) is None
 
     try:
-        yield _Writer(lambda sql, params=(): driver.execute(sql, params), (duckdb.Error,), lambda: None, batch)
+        yield _Writer(execute, (_Refused,), lambda: None, batch)
     finally:
-        for (table,) in reversed(driver.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_oid").fetchall()):
-            driver.execute(f'DROP TABLE "{table.replace(chr(34), chr(34) * 2)}"')  # children first
-        raw.close()
+        process.build("", max_bytes=max_bytes)  # drops every table, children first
 
 
 def _parents_present(table: Table, row: tuple[Any, ...], accepted: Rows) -> bool:

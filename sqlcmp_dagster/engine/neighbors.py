@@ -3,7 +3,10 @@
 For a case that passes, both queries run on small databases of the same schema built from the rows the
 queries touch (``neighbor_generation``), each a scratch copy in memory with the schema's constraints enforced
 (``neighbor_scratch``) and queried through the same read-only, time-limited adapter and safety gate as the
-case itself. Results are compared by the case's own Layer 3 (:func:`compare_results`, same mode, tolerances
+case itself, under the case's bounds (``max_result_rows``, ``max_result_bytes``, ``max_cell_bytes``; DuckDB
+neighbors in the case's memory-bounded DuckDB process): a query that fails on a neighbor is named in the
+report's warnings, and that neighbor is skipped. Results are compared by the case's own Layer 3
+(:func:`compare_results`, same mode, tolerances
 and NULL mode). A difference that reproduces, that neither query produces on its own by chance (re-run, rows
 inserted in the other order, a LIMIT cut inside a tie) is shrunk by delta debugging to a minimal
 counterexample. A difference that does come from chance is reported as non-determinism, never as a
@@ -27,7 +30,7 @@ from sqlglot import exp
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbor_generation import PROFILES, failed_joins, hints, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbor_generation import PROFILES, Hints, failed_joins, hints, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Rows, Schema, read_schema, scratch, \
     scratch_adapter, scratch_name
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
@@ -44,6 +47,8 @@ NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_fo
 MAX_SHRINK_TESTS = 60
 #: Most rows of each result shown in a counterexample.
 SHOWN_ROWS = 20
+#: Most distinct query failures on neighbors named in a report's warnings.
+MAX_FAILURES_NAMED = 3
 _NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
 
 
@@ -68,19 +73,16 @@ class _Search:
     tables: list[str]
     deadline: float
     limit: str  # the time limit the deadline comes from, named in a cut
-    name: str = field(default_factory=scratch_name)
-    adapter: ExecutionAdapter = field(init=False)
+    adapter: ExecutionAdapter
+    name: str
     elapsed_queries_ms: float = 0.0
     nondeterminism: list[str] = field(default_factory=list)
     cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
+    failures: list[str] = field(default_factory=list)  # queries that failed on a neighbor, for the warnings
 
     def __post_init__(self) -> None:
         from sqlcmp_dagster.engine.pipeline import resolve_mode
 
-        self.adapter = scratch_adapter(self.name, self.schema.dialect)
-        # An in-memory DuckDB lives while a connection is open: one kept for the whole search spares opening a
-        # new database for every neighbor (each neighbor drops its tables when done).
-        self.keeper = self.adapter.engine.raw_connection() if self.schema.dialect == "duckdb" else None
         dialect = self.validation.dialect
         sides = [self.validation.actual, *(self.validation.expected[i] for i in self.validation.runnable())]
         self.semantics = {id(side): (resolve_mode(self.config, side.shape(dialect)), side.shape(dialect))
@@ -99,22 +101,32 @@ class _Search:
     def execute(self, side: Side, sql: str | None = None) -> Relation | None:
         """Run ``side`` (or ``sql`` derived from it) on the current neighbor under the case's timeout, cut to
         the time left in the budget; None when it fails there."""
-        timeout = max(1, min(self.config.query_timeout_ms, self.remaining_ms()))
+        config = self.config
+        timeout = max(1, min(config.query_timeout_ms, self.remaining_ms()))
         execution = self.adapter.execute(sql or side.sql, parsed=None if sql else side.parsed, timeout_ms=timeout,
-                                         max_rows=self.config.max_result_rows)
+                                         max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
+                                         max_cell_bytes=config.max_cell_bytes)
         self.elapsed_queries_ms += execution.elapsed_ms
         if execution.relation is None or execution.relation.truncated:
             self.remaining_ms()  # a timeout that was the budget's: stop here
             if execution.error is not None and execution.error.category == "timeout":
                 self.cut(f"a query hit query_timeout_ms={self.config.query_timeout_ms} on a neighbor database: "
                          "that neighbor tells nothing")
+            else:
+                label = "actual" if side is self.validation.actual else "expected"
+                why = f"{execution.error.category}: {execution.error.message}" if execution.error is not None \
+                    else "; ".join(execution.warnings)
+                failure = f"the {label} query failed on a neighbor database, which was skipped ({why[:300]})"
+                if failure not in self.failures and len(self.failures) < MAX_FAILURES_NAMED:
+                    self.failures.append(failure)
             return None
         return execution.relation
 
     def run(self, rows: Rows, *, reverse: bool = False) -> tuple[_Run | None, Rows, int]:
         """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it."""
         ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
-        with scratch(self.schema, self.tables, ordered, self.name, self.adapter.engine) as built:
+        with scratch(self.schema, self.tables, ordered, self.name, self.adapter.neighbor_process,
+                     self.config.max_result_bytes) as built:
             return self._compare(), built.accepted, built.rejected
 
     def _compare(self) -> _Run | None:
@@ -248,7 +260,17 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     cap = config.neighbor_time_budget_ms
     limit = (f"neighbor_time_budget_ms={cap}" if cap <= budget_ms else
              f"what was left of case_timeout_ms={config.case_budget_ms()} ({budget_ms} ms)")
-    search = _Search(validation, index, schema, tables, started + min(cap, budget_ms) / 1000, limit)
+    name = scratch_name()
+    with scratch_adapter(name, database) as adapter:
+        search = _Search(validation, index, schema, tables, started + min(cap, budget_ms) / 1000, limit, adapter,
+                         name)
+        return _searched(search, found, started, min(cap, budget_ms))
+
+
+def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int) -> dict[str, Any]:
+    """The search itself: neighbors built and compared one by one until a counterexample, then shrunk."""
+    config = search.config
+    schema, tables, limit = search.schema, search.tables, search.limit
     tried = nonempty = rejected = 0
     counterexample = None
     stop = None
@@ -271,15 +293,12 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     except _Spent:
         stop = f"{limit} was spent after {tried} neighbors"
         search.cut(f"neighbor search stopped: {stop}")
-    finally:
-        if search.keeper is not None:
-            search.keeper.close()
-        search.adapter.close()
-    return {**_outcome(True, stop, started), "budget_cuts": search.cuts, "neighbors_tried": tried, "neighbors_nonempty": nonempty,
+    return {**_outcome(True, stop, started), "budget_cuts": search.cuts, "query_failures": search.failures,
+            "neighbors_tried": tried, "neighbors_nonempty": nonempty,
             "rejected_rows": rejected, "tables": [schema.tables[t].name for t in tables],
             "counterexample_found": counterexample is not None, "counterexample": counterexample,
             "nondeterminism": search.nondeterminism, "malformed_foreign_keys": schema.malformed_keys,
-            "query_ms": round(search.elapsed_queries_ms, 3), "time_limit_ms": min(cap, budget_ms)}
+            "query_ms": round(search.elapsed_queries_ms, 3), "time_limit_ms": time_limit_ms}
 
 
 def _keyed_uncut(tree: exp.Expression) -> tuple[exp.Expression, int] | None:
@@ -400,6 +419,7 @@ def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
     return {"neighbor_search_ran": ran, "reason": reason, "neighbors_tried": 0, "neighbors_nonempty": 0,
             "rejected_rows": 0, "tables": [], "counterexample_found": False, "counterexample": None,
             "nondeterminism": [], "malformed_foreign_keys": [], "query_ms": 0.0, "budget_cuts": [],
+            "query_failures": [],
             "robust_by_structure": False,
             "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
 
@@ -415,6 +435,7 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
     found = neighborhood["counterexample"]
     if neighborhood["nondeterminism"]:
         report.warnings += [f"neighbor databases: {note}" for note in neighborhood["nondeterminism"]]
+    report.warnings += [f"neighbor databases: {failure}" for failure in neighborhood.get("query_failures", [])]
     report.warnings += neighborhood.get("budget_cuts", [])
     if found is None:
         if scope == "neighborhood" and not neighborhood["neighbor_search_ran"] and report.deterministic_verdict \

@@ -10,13 +10,15 @@ from __future__ import annotations
 import functools
 import re
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError, SqlglotError
+from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
+from sqlglot.tokenizer_core import Token, TokenizerCore
 from sqlglot.tokens import TokenType
 
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_SQL_CHARS
@@ -82,11 +84,14 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS,
         return ParseOutcome(False, None, None, f"query too long: {len(sql):,} characters exceed "
                                                f"max_sql_chars={max_chars:,}")
     clock = _Clocked(deadline)
+    running = _CLOCK.set(clock if deadline is not None else None)
     try:
         return _parse(sql, dialect, clock)
     except _ParseCut:
         return ParseOutcome(False, None, None, "parse cut: it ran past what was left of the case's time budget "
                                                "(case_timeout_ms)")
+    finally:
+        _CLOCK.reset(running)
 
 
 def _parse(sql: str, dialect: str, clock: _Clocked) -> ParseOutcome:
@@ -107,7 +112,8 @@ def _parse(sql: str, dialect: str, clock: _Clocked) -> ParseOutcome:
                                                    "expression (a misspelt keyword?)")
     ast = statements[0]
     try:
-        tree = canonical_tree(ast, dialect, clock)
+        tree = canonical_tree(clock.parse_again(), dialect, owned=True) if clock.deadline is not None \
+            else canonical_tree(ast, dialect)
         normalized = clock.generate(tree, dialect)
     except (SqlglotError, RecursionError) as error:
         return ParseOutcome(False, None, None, _first_line(str(error)))
@@ -243,13 +249,13 @@ def _canonical_text(tree: exp.Expression, dialect: str) -> str:
     return lowercase_keywords(tree.sql(dialect=dialect, normalize_functions="lower"), dialect)
 
 
-def canonical_tree(ast: exp.Expression, dialect: str, clock: _Clocked | None = None) -> exp.Expression:
-    """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator (``clock``: the
-    parse's deadline, checked between rewrites)."""
-    tree = normalize_identifiers(ast.copy())
+def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) -> exp.Expression:
+    """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator. ``ast`` is copied
+    first unless it is ``owned`` (the caller's to give away: rewritten in place). Within :func:`parse`'s
+    deadline every rewrite looks at the clock as it goes (:func:`_tick`)."""
+    tree = normalize_identifiers(ast if owned else ast.copy())
     for rewrite in (unalias_tables, sort_commutative):
-        if clock is not None:
-            clock.check()
+        _tick(force=True)
         tree = rewrite(tree)
     return tree
 
@@ -259,17 +265,22 @@ class _ParseCut(Exception):
 
 
 class _Clocked:
-    """sqlglot's parse and generation, checking a deadline as they go.
+    """sqlglot's tokenizing, parsing and generation, checking a deadline as they go.
 
     sqlglot cannot be interrupted and a per-call hook (``sys.setprofile``) made every parse three times slower,
-    so the dialect's own parser and generator are subclassed (:func:`_clocked_classes`): the parser checks the
-    clock every :data:`_CHECK_EVERY` tokens it advances over, the generator every as many nodes it prints, and
-    the canonical rewrites between each other. Without a deadline, sqlglot runs as it is.
+    so the dialect's own tokenizer, parser and generator are subclassed (:func:`_clocked_classes`,
+    :func:`_clocked_tokenizer`): each checks the clock every :data:`_CHECK_EVERY` tokens it makes or advances
+    over, or nodes it prints; the canonical rewrites do the same per node (:func:`_tick`). The tree that is
+    canonicalized is a second parse of the same tokens rather than a copy of the first, because sqlglot's copy
+    cannot be clocked and costs more than the parse. Without a deadline, sqlglot runs as it is.
     """
 
     def __init__(self, deadline: float | None) -> None:
         self.deadline = deadline
         self.ticks = 0
+        self._tokens: list[Token] = []
+        self._sql = ""
+        self._dialect = ""
 
     def check(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -280,30 +291,100 @@ class _Clocked:
         if not self.ticks % _CHECK_EVERY:
             self.check()
 
+    def tokenize(self, sql: str, dialect: str | None) -> list[Token]:
+        """``sql``'s tokens in ``dialect``; clocked when there is a deadline and the tokenizer is sqlglot's
+        Python one (a compiled tokenizer, ``sqlglotc``, cannot be subclassed and runs as it is)."""
+        engine = sqlglot.Dialect.get_or_raise(dialect)
+        clocked = _clocked_tokenizer() if self.deadline is not None else None
+        if clocked is None:
+            return engine.tokenize(sql)
+        core = clocked(engine.tokenizer()._core, self)
+        try:
+            tokens: list[Token] = core.tokenize(sql)
+        except TokenError as error:  # the tokenizer wraps whatever its loop raised, the cut included
+            if isinstance(error.__cause__, _ParseCut):
+                raise error.__cause__ from None
+            raise
+        return tokens
+
     def parse(self, sql: str, dialect: str) -> list[exp.Expression | None]:
         if self.deadline is None:
             return sqlglot.parse(sql, read=dialect)
-        engine = sqlglot.Dialect.get_or_raise(dialect)
-        tokens = engine.tokenize(sql)
+        self._tokens, self._sql, self._dialect = self.tokenize(sql, dialect), sql, dialect
+        return self._parsed()
+
+    def parse_again(self) -> exp.Expression:
+        """A tree of its own, equal to the first statement :meth:`parse` returned (with a deadline only): a
+        second, clocked parse of the same tokens."""
+        return next(statement for statement in self._parsed() if statement is not None)
+
+    def _parsed(self) -> list[exp.Expression | None]:
         self.check()
+        engine = sqlglot.Dialect.get_or_raise(self._dialect)
         parser_class, _ = _clocked_classes(type(engine))
         parser = parser_class(dialect=engine)
         parser.sqlcmp_clock = self
-        return parser.parse(tokens, sql)
+        return parser.parse(self._tokens, self._sql)
 
-    def generate(self, tree: exp.Expression, dialect: str) -> str:
+    def generate(self, tree: exp.Expression, dialect: str | None, *, canonical: bool = True) -> str:
+        """``tree``'s text in ``dialect``, canonical (functions and keywords in lower case) or as sqlglot
+        prints it."""
         if self.deadline is None:
-            return _canonical_text(tree, dialect)
+            return _canonical_text(tree, dialect) if canonical else tree.sql(dialect=dialect, copy=False)
         self.check()
         engine = sqlglot.Dialect.get_or_raise(dialect)
         _, generator_class = _clocked_classes(type(engine))
-        generator = generator_class(dialect=engine, normalize_functions="lower")
+        generator = generator_class(dialect=engine, **({"normalize_functions": "lower"} if canonical else {}))
         generator.sqlcmp_clock = self
-        return lowercase_keywords(generator.generate(tree, copy=True), dialect)
+        text: str = generator.generate(tree, copy=canonical)
+        return lowercase_keywords(text, dialect) if canonical and dialect is not None else text
 
 
-#: Tokens advanced over (or nodes printed) between two looks at the clock.
+#: Tokens made or advanced over (or nodes printed) between two looks at the clock.
 _CHECK_EVERY = 256
+#: The deadline of the :func:`parse` running in this thread (or task), if it has one.
+_CLOCK: ContextVar[_Clocked | None] = ContextVar("sqlcmp_parse_clock", default=None)
+
+
+def _tick(*, force: bool = False) -> None:
+    """Count one unit of work against the running parse's deadline (look at the clock now with ``force``)."""
+    clock = _CLOCK.get()
+    if clock is not None and force:
+        clock.check()
+    elif clock is not None:
+        clock.tick()
+
+
+def _text(node: exp.Expression) -> str:
+    """``node.sql()`` (the default dialect, no copy), clocked within a parse's deadline: the canonical
+    rewrites print operands to order them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
+    clock = _CLOCK.get()
+    return node.sql(copy=False) if clock is None else clock.generate(node, None, canonical=False)
+
+
+@functools.cache
+def _clocked_tokenizer() -> Any:
+    """A subclass of sqlglot's tokenizer core that ticks its clock once per token made, and a function that
+    turns a dialect's core into it; None when the core is compiled (``sqlglotc``) and cannot be subclassed."""
+    try:
+        class ClockedTokenizerCore(TokenizerCore):  # type: ignore[misc]
+            __slots__ = ("sqlcmp_clock",)
+
+            def _add(self, token_type: TokenType, text: str | None = None) -> None:
+                TokenizerCore._add(self, token_type, text)
+                self.sqlcmp_clock.tick()
+    except TypeError:
+        return None
+
+    def clocked(core: TokenizerCore, clock: _Clocked) -> TokenizerCore:
+        twin = ClockedTokenizerCore.__new__(ClockedTokenizerCore)
+        for name in TokenizerCore.__slots__:  # the dialect's settings (the scan state is reset by tokenize)
+            if hasattr(core, name):
+                setattr(twin, name, getattr(core, name))
+        twin.sqlcmp_clock = clock
+        return twin
+
+    return clocked
 
 
 @functools.cache
@@ -335,6 +416,7 @@ def unalias_tables(tree: exp.Expression) -> exp.Expression:
     'SELECT a FROM singer'
     """
     for select in list(tree.find_all(exp.Select)):
+        _tick()
         tables = [t for t in _scope_tables(select)]
         names = [t.name for t in tables]
         aliases = {t.alias: t.name for t in tables if t.alias and names.count(t.name) == 1}
@@ -374,7 +456,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
             return node
         if isinstance(node, exp.Connector) and not isinstance(node.parent, node.__class__):
             # Parentheses stay where they are (unnest=False): they are what keeps (p OR q) AND r intact.
-            operands = sorted(node.flatten(unnest=False), key=lambda operand: operand.sql(copy=False))
+            operands = sorted(node.flatten(unnest=False), key=_text)
             combined = operands[0]
             for operand in operands[1:]:
                 combined = node.__class__(this=combined, expression=operand)
@@ -383,6 +465,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
 
     # Post-order, so that nested chains are canonical before the chain around them compares their text.
     for node in reversed(list(tree.walk(bfs=False))):
+        _tick()
         replacement = rewrite(node)
         if replacement is not node:
             if node is tree:
@@ -393,7 +476,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
 
 
 def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
-    return isinstance(operand, exp.Literal), operand.sql(copy=False)
+    return isinstance(operand, exp.Literal), _text(operand)
 
 
 def lowercase_keywords(sql: str, dialect: str) -> str:
@@ -404,7 +487,8 @@ def lowercase_keywords(sql: str, dialect: str) -> str:
     """
     keep = {TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR, TokenType.NATIONAL_STRING,
             TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.BYTE_STRING, TokenType.RAW_STRING}
-    tokens = sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+    clock = _CLOCK.get()
+    tokens = clock.tokenize(sql, dialect) if clock is not None else sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
     pieces: list[str] = []
     cursor = 0
     for token in tokens:
