@@ -26,6 +26,7 @@ from typing import Any
 from neighbor_mutants import MUTATIONS, REWRITES, variants
 
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import is_vacuous_pass
 
@@ -44,7 +45,7 @@ def evaluate(spider: Path, cases: list[CompareRequest], workers: int) -> tuple[l
 
 
 def neighborhood(report: Report) -> dict[str, Any]:
-    return report.evidence.get("neighborhood") or {}
+    return neighborhood_of(report)
 
 
 def variant_cases(rows: list[tuple[int, str, str, str, str, bool]], *, forced: bool = False) -> list[CompareRequest]:

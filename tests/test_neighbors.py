@@ -14,6 +14,7 @@ import pytest
 
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import render_summary, summarize
 
@@ -54,7 +55,7 @@ def compare(db: Path, expected: str, actual: str, **config: object) -> Report:
 
 
 def search(report: Report) -> dict:
-    return report.evidence["neighborhood"]
+    return neighborhood_of(report)
 
 
 @pytest.mark.parametrize(("expected", "actual"), [

@@ -16,6 +16,7 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine import pipeline
+from sqlcmp_dagster.engine.neighbors import NEIGHBOR_METRICS
 from sqlcmp_dagster.engine.pipeline import Evaluator, ExpectedResults, validate
 from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 
@@ -105,6 +106,8 @@ def test_each_explanation_sentence_is_stored_once(suite_reports: dict[str, Repor
         assert evidence[0] in render_text(report)
         clause_match = report.metrics["structure"]["clause_match"]
         assert report.evidence["clauses"] == sorted(n for n, d in clause_match.items() if not d["match"])
+    searched = [r for r in suite_reports.values() if r.evidence.get("neighborhood")]
+    assert searched and all(not set(NEIGHBOR_METRICS) & set(r.evidence["neighborhood"]) for r in searched)
 
 
 def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> None:

@@ -20,6 +20,7 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
@@ -67,7 +68,7 @@ def test_gold_against_gold_every_case_passes(spider_suites: dict[str, Path]) -> 
     assert failing == []
     assert all(r.overall_score == 1.0 and r.validity["case_valid"] for r in reports)
     # A query against itself has equal canonical trees: robust without a neighbor search (the time lever).
-    assert all(r.evidence["neighborhood"]["robust_by_structure"] for r in reports)
+    assert all(neighborhood_of(r)["robust_by_structure"] for r in reports)
 
 
 def test_gold_against_gold_never_has_a_counterexample_on_a_sample(spider_suites: dict[str, Path]) -> None:
@@ -88,8 +89,8 @@ def test_gold_against_gold_never_has_a_counterexample_on_a_sample(spider_suites:
     finally:
         evaluator.close()
     assert len(reports) >= 150 + len(fragile) // 2 and all(r.deterministic_verdict == "pass" for r in reports)
-    assert [r.case_id for r in reports if r.evidence["neighborhood"]["counterexample_found"]] == []
-    assert sum(r.evidence["neighborhood"]["neighbor_search_ran"] for r in reports) >= 0.9 * len(reports)
+    assert [r.case_id for r in reports if neighborhood_of(r)["counterexample_found"]] == []
+    assert sum(neighborhood_of(r)["neighbor_search_ran"] for r in reports) >= 0.9 * len(reports)
 
 
 def test_supersql_end_to_end_and_against_official_ex(spider_suites: dict[str, Path], tmp_path: Path,

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.execution import Relation
 from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Report, Severity
+from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.report import explanation_lines
 
 PROMPT_VERSION = "sqlcmp-judge/2"
@@ -162,7 +163,7 @@ def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, bu
 def neighbor_evidence(report: Report) -> dict[str, Any] | None:
     """What the neighbor-database search says about this case, for the judge: whether the pass is robust
     (the search ran and found no counterexample, or the canonical trees are equal), and the counterexample's sentence when there is one."""
-    found = report.evidence.get("neighborhood")
+    found = neighborhood_of(report)
     if not found:
         return None
     example = found.get("counterexample")

@@ -429,7 +429,8 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
     if neighborhood is None or report.metrics.get("diagnostics") is None:
         return report
     report.metrics["diagnostics"].update({name: neighborhood[name] for name in NEIGHBOR_METRICS})
-    report.evidence["neighborhood"] = neighborhood
+    # The four metrics live in metrics.diagnostics; evidence keeps the search's other details (each fact once).
+    report.evidence["neighborhood"] = {k: v for k, v in neighborhood.items() if k not in NEIGHBOR_METRICS}
     report.run_metadata.setdefault("timings", {})["neighbor_search_ms"] = neighborhood["elapsed_ms"]
     found = neighborhood["counterexample"]
     if neighborhood["nondeterminism"]:
@@ -459,13 +460,23 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
     return report
 
 
+def neighborhood_of(report: Report) -> dict[str, Any]:
+    """A report's neighbor search as one dict: its four metrics (``metrics.diagnostics``) with its other details
+    (``evidence.neighborhood``); empty when the case had no search to consider (a fail or a blocked case)."""
+    details = report.evidence.get("neighborhood")
+    if not details:
+        return {}
+    metrics = report.metrics.get("diagnostics") or {}
+    return {**details, **{name: metrics[name] for name in NEIGHBOR_METRICS if name in metrics}}
+
+
 def robustness(valid: list[Report], vacuous_pass: Callable[[Report], bool]) -> dict[str, Any]:
     """Summary figures of the neighbor search over valid reports: ``robust_passes`` (passes whose search ran
     and found no counterexample, and passes whose canonical trees are equal, robust without a search),
     ``robust_pass_rate`` beside the pass rate (None when no pass was searched or proven),
     ``passes_with_counterexample``, ``neighbor_searches`` (passes searched) and ``vacuous_passes_resolved``
     (passes on two empty results whose search compared non-empty results on some neighbor)."""
-    passes = [(r, r.evidence.get("neighborhood") or {}) for r in valid if r.deterministic_verdict == "pass"]
+    passes = [(r, neighborhood_of(r)) for r in valid if r.deterministic_verdict == "pass"]
     searched = [(r, n) for r, n in passes if n.get("neighbor_search_ran")]
     proven = sum(bool(n.get("robust_by_structure")) for _, n in passes)
     robust = sum(not n.get("counterexample_found") for _, n in searched) + proven
