@@ -2,6 +2,8 @@
 
 Every property runs on both implementations of Layer 3 (``path="frames"``, polars; ``path="rows"``, plain
 Python for small results), and the last one checks that the two give the same comparison, field for field.
+The frame path runs twice: as it runs on small frames, and with the exact stage that large frames take (a join
+on one hash per row, checked cell by cell: ``frames-hashed``).
 """
 
 from __future__ import annotations
@@ -9,17 +11,39 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, get_args
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqlcmp_dagster.engine.execution import relation_from_rows
-from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
-from sqlcmp_dagster.engine.results import ComparisonPath, compare_results
+import polars as pl
 
-PATHS = pytest.mark.parametrize("path", get_args(ComparisonPath))
+from sqlcmp_dagster.engine import results
+from sqlcmp_dagster.engine.execution import Relation, relation_from_rows
+from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
+from sqlcmp_dagster.engine.results import ComparisonPath, ResultComparison
+
+PATHS = pytest.mark.parametrize("path", [*get_args(ComparisonPath), "frames-hashed"])
+
+
+@contextmanager
+def _hashed_from(rows: int) -> Iterator[None]:
+    """The frame path's hashed exact stage from ``rows`` rows on (large frames only, otherwise)."""
+    with mock.patch.object(results, "_HASHED_JOIN_ROWS", rows), mock.patch.object(results, "_CHECKED_PAIRS", 3):
+        yield
+
+
+def compare_results(expected: Relation, actual: Relation, *, path: str, **options: Any) -> ResultComparison:
+    """:func:`results.compare_results` on ``path``; ``frames-hashed`` is the frame path with the hashed stage
+    at every size (and its check in slices of three pairs)."""
+    if path == "frames-hashed":
+        with _hashed_from(1):
+            return results.compare_results(expected, actual, path="frames", **options)
+    return results.compare_results(expected, actual, path=path, **options)  # type: ignore[arg-type]
 
 _CELLS = {
     "int": st.one_of(st.none(), st.integers(-3, 3)),
@@ -36,7 +60,7 @@ def tables(draw: st.DrawFn) -> tuple[list[str], list[tuple[Any, ...]]]:
 
 
 def _passes(expected: tuple[list[str], list[tuple[Any, ...]]], actual: tuple[list[str], list[tuple[Any, ...]]],
-            path: ComparisonPath) -> bool:
+            path: str) -> bool:
     result = compare_results(relation_from_rows(*expected), relation_from_rows(*actual), mode="order-insensitive",
                              config=EvalConfig(), path=path)
     return result.mode_pass
@@ -55,7 +79,7 @@ def _changed(value: Any) -> Any:
 @settings(max_examples=150, deadline=None)
 @given(table=tables(), data=st.data())
 def test_row_and_column_permutations_never_change_the_verdict(table: tuple[list[str], list[tuple[Any, ...]]],
-                                                              data: st.DataObject, path: ComparisonPath) -> None:
+                                                              data: st.DataObject, path: str) -> None:
     names, rows = table
     variant = list(rows)
     if rows and data.draw(st.booleans(), label="modify"):
@@ -73,7 +97,7 @@ def test_row_and_column_permutations_never_change_the_verdict(table: tuple[list[
 @settings(max_examples=150, deadline=None)
 @given(table=tables(), data=st.data())
 def test_identical_tables_pass_and_changing_one_cell_always_fails(table: tuple[list[str], list[tuple[Any, ...]]],
-                                                                  data: st.DataObject, path: ComparisonPath) -> None:
+                                                                  data: st.DataObject, path: str) -> None:
     names, rows = table
     assert _passes(table, table, path)
     if not rows:
@@ -155,4 +179,23 @@ def test_both_paths_give_the_same_comparison(tables: tuple[tuple[list[str], list
     order_keys = data.draw(st.lists(st.integers(0, max(expected.width, 1)), max_size=2), label="order keys")
     frames = compare_results(expected, actual, mode=mode, config=config, order_keys=order_keys, path="frames")
     rows = compare_results(expected, actual, mode=mode, config=config, order_keys=order_keys, path="rows")
+    hashed = compare_results(expected, actual, mode=mode, config=config, order_keys=order_keys,
+                             path="frames-hashed")
     assert _same(dataclasses.asdict(rows), dataclasses.asdict(frames))
+    assert _same(dataclasses.asdict(rows), dataclasses.asdict(hashed))
+
+
+@settings(max_examples=100, deadline=None)
+@given(tables=_table_pairs(), mode=st.sampled_from(get_args(ResolvedMode)))
+def test_a_hash_collision_is_caught_by_the_cell_check(tables: tuple[tuple[list[str], list[tuple[Any, ...]]],
+                                                                    tuple[list[str], list[tuple[Any, ...]]]],
+                                                      mode: ResolvedMode) -> None:
+    """A row hash that sees the first column only makes rows that differ elsewhere collide: the cell check
+    refuses the pairs and the comparison is the one without hashing."""
+    expected, actual = relation_from_rows(*tables[0]), relation_from_rows(*tables[1])
+    real = pl.DataFrame.hash_rows
+    weak = lambda frame, seed=0: real(frame.select(frame.columns[:1]), seed)  # noqa: E731
+    rows = compare_results(expected, actual, mode=mode, config=EvalConfig(), path="rows")
+    with _hashed_from(1), mock.patch.object(pl.DataFrame, "hash_rows", weak):
+        collided = results.compare_results(expected, actual, mode=mode, config=EvalConfig(), path="frames")
+    assert _same(dataclasses.asdict(rows), dataclasses.asdict(collided))

@@ -40,6 +40,10 @@ _PERMUTATION_TOTAL_CELLS = 20_000_000
 _PERMUTATION_STEPS = 100_000
 #: Below this many rows a frame operation costs its fixed overhead, so fewer operations beat cleverer ones.
 _SMALL_FRAME = 10_000
+#: From this many rows on each side the exact multiset stage joins on one hash per row (:func:`_hashed_join`).
+_HASHED_JOIN_ROWS = _SMALL_FRAME
+#: Pairs of that join checked cell by cell per slice (bounds the memory the check holds).
+_CHECKED_PAIRS = 1 << 17
 #: A row pairing as one path represents it (see :func:`choose_mapping`).
 M = TypeVar("M")
 
@@ -363,10 +367,25 @@ def align_columns(
     tolerance: Tolerance,
     nulls_equal: bool,
 ) -> tuple[list[int | None], _Matched | None, str | None]:
-    """One consistent column permutation (see :func:`choose_mapping`), rows paired with polars."""
-    return choose_mapping(expected, actual, positional=positional, by_name=by_name,
-                          rows_match=lambda mapping: _rows_match(expected, actual, mapping, tolerance, nulls_equal),
-                          similarity=lambda: _column_similarity(expected, actual))
+    """One consistent column permutation (see :func:`choose_mapping`), rows paired with polars.
+
+    The second value is the row pairing under the chosen mapping whenever alignment computed it, complete or
+    not (a mismatching result is paired once, not once to try the identity and again to compare).
+    """
+    tried: dict[tuple[int | None, ...], _Matched] = {}
+
+    def rows_match(mapping: list[int | None]) -> _Matched | None:
+        tried[tuple(mapping)] = found = _paired_under(expected, actual, mapping, tolerance, nulls_equal)
+        return found if found[3].matched == expected.height else None
+
+    def identity_forced() -> bool:
+        identity = tried.get(tuple(range(expected.width)))
+        return identity is not None and _identity_dominates(expected, actual, identity[3].exact_pairs)
+
+    mapping, matched, cut = choose_mapping(expected, actual, positional=positional, by_name=by_name,
+                                           rows_match=rows_match, similarity=lambda: _column_similarity(expected, actual),
+                                           identity_forced=identity_forced)
+    return mapping, matched if matched is not None else tried.get(tuple(mapping)), cut
 
 
 def choose_mapping(
@@ -377,6 +396,7 @@ def choose_mapping(
     by_name: bool,
     rows_match: Callable[[list[int | None]], M | None],
     similarity: Callable[[], list[list[float]]],
+    identity_forced: Callable[[], bool] = lambda: False,
 ) -> tuple[list[int | None], M | None, str | None]:
     """One consistent column permutation: for each expected column, the index of its actual column or None.
 
@@ -387,6 +407,10 @@ def choose_mapping(
     ``similarity`` scores every expected column against every actual column (see :func:`_column_similarity`).
     The accepted candidate's pairing is returned too, so it is not computed again. The third value says which
     work budget cut the permutation search short (None when it was not cut).
+
+    ``identity_forced`` is a cheap test, asked after the identity failed to pair every row, that the scores would
+    make the identity the only candidate (see :func:`_identity_dominates`); when it answers yes the scores are
+    not computed, with the outcome they would give.
     """
     k, j = expected.width, actual.width
     if positional:
@@ -403,6 +427,8 @@ def choose_mapping(
     identity: list[int | None] = [i if i < j else None for i in range(k)]
     if k == j and (matched := _complete(expected, actual, identity, rows_match)) is not None:
         return identity, matched, None
+    if k == j and identity_forced():
+        return identity, None, None
     scores = similarity()
     greedy = _assign(scores, k, j)
     candidates = [greedy]
@@ -486,6 +512,8 @@ class Pairing:
     unpaired_actual: pl.Series
     #: Pairs for cell comparison when the pairing itself fixes them (positional order); None: derive them.
     aligned: pl.DataFrame | None = None
+    #: Pairs found by the exact multiset stage, before any tolerance (0 for a positional pairing).
+    exact_pairs: int = 0
 
 
 def pair_rows(
@@ -509,20 +537,20 @@ def pair_rows(
         return _positional_pairing(e, a, keys, numeric, tolerance, nulls_equal)
     exact = _occurrence_join(e, a, keys, nulls_equal)
     pairs = [exact]
-    e_left = e.join(exact.select(_ROW), on=_ROW, how="anti")
-    a_left = a.join(exact.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
+    e_left = _without(e, exact[_ROW])
+    a_left = _without(a, exact[f"{_ROW}_right"])
     tolerant = _floats(e, keys)
     if tolerant and e_left.height and a_left.height and (tolerance.atol > 0 or tolerance.rtol > 0):
         for matcher in (_ordered_tolerance_pairs, _greedy_tolerance_pairs):
             found = matcher(e_left, a_left, keys, tolerant, tolerance, nulls_equal)
             if found.height:
                 pairs.append(found)
-                e_left = e_left.join(found.select(_ROW), on=_ROW, how="anti")
-                a_left = a_left.join(found.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
+                e_left = _without(e_left, found[_ROW])
+                a_left = _without(a_left, found[f"{_ROW}_right"])
             if not (e_left.height and a_left.height):
                 break
     all_pairs = pl.concat(pairs)
-    return Pairing(all_pairs.height, all_pairs, e_left[_ROW], a_left[_ROW])
+    return Pairing(all_pairs.height, all_pairs, e_left[_ROW], a_left[_ROW], exact_pairs=exact.height)
 
 
 def _occurrence_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], nulls_equal: bool) -> pl.DataFrame:
@@ -530,12 +558,71 @@ def _occurrence_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], nulls_eq
     if not keys:
         count = min(e.height, a.height)
         return pl.DataFrame({_ROW: e[_ROW].head(count), f"{_ROW}_right": a[_ROW].head(count)})
-    left, right = _with_occurrence(e, keys), _with_occurrence(a, keys)
-    if not nulls_equal:
+    if not nulls_equal:  # a row holding a NULL equals no row; the occurrence numbers of the others are kept
         has_null = pl.any_horizontal([pl.col(c).is_null() for c in keys])
-        left, right = left.filter(~has_null), right.filter(~has_null)
-    joined = left.join(right, on=keys + [_OCC], how="inner", nulls_equal=nulls_equal)
+        e, a = e.filter(~has_null), a.filter(~has_null)
+    if min(e.height, a.height) >= _HASHED_JOIN_ROWS and all(_hashable(e.schema[c]) for c in keys):
+        hashed = _hashed_join(e, a, keys)
+        if hashed is not None:
+            return hashed
+    joined = _with_occurrence(e, keys).join(_with_occurrence(a, keys), on=keys + [_OCC], how="inner",
+                                            nulls_equal=nulls_equal)
     return joined.select(_ROW, f"{_ROW}_right")
+
+
+def _without(frame: pl.DataFrame, rows: pl.Series) -> pl.DataFrame:
+    """The rows of ``frame`` whose ``__row`` is not in ``rows``, in their order (a filter is cheaper than an anti
+    join on large frames)."""
+    return frame.filter(~pl.col(_ROW).is_in(rows.implode()))
+
+
+def _hashable(dtype: pl.DataType) -> bool:
+    """Types whose polars row hash is equal wherever the join finds values equal (-0.0 and 0.0, every NaN)."""
+    return (dtype.is_integer() or dtype in (pl.Float64, pl.Utf8, pl.Boolean, pl.Binary, pl.Date, pl.Time)
+            or isinstance(dtype, (pl.Datetime, pl.Duration)))
+
+
+def _hashed_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str]) -> pl.DataFrame | None:
+    """:func:`_occurrence_join`'s pairs from a join on one 64-bit hash of each row and its occurrence number
+    among rows of that hash, instead of on every key: the same pairs whenever no two different rows share a
+    hash, and every pair is checked cell by cell (NULL equal to NULL, as the join here; -0.0 equal to 0.0 and NaN
+    to NaN, as the join). None when a pair is not equal, or two join keys of one side coincide (hash
+    collisions): the caller joins on the keys.
+
+    Equal rows share a hash, so each group of equal rows lies in one hash group and its copies are numbered
+    in the same order as by the keys; when every pair is equal, a hash group holding several groups of
+    rows still pairs as many rows as the keys would (each pair joins two equal rows, and it pairs all it can).
+    """
+    left, right = _row_hashes(e, keys), _row_hashes(a, keys)
+    if not (_unique(left) and _unique(right)):  # number the copies, on both sides alike
+        left, right = _numbered(left), _numbered(right)
+        if not (_unique(left) and _unique(right)):
+            return None
+    pairs = left.join(right, on="__hash", how="inner").drop("__hash")  # positions only: a smaller join
+    del left, right
+    for start in range(0, pairs.height, _CHECKED_PAIRS):  # a slice of two gathered columns at a time, not frames
+        chunk = pairs.slice(start, _CHECKED_PAIRS)
+        for key in keys:
+            if not e[key].gather(chunk["__at"]).eq_missing(a[key].gather(chunk["__at_right"])).all():
+                return None
+    return pl.DataFrame([e[_ROW].gather(pairs["__at"]), a[_ROW].gather(pairs["__at_right"]).alias(f"{_ROW}_right")])
+
+
+def _row_hashes(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Position ``__at`` and the hash ``__hash`` of each row's keys."""
+    return pl.DataFrame([pl.int_range(0, frame.height, dtype=pl.Int64, eager=True).alias("__at"),
+                         frame.select(keys).hash_rows(0).alias("__hash")])
+
+
+def _numbered(hashed: pl.DataFrame) -> pl.DataFrame:
+    """``__hash`` replaced by the hash of it and the row's occurrence number among rows of that hash (a join
+    on one 64-bit column is several times cheaper than on two)."""
+    numbered = hashed.select("__hash", pl.int_range(pl.len(), dtype=pl.Int64).over("__hash").alias(_OCC))
+    return hashed.with_columns(numbered.hash_rows(0).alias("__hash"))
+
+
+def _unique(hashed: pl.DataFrame) -> bool:
+    return hashed["__hash"].n_unique() == hashed.height
 
 
 def _with_occurrence(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -603,8 +690,8 @@ def _positional_pairing(
     floats = set(_floats(e, keys))
     equal = pl.all_horizontal([_cell_equal(c, c in floats, tolerance, nulls_equal) for c in keys] or [pl.lit(True)])
     matched = joined.filter(equal).select(_ROW, f"{_ROW}_right")
-    unpaired_e = e.join(matched.select(_ROW), on=_ROW, how="anti")[_ROW]
-    unpaired_a = a.join(matched.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")[_ROW]
+    unpaired_e = _without(e, matched[_ROW])[_ROW]
+    unpaired_a = _without(a, matched[f"{_ROW}_right"])[_ROW]
     return Pairing(matched.height, matched, unpaired_e, unpaired_a, aligned=joined.select(_ROW, f"{_ROW}_right"))
 
 
@@ -698,24 +785,29 @@ def _type_class(dtype: pl.DataType) -> str:
 _Matched = tuple[pl.DataFrame, pl.DataFrame, set[str], "Pairing"]
 
 
-def _rows_match(
+def _paired_under(
     expected: Relation, actual: Relation, mapping: list[int | None], tolerance: Tolerance, nulls_equal: bool
-) -> _Matched | None:
-    """The comparison under ``mapping`` (every column mapped) when every row pairs, else None."""
+) -> _Matched:
+    """Comparable frames and the bag pairing of their rows under ``mapping`` (every column mapped)."""
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
     e, a, numeric = _comparable_frames(expected, actual, mapped)
-    pairing = pair_rows(e, a, [f"k{i}" for i, _ in mapped], numeric, tolerance, nulls_equal)
-    return (e, a, numeric, pairing) if pairing.matched == expected.height else None
+    return e, a, numeric, pair_rows(e, a, [f"k{i}" for i, _ in mapped], numeric, tolerance, nulls_equal)
+
+
+def _similarity_values(relation: Relation, index: int) -> pl.Series:
+    """What column similarity counts of a column: numbers rounded to 9 decimals (Float64), everything else as
+    tagged text (Utf8)."""
+    column = relation.frame[:, index]
+    family = _type_class(column.dtype)
+    if family == "null":
+        return column.cast(pl.Utf8).alias("v")
+    return (column.cast(pl.Float64).round(9) if family == "numeric" else tagged_text(column)).alias("v")
 
 
 def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]]:
     """Multiset similarity of every expected column with every actual column (2|A∩B| / (|A|+|B|))."""
     def counts(relation: Relation, index: int) -> pl.DataFrame:
-        column = relation.frame[:, index]
-        family = _type_class(column.dtype)
-        value = (column.cast(pl.Float64).round(9) if family == "numeric" else tagged_text(column)) \
-            if family != "null" else column.cast(pl.Utf8)
-        return value.alias("v").to_frame().group_by("v").len()
+        return _similarity_values(relation, index).to_frame().group_by("v").len()
 
     e_counts = [counts(expected, i) for i in range(expected.width)]
     a_counts = [counts(actual, j) for j in range(actual.width)]
@@ -732,6 +824,70 @@ def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]
             row.append(1.0 if total == 0 else 2 * common / total)
         scores.append(row)
     return scores
+
+
+def _identity_dominates(expected: Relation, actual: Relation, exact_pairs: int) -> bool:
+    """Whether :func:`_column_similarity` would make the identity mapping the only candidate of
+    :func:`choose_mapping` (square results), shown from bounds instead of the scores' joins.
+
+    Every diagonal score is at least ``2 * exact_pairs / total``: rows paired by the exact stage under the
+    identity hold equal values in every column, and values the exact join finds equal are equal for the
+    similarity's group-by and join too (both take -0.0 as 0.0 and NaN as NaN). An off-diagonal common count is
+    at most, for the values that are neither NULL nor NaN, how many of each side's values lie within the other
+    side's [min, max] (the smaller of the two), plus the smaller NULL count and the smaller NaN count; columns
+    whose values have different types score 0. When every off-diagonal bound is below every diagonal's by more
+    than the search's tie margin (1e-9), the greedy assignment is the identity and no other column is tied.
+    """
+    total, width = expected.height + actual.height, expected.width
+    if exact_pairs == 0 or width != actual.width:
+        return False
+    numeric = [_type_class(d) == "numeric" for d in expected.frame.dtypes], \
+        [_type_class(d) == "numeric" for d in actual.frame.dtypes]
+    pairs = [(i, c) for i in range(width) for c in range(width) if i != c and numeric[0][i] == numeric[1][c]]
+    if not pairs:
+        return True
+    e_values = pl.DataFrame([_similarity_values(expected, i).alias(f"v{i}") for i in sorted({i for i, _ in pairs})])
+    a_values = pl.DataFrame([_similarity_values(actual, c).alias(f"v{c}") for c in sorted({c for _, c in pairs})])
+    e_range, a_range = _ranges(e_values), _ranges(a_values)
+    e_inside = _inside(e_values, [(i, a_range[c]) for i, c in pairs])
+    a_inside = _inside(a_values, [(c, e_range[i]) for i, c in pairs])
+    diagonal = 2 * exact_pairs / total
+    for (i, c), inside_e, inside_a in zip(pairs, e_inside, a_inside):
+        bound = min(inside_e, inside_a) + min(e_range[i][2], a_range[c][2]) + min(e_range[i][3], a_range[c][3])
+        if not 2 * bound / total < diagonal - 2e-9:
+            return False
+    return True
+
+
+#: Of one column's similarity values: the smallest and largest neither NULL nor NaN, the NULL and NaN counts.
+_Range = tuple[Any, Any, int, int]
+
+
+def _ranges(values: pl.DataFrame) -> dict[int, _Range]:
+    """The :data:`_Range` of each column ``v<i>`` of ``values``, in one frame operation."""
+    figures: list[pl.Expr] = []
+    for name, dtype in values.schema.items():
+        plain = _not_nan(pl.col(name), dtype)
+        nan = pl.col(name).is_nan().sum() if dtype == pl.Float64 else pl.lit(0)
+        figures += [plain.min(), plain.max(), pl.col(name).null_count(), nan]
+    row = values.select([f.alias(str(n)) for n, f in enumerate(figures)]).row(0)
+    return {int(name[1:]): (row[4 * n], row[4 * n + 1], int(row[4 * n + 2]), int(row[4 * n + 3] or 0))
+            for n, name in enumerate(values.columns)}
+
+
+def _inside(values: pl.DataFrame, ranges: list[tuple[int, _Range]]) -> list[int]:
+    """For each (column, range): how many of column ``v<i>``'s values, neither NULL nor NaN, lie within it."""
+    counts: list[pl.Expr] = []
+    for n, (i, (lo, hi, _, _)) in enumerate(ranges):
+        dtype = values.schema[f"v{i}"]
+        inside = (pl.lit(0) if lo is None else
+                  _not_nan(pl.col(f"v{i}"), dtype).is_between(pl.lit(lo, dtype), pl.lit(hi, dtype)).sum())
+        counts.append(inside.alias(str(n)))
+    return [int(v or 0) for v in values.select(counts).row(0)]
+
+
+def _not_nan(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
+    return value.fill_nan(None) if dtype == pl.Float64 else value
 
 
 def _assign(scores: list[list[float]], k: int, j: int) -> list[int | None]:
@@ -781,12 +937,22 @@ def _column_stats(
                          actual_name=None if j is None else actual.names[j], numeric=f"k{i}" in numeric)
              for i, j in enumerate(mapping)]
     if pairing.aligned is not None:
-        pairs = pairing.aligned
+        pairs, same = pairing.aligned, 0
     else:
         extra = _near_pairs(e_frame, a_frame, pairing, nulls_equal, keys, max_rows)
         pairs = pl.concat([pairing.pairs, extra]) if extra.height else pairing.pairs
-    joined = (pairs.join(e_frame, on=_ROW, how="left")
-              .join(a_frame.rename({_ROW: f"{_ROW}_right"}), on=f"{_ROW}_right", how="left", suffix="_right"))
+        same = pairing.exact_pairs
+    # Row ``n`` of either frame has ``__row == n`` (:func:`_indexed`): a gather, not a join, finds it. The first
+    # ``same`` pairs are the exact stage's: two values the exact join finds equal (-0.0 and 0.0, two NaNs) give
+    # every measure below the value of the expected value against itself, so their actual side is not gathered.
+    e_cells = e_frame.drop(_ROW)
+    equal = e_cells[pairs[_ROW].head(same)]
+    rest = pairs.slice(same)
+    joined = pl.concat([
+        equal.with_columns(pl.col(c).alias(f"{c}_right") for c in equal.columns),
+        pl.concat([e_cells[rest[_ROW]], a_frame.drop(_ROW)[rest[f"{_ROW}_right"]].rename(lambda c: f"{c}_right")],
+                  how="horizontal"),
+    ])
     floats = set(_floats(e_frame, keys))
     measures: list[pl.Expr] = []  # every column's figures in one frame operation (each costs a fixed overhead)
     for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
@@ -834,8 +1000,8 @@ def _near_pairs(
         pairs = _occurrence_join(e_left.select([_ROW] + others), a_left.select([_ROW] + others), others, nulls_equal)
         if pairs.height:
             found.append(pairs)
-            e_left = e_left.join(pairs.select(_ROW), on=_ROW, how="anti")
-            a_left = a_left.join(pairs.select(pl.col(f"{_ROW}_right").alias(_ROW)), on=_ROW, how="anti")
+            e_left = _without(e_left, pairs[_ROW])
+            a_left = _without(a_left, pairs[f"{_ROW}_right"])
         if not (e_left.height and a_left.height):
             break
     if e_left.height and a_left.height:
