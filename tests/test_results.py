@@ -198,3 +198,31 @@ def test_the_plain_path_writes_numbers_as_tagged_text_does() -> None:
     assert _tagged(series, values) == tagged_text(series).to_list()
     integers = pl.Series([0, -7, 2**62, None])
     assert _tagged(integers, integers.to_list()) == tagged_text(integers).to_list()
+
+
+@pytest.mark.parametrize(("columns", "searched"), [
+    # one wrong cell; every column's values lie outside the others' ranges: the bounds decide, no similarity joins
+    ({"id": range(0, 3000), "qty": [i % 7 for i in range(3000)], "name": [f"n{i:05}" for i in range(3000)]}, False),
+    # two columns of the same values: the bounds cannot decide, the similarity is computed
+    ({"a": range(0, 3000), "b": range(0, 3000), "name": [f"n{i:05}" for i in range(3000)]}, True),
+])
+def test_the_identity_mapping_is_kept_without_similarity_joins_when_bounds_decide(
+        columns: dict[str, Any], searched: bool) -> None:
+    """A large result with one wrong cell: the column mapping the similarity scores would choose is the identity;
+    range bounds show that without the scores where they can, with the same comparison as computing them."""
+    from unittest import mock
+
+    from sqlcmp_dagster.engine import results
+
+    names = list(columns)
+    rows = list(zip(*columns.values()))
+    changed = [tuple(v + 1 if (r == 1500 and c == 0) else v for c, v in enumerate(row)) for r, row in enumerate(rows)]
+    expected, actual = relation_from_rows(names, rows), relation_from_rows(names, changed[::-1])
+    similarity = results._column_similarity
+    with mock.patch.object(results, "_column_similarity", side_effect=similarity) as scored:
+        fast = compare_results(expected, actual, mode="order-insensitive", config=EvalConfig(), path="frames")
+    with mock.patch.object(results, "_identity_dominates", return_value=False):
+        full = compare_results(expected, actual, mode="order-insensitive", config=EvalConfig(), path="frames")
+    assert scored.called is searched
+    assert fast == full
+    assert fast.bag_matched_rows == 2999 and fast.schema_match["column_mapping"] == {n: n for n in names}
