@@ -23,7 +23,7 @@ import pytest
 from conftest import pg_schema
 
 from sqlcmp_dagster.assets import LAYERS
-from sqlcmp_dagster.assets.common import cases_partitions
+from sqlcmp_dagster.assets.common import cases_partitions, validation_of
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -303,6 +303,32 @@ def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_p
         return [re.sub(r"limited to \d+ ms", "limited to N ms", w) for w in warnings]
 
     assert unmeasured(report.warnings) == unmeasured(library.warnings)
+
+
+def test_dagster_charges_the_tie_recheck_to_the_case_budget(tmp_path: Path, sample_dir: Path) -> None:
+    """Issue 11 item 9 in Dagster: the LIMIT tie re-check runs in the result_comparisons step; its execution
+    time is stored there and counted downstream like the library counts it, in the diagnostics step's share of
+    case_timeout_ms and in the report's execution_ms."""
+    case = {"case_id": "tie", "db": "shop", "expected_sql": "SELECT price, name FROM products ORDER BY price LIMIT 2",
+            "actual_sql": "SELECT price, name FROM products ORDER BY price DESC LIMIT 2"}
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text(json.dumps(case) + "\n", encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(cases_partitions.name, ["tie"])
+        assert dg.materialize(LAYERS, instance=instance, resources=defs.resources, partition_key="tie").success
+
+    def stored(asset: str) -> dict[str, object]:
+        [row] = [r for p in (tmp_path / "store" / asset).glob("*.parquet") for r in pl.read_parquet(p).to_dicts()]
+        return row
+
+    tie_ms = stored("result_comparisons")["tie_check_ms"]
+    executed_ms = validation_of(stored("executions")).timings["execution_ms"]
+    [report] = [r for p in (tmp_path / "store" / "case_reports").glob("*.parquet") for r in reports_from_frame(
+        pl.read_parquet(p))]
+    assert isinstance(tie_ms, float) and tie_ms > 0
+    assert report.run_metadata["timings"]["execution_ms"] == pytest.approx(executed_ms + tie_ms)
 
 
 def test_batch_with_resource_attacks_writes_every_other_report(tmp_path: Path, targets: dict[str, str]) -> None:

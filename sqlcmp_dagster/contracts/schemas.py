@@ -80,6 +80,7 @@ _LAYERS: dict[str, dict[str, pa.Column]] = {
         "mode_pass": _column(pl.Boolean),
         "row_overlap": _in_unit(),
         "cell_overlap": _in_unit(),
+        "tie_check_ms": _column(pl.Float64, pa.Check.ge(0)),
     },
     "diagnostics": {
         **{name: _column(dtype) for name, dtype in DIAGNOSTICS.items()},
