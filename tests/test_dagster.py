@@ -79,8 +79,7 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     _query_the_store_as_the_readme_does(tmp_path / "store", [library.evaluate(c) for c in
                                                            load_suites(sample_suite_path().parent).cases])
     _failing_cases_are_found_per_partition(instance, reports)
-    schema = instance.fetch_materializations(dg.AssetKey("diagnostics"), limit=1).records[0] \
-        .asset_materialization.metadata["dagster/column_schema"].value
+    schema = defs.resolve_asset_graph().get(dg.AssetKey("diagnostics")).metadata["dagster/column_schema"]
     assert {c.name: c.type for c in schema.columns}["likely_source_clause"] == "String"
     summary = materialize_summary(defs, instance)
     assert summary.success
@@ -244,10 +243,14 @@ def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, samp
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     from sqlcmp_dagster.resources import LLMJudgeResource
 
-    module = importlib.import_module("sqlcmp_dagster.assets.case_reports")
-    rebuilt: list[str] = []  # cases whose deterministic report case_reports builds (again) from the layers
-    build = module.report_from_layers
-    monkeypatch.setattr(module, "report_from_layers", lambda row: rebuilt.append(row["case_id"]) or build(row))
+    # Every deterministic report built from the stored layers, whichever asset builds it (issue 17 item 6: with
+    # the judge on, the judgments asset builds it for the prompt and case_reports must not build it again).
+    common = importlib.import_module("sqlcmp_dagster.assets.common")
+    built: list[str] = []
+    build = common.build_report
+    monkeypatch.setattr(common, "build_report",
+                        lambda validation, analysis: built.append(validation.request.case_id) or build(validation,
+                                                                                                     analysis))
 
     answer = {**JUDGE_PASS, "acceptable_deviation_judgment": "critical", "confidence": 0.9}
     server = serve(lambda n: (200, json.dumps(answer), 0.0))
@@ -272,4 +275,4 @@ def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, samp
     wrong = reports["wrong"]
     assert wrong.deterministic_verdict == "fail" and wrong.ai_advisory_verdict == "pass"
     assert wrong.verdict_consistency_flag is False and wrong.metrics["ai_judge"]["confidence"] == 0.9
-    assert rebuilt == []  # the judgments asset built both reports for the prompts; case_reports reused them
+    assert sorted(built) == ["same", "wrong"]  # once each, for the judge's prompt; case_reports reused them
