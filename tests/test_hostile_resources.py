@@ -415,3 +415,23 @@ def test_batch_with_neighbor_only_explosions_writes_every_other_report(tmp_path:
         assert any(reason in failure for failure in failures), (engine, failures)
         assert good["metrics"]["diagnostics"]["neighbor_search_ran"]
         assert not good["evidence"]["neighborhood"]["query_failures"]
+
+
+@pytest.mark.parametrize("engine", ["sqlite", "duckdb", "postgres"])
+def test_integers_compare_exactly_and_booleans_are_not_integers_on_every_engine(engine: str,
+                                                                              targets: dict[str, str]) -> None:
+    """Issue 11 item 10, the issue's three commands on each engine: integers compare exactly at any size (no
+    tolerance), and a boolean never equals an integer, except on SQLite, which has no boolean (``true`` is the
+    integer 1 there, as the README says)."""
+    adapter = ExecutionAdapter(targets[engine])
+
+    def verdict(expected: str, actual: str, **config: object) -> str:
+        request = CompareRequest(expected_sql=expected, actual_sql=actual,
+                                 config=EvalConfig(neighbor_count=0, **config))  # type: ignore[arg-type]
+        return compare(request, adapter).deterministic_verdict
+
+    assert verdict("SELECT 12345678901", "SELECT 12345678910") == "fail"
+    assert verdict("SELECT 9007199254740993", "SELECT 9007199254740992", comparison_mode="exact") == "fail"
+    assert verdict("SELECT 9007199254740993", "SELECT 9007199254740993", comparison_mode="exact") == "pass"
+    assert verdict("SELECT true", "SELECT 1") == ("pass" if engine == "sqlite" else "fail")
+    adapter.close()
