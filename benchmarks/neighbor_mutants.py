@@ -187,28 +187,110 @@ MUTATIONS: dict[str, Mutation] = {
 }
 
 
-def equivalent(kind: str, mutant: exp.Expression, schema: SchemaInfo) -> bool:
-    """Whether the mutant is provably equivalent to its gold query under the schema's declared constraints:
-    DISTINCT over a projected primary key; COUNT over a column that is NOT NULL (or a primary-key column), or
-    that a WHERE conjunct or an inner join's ON rejects NULL in; a LEFT JOIN whose right table is then
-    filtered by a null-rejecting predicate (a comparison in a WHERE conjunct, or the ON of a later inner
-    join), whose ON follows a declared foreign key from a NOT NULL column to the joined table (every left row
-    has its partner), or whose SELECT is one row of aggregates over the right table's columns only (SUM, AVG,
-    MIN, MAX, COUNT(col) ignore the NULLs an unmatched row brings, and give NULL or 0 on no rows either way)."""
+def equivalent(kind: str, mutant: exp.Expression, schema: SchemaInfo, gold: exp.Expression | None = None) \
+        -> str | None:
+    """Why the mutant is provably equivalent to its gold query under the schema's declared constraints (a rule
+    of this list, printed by the benchmark), None when no rule proves it:
+
+    * DISTINCT over a projected primary key;
+    * DISTINCT dropped where duplicates cannot show: in an operand of UNION, INTERSECT or EXCEPT (without ALL,
+      which remove duplicates themselves) or in the subquery of IN or EXISTS;
+    * COUNT over a column that is NOT NULL (or a primary-key column), or that a WHERE conjunct or an inner
+      join's ON rejects NULL in;
+    * a LEFT JOIN whose right table is then filtered by a null-rejecting predicate (a comparison, or an OR of
+      comparisons, in a WHERE conjunct naming a right-table column, unqualified ones resolved through the
+      schema; or the ON of a later inner join); whose ON follows a declared foreign key from a NOT NULL column
+      to the joined table (every left row has its partner); whose SELECT is one row of aggregates over the
+      right table's columns only (SUM, AVG, MIN, MAX, COUNT(col) ignore the NULLs an unmatched row brings, and
+      give NULL or 0 on no rows either way); or that is grouped by the left table's primary key under a HAVING
+      that rejects a one-row group (``COUNT(*) > k`` with k >= 1, ``>= k`` or ``= k`` with k >= 2): an
+      unmatched left row is a group of its own, of one row, which the HAVING drops;
+    * MAX to MIN where every group holds one row (one table whose primary key is covered by the GROUP BY
+      columns and the WHERE's equalities with literals) or the aggregated column is a GROUP BY column."""
     if kind == "distinct_over_key":
-        return True
+        return "DISTINCT over a projected primary key"
+    if kind == "drop_distinct" and gold is not None:
+        return _duplicates_cannot_show(gold)
     if kind == "inner_to_left":
-        return _left_join_null_rejected(mutant) or _left_join_follows_key(mutant, schema) \
-            or _left_join_aggregated_away(mutant)
+        if _left_join_null_rejected(mutant, schema):
+            return "LEFT JOIN whose right table a later predicate filters by a null-rejecting comparison"
+        if _left_join_follows_key(mutant, schema):
+            return "LEFT JOIN along a declared NOT NULL foreign key: every left row has its partner"
+        if _left_join_aggregated_away(mutant):
+            return "LEFT JOIN under one row of aggregates over the right table only"
+        if _left_join_grouped_away(mutant, schema):
+            return "LEFT JOIN grouped by the left primary key under a HAVING that drops one-row groups"
     if kind == "count_column":
         count = _first(mutant, exp.Count, lambda c: isinstance(c.this, exp.Column))
         select = count.find_ancestor(exp.Select) if count is not None else None
         table = _first(select, exp.Table) if select is not None else None
         if count is not None and table is not None:
-            name = table.name.lower()
-            return count.this.name.lower() in schema.not_null.get(name, set()) \
-                or _null_rejected(select, count.this)
-    return False
+            if count.this.name.lower() in schema.not_null.get(table.name.lower(), set()):
+                return "COUNT over a NOT NULL (or primary-key) column"
+            if _null_rejected(select, count.this):
+                return "COUNT over a column a WHERE conjunct or an inner join rejects NULL in"
+    if kind == "max_to_min":
+        return _one_row_groups(mutant, schema)
+    return None
+
+
+def _duplicates_cannot_show(gold: exp.Expression) -> str | None:
+    select = _first(gold, exp.Select, lambda s: s.args.get("distinct") is not None)
+    parent = select.parent if select is not None else None
+    while isinstance(parent, exp.Subquery):
+        parent = parent.parent
+    if isinstance(parent, (exp.Union, exp.Intersect, exp.Except)) and parent.args.get("distinct", True):
+        return "DISTINCT dropped in an operand of a set operation that removes duplicates itself"
+    if isinstance(parent, (exp.In, exp.Exists)):
+        return "DISTINCT dropped in the subquery of IN or EXISTS"
+    return None
+
+
+def _one_row_groups(mutant: exp.Expression, schema: SchemaInfo) -> str | None:
+    node = _first(mutant, (exp.Max, exp.Min))
+    select = node.find_ancestor(exp.Select) if node is not None else None
+    if select is None or select.args.get("joins") or len(list(select.find_all(exp.Table))) != 1:
+        return None
+    table = _first(select, exp.Table).name.lower()
+    group = select.args.get("group")
+    grouped = {c.name.lower() for c in group.find_all(exp.Column)} if group is not None else set()
+    if isinstance(node.this, exp.Column) and node.this.name.lower() in grouped:
+        return "MAX/MIN of a GROUP BY column: one value per group"
+    where = select.args.get("where")
+    columns = {c.lower() for c in schema.columns.get(table, [])}
+    fixed = {c.this.name.lower() for c in (where.this.flatten() if where is not None and isinstance(where.this, exp.And)
+                                            else [where.this] if where is not None else [])
+             if isinstance(c, exp.EQ) and isinstance(c.this, exp.Column) and _constant(c.expression, columns)}
+    key = schema.keys.get(table, set())
+    if key and key <= grouped | fixed:
+        return "MAX/MIN over groups of one row: GROUP BY and WHERE equalities cover the primary key"
+    return None
+
+
+def _constant(node: exp.Expression, columns: set[str]) -> bool:
+    """A literal, or a double-quoted name that is no column (``"Spanish"``, which SQLite reads as a string)."""
+    return isinstance(node, exp.Literal) or isinstance(node, exp.Column) and not node.table \
+        and bool(node.this.args.get("quoted")) and node.name.lower() not in columns
+
+
+def _left_join_grouped_away(tree: exp.Expression, schema: SchemaInfo) -> bool:
+    join = _first(tree, exp.Join, lambda j: j.side == "LEFT")
+    select = join.find_ancestor(exp.Select) if join is not None else None
+    having, group = (select.args.get("having"), select.args.get("group")) if select is not None else (None, None)
+    if having is None or group is None:
+        return False
+    left = select.args["from_"].this
+    if not isinstance(left, exp.Table) or not schema.keys.get(left.name.lower()):
+        return False
+    grouped = {c.name.lower() for c in group.expressions if isinstance(c, exp.Column)
+               and (not c.table or c.table.lower() == left.alias_or_name.lower())}
+    if not schema.keys[left.name.lower()] <= grouped:
+        return False
+    conditions = list(having.this.flatten()) if isinstance(having.this, exp.And) else [having.this]
+    least = {exp.GT: 1, exp.GTE: 2, exp.EQ: 2}
+    return any(type(c) in least and isinstance(c.this, exp.Count) and isinstance(c.this.this, exp.Star)
+               and isinstance(c.expression, exp.Literal) and not c.expression.is_string
+               and float(c.expression.this) >= least[type(c)] for c in conditions)
 
 
 _NULL_REJECTING = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.In, exp.Between)
@@ -285,21 +367,42 @@ def _left_join_aggregated_away(tree: exp.Expression) -> bool:
     return True
 
 
-def _left_join_null_rejected(tree: exp.Expression) -> bool:
+def _left_join_null_rejected(tree: exp.Expression, schema: SchemaInfo) -> bool:
     join = _first(tree, exp.Join, lambda j: j.side == "LEFT")
     select = join.find_ancestor(exp.Select) if join is not None else None
     if join is None or select is None:
         return False
     right = join.this.alias_or_name.lower()
+    right_table = join.this.name.lower() if isinstance(join.this, exp.Table) else None
+    sources = [select.args["from_"].this, *(j.this for j in select.args.get("joins") or [])]
+    others = {t.name.lower() for t in sources if isinstance(t, exp.Table) and t is not join.this}
+
+    def on_right(column: exp.Column) -> bool:
+        """A column of the right table: qualified with its alias, or unqualified and of no other table."""
+        if column.table:
+            return column.table.lower() == right
+        name = column.name.lower()
+        return right_table is not None and name in {c.lower() for c in schema.columns.get(right_table, [])} \
+            and not any(name in {c.lower() for c in schema.columns.get(t, [])} for t in others)
+
     where = select.args.get("where")
     conjuncts = list(where.this.flatten()) if where is not None and isinstance(where.this, exp.And) else \
         ([where.this] if where is not None else [])
     joins = select.args.get("joins") or []
     later = joins[joins.index(join) + 1:] if join in joins else []
     conjuncts += [j.args["on"] for j in later if not j.side and j.args.get("on") is not None]
-    comparisons = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.In, exp.Between)
-    return any(isinstance(c, comparisons) and any(col.table.lower() == right for col in c.find_all(exp.Column))
-               and c.find(exp.Is, exp.Coalesce) is None for c in conjuncts)
+    return any(_rejects_right(c, on_right) for c in conjuncts)
+
+
+def _rejects_right(condition: exp.Expression, on_right: Callable[[exp.Column], bool]) -> bool:
+    """Whether ``condition`` is false or unknown on a row whose right-table columns are all NULL: a comparison
+    naming one (outside IS, COALESCE, CASE), or an OR whose every part is such a comparison."""
+    if isinstance(condition, exp.Paren):
+        return _rejects_right(condition.this, on_right)
+    if isinstance(condition, exp.Or):
+        return _rejects_right(condition.this, on_right) and _rejects_right(condition.expression, on_right)
+    return isinstance(condition, _NULL_REJECTING) and condition.find(exp.Is, exp.Coalesce, exp.Case) is None \
+        and any(on_right(c) for c in condition.find_all(exp.Column))
 
 
 def optimized(tree: exp.Expression, schema: SchemaInfo) -> exp.Expression | None:
@@ -381,9 +484,10 @@ def gold_queries(spider: Path) -> list[tuple[str, str]]:
     return [(line.rsplit("\t", 1)[0], line.rsplit("\t", 1)[1]) for line in lines if line.strip()]
 
 
-def variants(spider: Path, table: dict[str, Mutation]) -> list[tuple[int, str, str, str, str, bool]]:
-    """``(gold index, kind, db_id, gold sql, variant sql, provably equivalent)`` for every gold query and every
-    kind of ``table`` that applies (a rewrite is always equivalent; a mutant when :func:`equivalent` says so)."""
+def variants(spider: Path, table: dict[str, Mutation]) -> list[tuple[int, str, str, str, str, str | None]]:
+    """``(gold index, kind, db_id, gold sql, variant sql, why it is provably equivalent or None)`` for every
+    gold query and every kind of ``table`` that applies (a rewrite always is; a mutant when
+    :func:`equivalent` proves it)."""
     schemas: dict[str, SchemaInfo] = {}
     out = []
     for index, (sql, db) in enumerate(gold_queries(spider)):
@@ -397,5 +501,6 @@ def variants(spider: Path, table: dict[str, Mutation]) -> list[tuple[int, str, s
             changed = change(tree, schemas[db])
             if changed is not None:
                 out.append((index, kind, db, sql, changed.sql(dialect="sqlite"),
-                            table is REWRITES or equivalent(kind, changed, schemas[db])))
+                            "an equivalence-preserving rewrite" if table is REWRITES
+                            else equivalent(kind, changed, schemas[db], tree)))
     return out

@@ -82,8 +82,11 @@ def recall(spider: Path, workers: int) -> None:
     reports, seconds = evaluate(spider, variant_cases(rows), workers)
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     equivalent_alarms = []
+    reasons: collections.Counter[tuple[str, str]] = collections.Counter()
     for row, report in zip(rows, reports):
         kind, proven = row[1], row[5]
+        if proven:
+            reasons[(kind, proven)] += 1
         counts = by_kind[kind + (" (provably equivalent)" if proven else "")]
         counts["mutants"] += 1
         if report.deterministic_verdict != "pass":
@@ -106,6 +109,10 @@ def recall(spider: Path, workers: int) -> None:
         print(f"| {kind} | {counts['mutants']} | {counts['pass']} | {counts['counterexample']} | {rate} |")
     print(f"| **all semantic mutants** | {total['mutants']} | {total['pass']} | {total['counterexample']} | "
           f"{total['counterexample'] / max(total['pass'], 1):.1%} |")
+    print("excluded from the denominator, provably equivalent under the schema's declared constraints "
+          "(neighbor_mutants.equivalent):")
+    for (kind, reason), count in sorted(reasons.items()):
+        print(f"  {kind}: {count} — {reason}")
     for (index, kind, db, gold, sql, _), sentence in equivalent_alarms:
         print(f"  EQUIVALENT MUTANT WITH A COUNTEREXAMPLE #{index} {kind} {db}: {sql}: {sentence}")
 

@@ -117,10 +117,11 @@ def test_same_report_on_a_rerun_and_the_users_database_untouched(company: Path) 
     ("SELECT name FROM emp ORDER BY salary DESC", "SELECT name FROM emp ORDER BY salary DESC"),
 ])
 def test_equivalent_queries_never_get_a_counterexample(company: Path, expected: str, actual: str) -> None:
-    report = compare(company, expected, actual, neighbor_count=24, neighbor_skip_proven=False)
+    report = compare(company, expected, actual, neighbor_count=30, neighbor_skip_proven=False)
     found = search(report)
     assert report.deterministic_verdict == "pass" and report.severity == "pass"
-    assert found["neighbor_search_ran"] and found["neighbors_tried"] == 24 and not found["counterexample_found"]
+    # Two rounds of every profile; those of joins (3) and group sizes (1) are not built where nothing joins.
+    assert found["neighbor_search_ran"] and found["neighbors_tried"] >= 18 and not found["counterexample_found"]
 
 
 def test_a_pass_with_equal_canonical_trees_is_robust_without_a_search(company: Path) -> None:
@@ -133,8 +134,9 @@ def test_a_pass_with_equal_canonical_trees_is_robust_without_a_search(company: P
     assert summarize([report])["robust_passes"] == 1
 
 
-#: Slow only where some bonus is NULL, which the original database never has but neighbors do.
-SLOW = ("SELECT count(*) FROM emp WHERE salary > 50 OR (bonus IS NULL AND (SELECT count(*) FROM "
+#: Slow only where some salary sits on the literal 50, which the original database never has and the first
+#: neighbor always has (its rows carrying the literals).
+SLOW = ("SELECT count(*) FROM emp WHERE salary > 50 OR (salary = 50 AND (SELECT count(*) FROM "
         "(WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r WHERE i < 1000000000) "
         "SELECT i FROM r)) < 0)")
 
@@ -214,7 +216,7 @@ def test_duckdb_neighbors_are_built_in_memory_duckdb(company_duck: Path) -> None
     assert sorted(replay.execute(actual).fetchall()) == sorted(map(tuple, found["counterexample"]["actual_result"]["rows"]))
     equivalent = search(compare(company_duck, "SELECT name FROM emp WHERE salary BETWEEN 35 AND 65",
                                 "SELECT name FROM emp WHERE salary >= 35 AND salary <= 65", neighbor_count=12))
-    assert equivalent["neighbor_search_ran"] and equivalent["neighbors_tried"] == 12
+    assert equivalent["neighbor_search_ran"] and equivalent["neighbors_tried"] >= 8
     assert not equivalent["counterexample_found"]
     assert hashlib.sha256(company_duck.read_bytes()).hexdigest() == before
 
@@ -241,7 +243,7 @@ def test_summary_shows_the_robust_pass_rate_beside_the_pass_rate(company: Path) 
 def test_a_hostile_actual_query_stays_inside_the_budget(company: Path) -> None:
     """A query that is slow on some databases is interrupted on the neighbors like on the original."""
     report = compare(company, "SELECT count(*) FROM emp WHERE salary > 50", SLOW, neighbor_time_budget_ms=300)
-    found = search(report)  # the original database has no NULL bonus: the slow branch never runs there
+    found = search(report)  # no salary is 50 on the original database: the slow branch never runs there
     assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"]
     assert found["elapsed_ms"] < 3_000 and not found["counterexample_found"]
     assert any(w.startswith("neighbor search stopped: neighbor_time_budget_ms=300 was spent after") for w in report.warnings)

@@ -17,8 +17,10 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.neighbor_scratch import Rows, Schema, Table
+from sqlcmp_dagster.engine.neighbor_scratch import Column, Rows, Schema, Table
 
+#: Largest group :func:`group_sizes` builds (a HAVING COUNT(*) >= 50 needs a group of exactly 50).
+_MAX_GROUP = 60
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between,
                 exp.Glob)
 
@@ -37,6 +39,9 @@ class Hints:
     aggregated: set[str] = field(default_factory=set)
     columns: set[str] = field(default_factory=set)
     tables: set[str] = field(default_factory=set)
+    group_columns: set[str] = field(default_factory=set)
+    group_sizes: list[int] = field(default_factory=list)  # the numbers COUNT(...) is compared with
+    subquery_compared: set[str] = field(default_factory=set)  # columns compared with a subquery's value
 
 
 def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hints:
@@ -56,22 +61,34 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
             found.order_columns |= {c.name.lower() for c in order.find_all(exp.Column)}
         for aggregate in tree.find_all(exp.AggFunc):
             found.aggregated |= {c.name.lower() for c in aggregate.find_all(exp.Column)}
+        for group in tree.find_all(exp.Group):
+            found.group_columns |= {c.name.lower() for c in group.find_all(exp.Column)}
         for node in tree.find_all(*_COMPARISONS):
-            columns = [c for c in node.iter_expressions() if isinstance(c, exp.Column)]
+            operands = list(node.iter_expressions())
+            # A column under an aggregate (AVG(x) >= 72) takes the literal too: on a one-row group they are equal.
+            columns = [c for o in operands for c in ([o] if isinstance(o, exp.Column) else
+                                                     o.find_all(exp.Column) if isinstance(o, exp.AggFunc) else [])]
+            if any(isinstance(o, (exp.Subquery, exp.Select)) for o in operands):
+                found.subquery_compared |= {c.name.lower() for c in columns}
             literals = [lit for lit in node.find_all(exp.Literal)
                         if not any(isinstance(a, exp.Select) for a in _between(lit, node))]
-            if isinstance(node, exp.EQ) and len(columns) == 2:
-                found.join_columns |= {c.name.lower() for c in columns}
-                pair = [_table_of(c, schema) for c in columns]
+            direct = [o for o in operands if isinstance(o, exp.Column)]
+            if isinstance(node, exp.EQ) and len(direct) == 2:
+                found.join_columns |= {c.name.lower() for c in direct}
+                pair = [_table_of(c, schema) for c in direct]
                 if pair[0] is not None and pair[1] is not None and pair[0] != pair[1]:
                     found.join_pairs.add((pair[0], pair[1]))
             values = [v for lit in literals for v in boundaries(lit, like=isinstance(node, (exp.Like, exp.ILike)))]
+            if any(isinstance(o, exp.Count) for o in operands):
+                found.group_sizes.extend(int(lit.this) for lit in literals if not lit.is_string
+                                         and lit.this.isdigit() and 0 < int(lit.this) <= _MAX_GROUP)
             for column in columns:
                 found.literals.setdefault(column.name.lower(), []).extend(values)
             found.pool.extend(values)
     for name, values in found.literals.items():
         found.literals[name] = _unique(values)
     found.pool = _unique(found.pool)
+    found.group_sizes = sorted(set(found.group_sizes))
     return found
 
 
@@ -135,19 +152,87 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
     """Neighbor ``index``: the sample of each table (parents first), cut to a random subset and perturbed by
     the rules of profile ``index % len(PROFILES)`` with random strength; declared foreign keys are repaired to
     point at a surviving parent row (a NULL key is left NULL: the row then fails the join legally)."""
-    rules, may_empty = PROFILES[index % len(PROFILES)]
+    profile = PROFILES[index % len(PROFILES)]
     rows: Rows = {}
     keep = rng.choice((0.15, 0.3, 0.5, 0.8))
     for name in tables:
         table = schema.tables[name]
         current = subset(schema.sample.get(name, []), rng, keep)
-        if may_empty and rng.random() < 0.3 and len(tables) > 1:
+        if profile.may_empty and rng.random() < 0.3 and len(tables) > 1:
             rows[name] = []  # emptied table
             continue
-        for rule in rules:
+        for rule in profile.rules:
             current = rule(table, current, found, rng)
         rows[name] = repair_keys(schema, table, current, rows, found, rng)
-    return reach_joins(schema, tables, rows, found, rng)
+    rows = reach_joins(schema, tables, rows, found, rng)
+    for joined in profile.joined:
+        rows = joined(schema, tables, rows, found, rng)
+    return rows
+
+
+def applies(index: int, tables: list[str], found: Hints) -> bool:
+    """Whether neighbor ``index``'s profile can change anything for these queries: a profile of joins needs a
+    join, one of group sizes a COUNT compared with a number, one of NULLs in counted rows an aggregate. A
+    profile that cannot is not built (time)."""
+    profile = PROFILES[index % len(PROFILES)]
+    if profile.needs_join and (len(tables) == 1 or not found.join_columns):
+        return False
+    if group_sizes in profile.joined and not found.group_sizes:
+        return False
+    return found.aggregated or not (null_counted in profile.joined or null_all_but_one in profile.rules)
+
+
+def _join_pairs(schema: Schema, tables: list[str], found: Hints) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """The ``((table, column), (table, column))`` pairs the queries join on (tables in scope), sorted."""
+    return sorted((a, b) for a, b in found.join_pairs if a[0] in tables and b[0] in tables
+                  and _position(schema.tables[a[0]], a[1]) is not None
+                  and _position(schema.tables[b[0]], b[1]) is not None)
+
+
+def unmatched(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """For each pair of columns the queries join on, in both directions, a row whose join value meets nothing
+    on the other side (added after the rows that reach the join, so nothing is made to match it): a copy of a
+    row carrying the literals, with fresh keys and a join value no partner holds; NULL where a declared
+    foreign key is nullable (the only legal miss), and nothing where it is NOT NULL. A LEFT JOIN that should be
+    an inner join keeps that row."""
+    for (first, first_column), (second, second_column) in _join_pairs(schema, tables, found):
+        for (table_name, column), (other, other_column) in (((first, first_column), (second, second_column)),
+                                                            ((second, second_column), (first, first_column))):
+            table = schema.tables[table_name]
+            at, to = _position(table, column), _position(schema.tables[other], other_column)
+            if not rows.get(table_name) or at is None or to is None:
+                continue
+            declared = any(at in key.columns for key in table.foreign_keys)
+            if declared and (table.columns[at].not_null or table.columns[at].primary_key):
+                continue  # a key column is NOT NULL in standard SQL, whatever SQLite's legacy quirk allows
+            taken = [row[to] for row in rows.get(other, [])] + [row[at] for row in rows[table_name]]
+            value = None if declared else _fresh(rng.choice(rows[table_name])[at], table.columns[at].numeric,
+                                                 [(v,) for v in taken], 0)
+            source = [r for r in rows[table_name] if _carries_literal(table, r, found)] or rows[table_name]
+            rows[table_name].append(_copy(table, rng.choice(source), {at: value}, rows[table_name]))
+    return rows
+
+
+def empty_partner(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """One joined table emptied, the many side of a join when there is one (its join column is no key of its
+    own; a nullable foreign key to the emptied table is set to NULL): every row of the other side is then
+    without a match, which a LEFT JOIN keeps and a JOIN drops, and an aggregate over the emptied side meets no
+    row."""
+    pairs = _join_pairs(schema, tables, found)
+    many = sorted({t for pair in pairs for t, c in pair
+                   if (_position(schema.tables[t], c),) not in schema.tables[t].unique_sets})
+    candidates = many or sorted({t for pair in pairs for t, _ in pair})
+    if not candidates:
+        return rows
+    emptied = rng.choice(candidates)
+    rows[emptied] = []
+    for name in tables:  # a nullable foreign key to the emptied table: NULL, so the row stays (without a match)
+        for key in schema.tables[name].foreign_keys:
+            if key.parent == emptied and name != emptied and all(
+                    not schema.tables[name].columns[i].not_null and not schema.tables[name].columns[i].primary_key
+                    for i in key.columns):
+                rows[name] = [_with(row, {i: None for i in key.columns}) for row in rows.get(name, [])]
+    return rows
 
 
 def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
@@ -175,6 +260,30 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
             out = rows[second]
             for row in (added or rng.sample(rows[first], 1))[:3]:
                 out.append(_copy(target, rng.choice(out), {to: row[at]}, out))
+    return _bridge(schema, rows, pairs, rng)
+
+
+def _bridge(schema: Schema, rows: Rows, pairs: set[tuple[tuple[str, str], tuple[str, str]]],
+            rng: random.Random) -> Rows:
+    """A table joined to two or more others (``has_pet`` between ``student`` and ``pets``) gets rows that reach
+    all of them at once: each join column takes the value of a row the rules added to its partner (one that
+    carries a literal), so a WHERE on both partners holds through the path."""
+    incoming: dict[str, dict[int, tuple[str, int]]] = {}
+    for (first, first_column), (second, second_column) in sorted(pairs):
+        at, to = _position(schema.tables[first], first_column), _position(schema.tables[second], second_column)
+        if at is not None and to is not None:
+            incoming.setdefault(second, {})[to] = (first, at)
+    for name, columns in sorted(incoming.items()):
+        if len({partner for partner, _ in columns.values()}) < 2 or not rows.get(name):
+            continue
+        for _ in range(2):
+            changes = {}
+            for to, (partner, at) in columns.items():
+                sampled = set(schema.sample.get(partner, []))
+                source = [row for row in rows.get(partner, []) if row not in sampled] or rows.get(partner, [])
+                if source:
+                    changes[to] = rng.choice(source)[at]
+            rows[name].append(_copy(schema.tables[name], rng.choice(rows[name]), changes, rows[name]))
     return rows
 
 
@@ -193,8 +302,7 @@ def literal_rows(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
     """Copies of rows with every column the queries compare with a literal set at once (the literals
     themselves in the first copy, then random boundaries): a conjunction of predicates then holds on one row,
     and a ``>`` that should be ``>=`` meets its boundary there."""
-    paired = {i: [v for v in found.literals.get(c.name.lower(), []) if _fits(v, c.numeric)]
-              for i, c in enumerate(table.columns)}
+    paired = {i: _fitted(found.literals.get(c.name.lower(), []), c) for i, c in enumerate(table.columns)}
     paired = {i: values for i, values in paired.items() if values}
     if not rows or not paired:
         return rows
@@ -214,9 +322,9 @@ def literal_values(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng:
         return rows
     out = list(rows)
     for position, column in enumerate(table.columns):
-        candidates = [v for v in found.literals.get(column.name.lower(), []) if _fits(v, column.numeric)]
+        candidates = _fitted(found.literals.get(column.name.lower(), []), column)
         if not candidates and rng.random() < 0.3:
-            candidates = [v for v in found.pool if _fits(v, column.numeric)]
+            candidates = _fitted(found.pool, column)
         for value in candidates:
             if rng.random() < 0.4:
                 index = rng.randrange(len(out))
@@ -258,11 +366,94 @@ def null_columns(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
     if not rows or not targets:
         return rows
     chosen = {i for i in targets if rng.random() < 0.7} or {rng.choice(targets)}
-    if rng.random() < 0.5 and len(table.columns) > 1:
+    counted = [row for row in rows if _carries_literal(table, row, found)]
+    mode = rng.random()
+    if mode < 0.25 and counted:  # exactly the rows the query counts: those the rules built to satisfy its WHERE
+        return [_with(row, {i: None for i in chosen}) if row in counted else row for row in rows]
+    if mode < 0.45 and len(rows) > 1:  # all but one row: the NULL group is the largest, one group is not NULL
+        spared = rng.randrange(len(rows))
+        return [row if n == spared else _with(row, {i: None for i in chosen}) for n, row in enumerate(rows)]
+    if mode < 0.75 and len(table.columns) > 1:
         group = rng.choice([i for i in range(len(table.columns)) if i not in chosen] or [0])
-        value = rng.choice(rows)[group]
+        value = rng.choice(counted or rows)[group]
         return [_with(row, {i: None for i in chosen}) if row[group] == value else row for row in rows]
     return [_with(row, {i: None for i in chosen}) for row in rows]
+
+
+def _counted(table: Table, found: Hints) -> list[int]:
+    """Positions of the nullable columns the queries aggregate (COUNT(col) and the like)."""
+    return [i for i, c in enumerate(table.columns) if not c.not_null and not c.primary_key
+            and c.name.lower() in found.aggregated]
+
+
+def null_all_but_one(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
+        -> list[tuple[Any, ...]]:
+    """NULL in the aggregated columns of every row but one, that one in the smallest group of a GROUP BY column,
+    and one more row in the largest group, so it is the strict largest: an argmax by COUNT(*) then picks the
+    largest group and one by COUNT(col) the group of the one row left (``GROUP BY x ORDER BY COUNT(x) DESC
+    LIMIT 1`` meets its NULL group)."""
+    targets = _counted(table, found)
+    if len(rows) < 2 or not targets:
+        return rows
+    groups = [i for i, c in enumerate(table.columns) if c.name.lower() in found.group_columns]
+    out = list(rows)
+    spared = rng.randrange(len(out))
+    if groups:
+        position = groups[0]
+        sizes: dict[Any, int] = {}
+        for row in out:
+            sizes[row[position]] = sizes.get(row[position], 0) + 1
+        largest = max(sizes, key=lambda v: (sizes[v], str(v)))
+        out.append(_copy(table, next(r for r in out if r[position] == largest), {position: largest}, out))
+        others = [n for n, row in enumerate(out) if row[position] != largest]
+        if others:
+            spared = min(others, key=lambda n: (sizes.get(out[n][position], 0), n))
+    return [row if n == spared else _with(row, {i: None for i in targets}) for n, row in enumerate(out)]
+
+
+def null_counted(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """NULL in the aggregated columns of the rows the query counts: those the rules added (carrying the
+    literals) and those that reach them through the joins, not the sampled ones. ``COUNT(t.col) ... WHERE
+    other.name = 'x'`` counts exactly such rows."""
+    for name in tables:
+        table = schema.tables[name]
+        targets = _counted(table, found)
+        sampled = set(schema.sample.get(name, []))
+        if targets and rows.get(name):
+            rows[name] = [row if row in sampled else _with(row, {i: None for i in targets}) for row in rows[name]]
+    return rows
+
+
+def _carries_literal(table: Table, row: tuple[Any, ...], found: Hints) -> bool:
+    """Whether some column of ``row`` holds a literal the queries compare that column with."""
+    return any(row[i] is not None and row[i] in _fitted(found.literals.get(c.name.lower(), []), c)
+               for i, c in enumerate(table.columns))
+
+
+def group_sizes(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """A group of exactly the size a COUNT is compared with (``HAVING COUNT(*) >= 10``: 10 rows sharing one
+    value of a grouping or join column of one table), by copies of one of its rows with fresh keys or by
+    dropping the group's extra rows, after the rows reach the joins so that nothing changes its size: a ``>``
+    that should be ``>=`` meets its boundary on a group, not a row."""
+    # The many side of a join counts the rows of a group of the other side; else a GROUP BY column. A column that
+    # is a key by itself has groups of one row.
+    many = [(t, c) for pair in _join_pairs(schema, tables, found) for t, c in pair
+            if (_position(schema.tables[t], c),) not in schema.tables[t].unique_sets and rows.get(t)]
+    candidates = [(t, _position(schema.tables[t], c)) for t, c in many] or [
+        (name, i) for name in tables if rows.get(name) for i, c in enumerate(schema.tables[name].columns)
+        if c.name.lower() in found.group_columns and (i,) not in schema.tables[name].unique_sets]
+    if not candidates or not found.group_sizes:
+        return rows
+    (name, position), size = rng.choice(candidates), rng.choice(found.group_sizes)
+    table, current = schema.tables[name], rows[name]
+    source = rng.choice(current)
+    value = source[position]
+    members = [row for row in current if row[position] == value][:size]
+    out = [row for row in current if row[position] != value or row in members]
+    for _ in range(size - len(members)):
+        out.append(_copy(table, source, {position: value}, out))
+    rows[name] = out
+    return rows
 
 
 def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
@@ -273,7 +464,8 @@ def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Ra
         return rows
     out = list(rows)
     for position, column in enumerate(table.columns):
-        if column.name.lower() in found.order_columns or rng.random() < 0.15:
+        keyed = column.name.lower() in found.order_columns | found.subquery_compared
+        if keyed or rng.random() < 0.15:
             values = [row[position] for row in out if row[position] is not None]
             source = rng.choice(out)[position]
             if values and rng.random() < 0.6:
@@ -281,9 +473,12 @@ def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Ra
                     source = rng.choice((max(values), min(values)))
                 except TypeError:  # a column that mixes numbers and text has no order in Python
                     pass
-            for index in rng.sample(range(len(out)), max(1, len(out) // 3)):
+            # A third of the rows, or every row (a comparison with AVG over the table is then on its boundary).
+            share = len(out) if column.name.lower() in found.subquery_compared and rng.random() < 0.5 else \
+                max(1, len(out) // 3)
+            for index in rng.sample(range(len(out)), share):
                 out[index] = _with(out[index], {position: source})
-            if column.name.lower() in found.order_columns:  # and one more row, other values, on the same key
+            if keyed:  # and one more row, other values, on the same key
                 out.append(_copy(table, rng.choice(rows), {position: source}, out))
     return out
 
@@ -334,20 +529,39 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
 
 
 Rule = Callable[[Table, list[tuple[Any, ...]], Hints, random.Random], list[tuple[Any, ...]]]
-#: The rules each neighbor applies, in turn (neighbor ``i`` uses profile ``i % len(PROFILES)``), and whether it may empty
-#: a table: one rule alone first, so that a difference one rule exposes is not hidden by another (NULLs that
-#: tie at a LIMIT, say), then combinations.
-PROFILES: list[tuple[tuple[Rule, ...], bool]] = [
-    ((literal_rows, literal_values), False),
-    ((null_columns,), False),
-    ((duplicates,), False),
-    ((literal_rows, ties), False),
-    ((failed_joins,), True),
-    ((literal_rows, literal_values, nulls), False),
-    ((literal_rows, duplicates, ties), False),
-    ((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), True),
-    ((literal_rows, null_columns), False),
-    ((nulls,), False),
+JoinedRule = Callable[[Schema, list[str], Rows, Hints, random.Random], Rows]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The rules one neighbor applies to each table, in turn; whether it may empty a table; the rules over
+    the whole database applied after the rows reach the joins; whether it needs a join to change anything."""
+
+    rules: tuple[Rule, ...]
+    may_empty: bool = False
+    joined: tuple[JoinedRule, ...] = ()
+    needs_join: bool = False
+
+
+#: Neighbor ``i`` uses profile ``i % len(PROFILES)``: one rule alone first, so that a difference one rule
+#: exposes is not hidden by another (NULLs that tie at a LIMIT, say), then combinations, then the targeted
+#: ones (rows without a match, an emptied join partner, groups of the compared size).
+PROFILES: list[Profile] = [
+    Profile((literal_rows, literal_values)),
+    Profile((null_columns,)),
+    Profile((duplicates,)),
+    Profile((literal_rows, ties)),
+    Profile((failed_joins,), may_empty=True, needs_join=True),
+    Profile((literal_rows, literal_values, nulls)),
+    Profile((literal_rows, duplicates, ties)),
+    Profile((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), may_empty=True),
+    Profile((literal_rows, null_columns)),
+    Profile((nulls,)),
+    Profile((literal_rows,), joined=(unmatched,), needs_join=True),
+    Profile((literal_rows, literal_values), joined=(empty_partner,), needs_join=True),
+    Profile((literal_rows,), joined=(group_sizes,)),
+    Profile((literal_rows,), joined=(null_counted,)),
+    Profile((null_all_but_one,)),
 ]
 
 
@@ -356,8 +570,19 @@ def seed_of(seed: int, index: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}:{index}".encode()).digest()[:8], "big")
 
 
-def _fits(value: Any, numeric: bool) -> bool:
-    return isinstance(value, (int, float)) if numeric else isinstance(value, str)
+def _fitted(values: list[Any], column: Column) -> list[Any]:
+    """The ``values`` a column of this type class takes: numbers for a numeric column; for a column declared as
+    text, strings and numbers as their text (SQLite compares a TEXT column with ``2013`` as with ``'2013'``,
+    and Spider stores years and codes as text); both as they are for a column without a type.
+
+    >>> _fitted([2013, "x"], Column("year", "TEXT", False, False)), _fitted([2013, "x"], Column("n", "INT", False, False))
+    (['2013', 'x'], [2013])
+    """
+    if column.numeric:
+        return [v for v in values if isinstance(v, (int, float))]
+    if any(fragment in column.declared_type.upper() for fragment in ("CHAR", "CLOB", "TEXT")):
+        return _unique([v if isinstance(v, str) else str(v) for v in values])
+    return values
 
 
 def _copy(table: Table, row: tuple[Any, ...], changes: dict[int, Any], rows: list[tuple[Any, ...]]) \

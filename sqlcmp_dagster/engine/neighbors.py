@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbor_generation import PROFILES, Hints, failed_joins, hints, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbor_generation import Hints, applies, hints, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Rows, Schema, read_schema, scratch, \
     scratch_adapter, scratch_name
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
@@ -275,8 +275,8 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
     stop = None
     try:
         for number in range(config.neighbor_count):
-            if len(tables) == 1 and not found.join_columns and PROFILES[number % len(PROFILES)][0] == (failed_joins,):
-                continue  # fewer neighbors for one table without a join: a profile of failed joins changes nothing
+            if not applies(number, tables, found):
+                continue  # a profile that cannot change anything for these queries (joins where there is none)
             rows = neighbor_rows(schema, tables, found, number,
                                  random.Random(seed_of(config.neighbor_seed, number)))
             outcome, accepted, dropped = search.run(rows)
