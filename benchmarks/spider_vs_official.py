@@ -4,12 +4,17 @@ expected-result cache over three models answering the same questions; and how ma
 differ from a previous release over Spider dev and the bundled suite.
 
     python benchmarks/spider_vs_official.py [--spider ../shared/data/spider] [--official DIR]
-                                            [--baseline-ref REF] [--workers 2]
+                                            [--official-python PY] [--baseline-ref REF] [--workers 2]
+                                            [--no-cache]
 
 ``--official DIR`` is a local checkout of the public test-suite-sql-eval repository (never part of this project):
 
     git clone https://github.com/taoyds/test-suite-sql-eval /tmp/test-suite-sql-eval
     .venv/bin/pip install sqlparse tqdm      # what its exec_eval.py imports
+    # or a venv of its own:  python -m venv /tmp/tsse && /tmp/tsse/bin/pip install sqlparse tqdm nltk
+    #                        and --official-python /tmp/tsse/bin/python
+
+``--no-cache`` skips the three-model batch (3,102 cases: the longest part).
 
 Its loop is ``exec_eval.eval_exec_match`` called once per case (no value plugging, DISTINCT removed: its
 defaults). Without ``--official`` the loop is ``sqlcmp_dagster.cases.spider_exec.official_match``, this project's
@@ -32,8 +37,6 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-
-from common import overhead_figures
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_SPIDER = Path(os.environ.get("SQLCMP_SPIDER_DIR", ROOT.parent / "shared" / "data" / "spider"))
@@ -167,6 +170,9 @@ def main() -> None:
     parser.add_argument("--official", type=Path, help="local checkout of taoyds/test-suite-sql-eval")
     parser.add_argument("--baseline-ref", default=BASELINE_REF, help="git commit to diff verdicts against ('' skips)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--official-python", default=sys.executable,
+                        help="interpreter for the official loop (a venv with its imports; default: this one)")
+    parser.add_argument("--no-cache", action="store_true", help="skip the three-model batch")
     parser.add_argument("--part", choices=("official", "cache"))
     parser.add_argument("--suite", type=Path)
     args = parser.parse_args()
@@ -179,6 +185,8 @@ def main() -> None:
         sys.exit(f"Spider dev set not found at {args.spider} (pass --spider or set SQLCMP_SPIDER_DIR)")
     if args.official is not None and not (args.official / "exec_eval.py").is_file():
         sys.exit(f"{args.official} has no exec_eval.py: pass a checkout of taoyds/test-suite-sql-eval")
+    from common import overhead_figures  # here: the official loop's child may run in a venv without sqlcmp
+
     from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
     from sqlcmp_dagster.engine.models import Report
 
@@ -186,7 +194,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         suite = import_suite(args.spider, work / "spider.jsonl")
-        official_cmd = [sys.executable, __file__, "--part", "official", "--suite", str(suite),
+        official_cmd = [args.official_python if args.official else sys.executable, __file__, "--part", "official", "--suite", str(suite),
                         "--spider", str(args.spider)] + (["--official", str(args.official.resolve())]
                                                          if args.official else [])
         official_s = timed(official_cmd)
@@ -207,15 +215,16 @@ def main() -> None:
                                    for line in reports[1].read_text(encoding="utf-8").splitlines())
         print(f"  engine overhead per case beyond query execution: median {figures['overhead_median_ms']:.2f} ms, "
               f"p95 {figures['overhead_p95_ms']:.2f} ms")
-        combined = three_models(args.spider, work)
-        out = subprocess.run([sys.executable, __file__, "--part", "cache", "--suite", str(combined),
-                              "--spider", str(args.spider)], capture_output=True, text=True)
-        if out.returncode:
-            sys.exit(f"cache part failed:\n{out.stderr[-3000:]}")
-        cache = json.loads(out.stdout.strip().splitlines()[-1])
-        print(f"three models x Spider dev in one batch ({cache['cases']} cases, {cache['seconds']:.1f} s): "
-              f"{cache['executions']} executions of {cache['expected_queries']} distinct expected queries, at most "
-              f"{cache['max_per_query']} per query")
+        if not args.no_cache:
+            combined = three_models(args.spider, work)
+            out = subprocess.run([sys.executable, __file__, "--part", "cache", "--suite", str(combined),
+                                  "--spider", str(args.spider)], capture_output=True, text=True)
+            if out.returncode:
+                sys.exit(f"cache part failed:\n{out.stderr[-3000:]}")
+            cache = json.loads(out.stdout.strip().splitlines()[-1])
+            print(f"three models x Spider dev in one batch ({cache['cases']} cases, {cache['seconds']:.1f} s): "
+                  f"{cache['executions']} executions of {cache['expected_queries']} distinct expected queries, at "
+                  f"most {cache['max_per_query']} per query")
         if args.baseline_ref:
             bundled = work / "bundled.jsonl"
             timed([*sqlcmp, "evaluate", str(sample_suite_path()), "--db-dir", str(sample_db_dir()),

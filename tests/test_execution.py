@@ -148,3 +148,21 @@ def test_resolve_database_finds_spider_and_flat_layouts(tmp_path: Path) -> None:
 def test_missing_database_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not found"):
         ExecutionAdapter(str(tmp_path / "absent.sqlite"))
+
+
+def test_the_statement_gate_walks_a_parsed_query_once(adapter: ExecutionAdapter) -> None:
+    """The neighbor search runs one parsed query on many databases: the gate's walk happens once per parsed
+    query, and its refusal holds on every run."""
+    from unittest import mock
+
+    from sqlcmp_dagster.engine import execution
+
+    safe, hostile = parse("SELECT count(*) FROM products", "sqlite"), parse("DELETE FROM products", "sqlite")
+    with mock.patch.object(execution, "unsafe_reason", wraps=execution.unsafe_reason) as gate:
+        for _ in range(3):
+            assert adapter.execute("SELECT count(*) FROM products", parsed=safe).success
+            refused = adapter.execute("DELETE FROM products", parsed=hostile)
+            assert refused.error is not None and refused.error.category == "unsafe_statement"
+        assert gate.call_count == 2
+        adapter.execute("DELETE FROM products")  # parsed anew: a new parsed query, walked again
+        assert gate.call_count == 3

@@ -18,6 +18,7 @@ import json
 import sqlite3
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -44,6 +45,10 @@ _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
 DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 #: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
 _SQLITE_PROGRESS_STEPS = 10_000
+#: The statement gate's answers kept, per parsed query (see :func:`_gate`).
+_GATE_ANSWERS_KEPT = 256
+_gate_answers: OrderedDict[tuple[int, str], tuple[ParseOutcome, str | None]] = OrderedDict()
+_gate_lock = threading.Lock()
 #: PostgreSQL predefined roles whose members reach past the database (server files, programs, other backends).
 PRIVILEGED_PG_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
                        "pg_signal_backend")
@@ -313,7 +318,7 @@ class ExecutionAdapter:
         """Run one read-only query and materialize its result: at most ``max_rows`` rows and about ``max_bytes``
         bytes (then truncated, with a warning), each text or binary cell cut at ``max_cell_bytes``."""
         outcome = parsed if parsed is not None else parse(sql, self.dialect)
-        reason = unsafe_reason(outcome, self.dialect) if outcome.success else None
+        reason = _gate(outcome, self.dialect) if outcome.success else None
         if reason is not None:
             return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
         limit = self.max_result_rows if max_rows is None else max_rows
@@ -675,6 +680,26 @@ def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator
             yield
     finally:
         connection.set_progress_handler(None, 0)
+
+
+def _gate(outcome: ParseOutcome, dialect: str) -> str | None:
+    """:func:`unsafe_reason` of ``outcome``, walked once per parsed query: the neighbor search runs one parsed
+    query on each neighbor database, and the walk cost a tenth of a Spider run. Answers are kept by the parsed
+    query's identity for the last :data:`_GATE_ANSWERS_KEPT` queries; each entry holds its ``ParseOutcome`` (a
+    frozen record), so the identity cannot be reused by another query while the answer is kept."""
+    key = (id(outcome), dialect)
+    with _gate_lock:
+        kept = _gate_answers.get(key)
+        if kept is not None and kept[0] is outcome:
+            _gate_answers.move_to_end(key)
+            return kept[1]
+    reason = unsafe_reason(outcome, dialect)
+    with _gate_lock:
+        _gate_answers[key] = (outcome, reason)
+        _gate_answers.move_to_end(key)
+        while len(_gate_answers) > _GATE_ANSWERS_KEPT:
+            _gate_answers.popitem(last=False)
+    return reason
 
 
 @contextmanager
