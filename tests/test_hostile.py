@@ -147,6 +147,23 @@ def test_sqlite_engine_refuses_files_and_settings_past_the_gate(sample_db: Path,
     assert list(tmp_path.iterdir()) == [] and digest(sample_db) == before
 
 
+def test_text_the_gate_cannot_read_is_never_run(duck: Path, canary: tuple[Path, str]) -> None:
+    """The adapter parses text it is handed without a parse (the fix search's candidates, tie re-checks,
+    neighbor queries). Text the gate cannot read (longer than max_sql_chars, cut by the query's timeout, or
+    beyond sqlglot) used to run unchecked; now it is refused with the reason."""
+    adapter = ExecutionAdapter(str(duck), timeout_ms=2000)
+    padded = f"SELECT content FROM read_text('{canary[0]}') /*{' ' * 20_000}*/"
+    nested = "SELECT 1 WHERE " + " OR ".join("(" + " AND ".join(f"c{j} = (a{i} = {j})" for j in range(8)) + ")"
+                                             for i in range(100))
+    for sql, timeout_ms, reason in ((padded, 2000, "query too long"), ("SELECT (", 2000, "incomplete"),
+                                    (nested, 50, "parse cut: it ran past the query's timeout (50 ms)")):
+        execution = adapter.execute(sql, timeout_ms=timeout_ms)
+        assert execution.error is not None and execution.error.category == "unsafe_statement", execution
+        assert "not run: the safety gate could not read the query" in execution.error.message
+        assert reason in execution.error.message and canary[1] not in execution.error.message
+    adapter.close()
+
+
 def test_postgres_select_only_role_refuses_server_access_past_the_gate(pg: tuple[str, str]) -> None:
     url, admin_url = pg
     before = pg_state(admin_url)

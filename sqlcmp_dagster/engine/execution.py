@@ -317,12 +317,17 @@ class ExecutionAdapter:
     ) -> Execution:
         """Run one read-only query and materialize its result: at most ``max_rows`` rows and about ``max_bytes``
         bytes (then truncated, with a warning), each text or binary cell cut at ``max_cell_bytes``."""
-        outcome = parsed if parsed is not None else parse(sql, self.dialect)
-        reason = _gate(outcome, self.dialect) if outcome.success else None
-        if reason is not None:
-            return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
         limit = self.max_result_rows if max_rows is None else max_rows
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
+        # The gate's own parse counts against the query's timeout (a pathological text stops there).
+        outcome = parsed if parsed is not None else parse(
+            sql, self.dialect, deadline=time.monotonic() + timeout / 1000, budget=f"the query's timeout ({timeout} ms)")
+        # Only what the gate has read may run: text it cannot read (too long, cut by the clock, beyond sqlglot)
+        # is refused, never sent to the engine unchecked.
+        reason = _gate(outcome, self.dialect) if outcome.success else \
+            f"not run: the safety gate could not read the query ({outcome.error})"
+        if reason is not None:
+            return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
         if self._duckdb_database is not None:
             return self._execute_duckdb(Request(self._duckdb_database, _strip_terminator(sql), timeout, limit,
                                                 max_bytes, max_cell_bytes))

@@ -64,12 +64,12 @@ class ParseOutcome:
     tree: exp.Expression | None = None
 
 
-def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS,
-          deadline: float | None = None) -> ParseOutcome:
+def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS, deadline: float | None = None,
+          budget: str = "what was left of the case's time budget (case_timeout_ms)") -> ParseOutcome:
     """Parse ``sql`` as exactly one statement in ``dialect`` and canonicalize it; text longer than
     ``max_chars`` is refused before the parser sees it, and a parse still running at ``deadline`` (a
-    ``time.monotonic()`` instant: the end of the case's budget) stops there as a parse failure
-    (:class:`_Clocked`).
+    ``time.monotonic()`` instant: the end of the case's budget, which ``budget`` names) stops there as a parse
+    failure (:class:`_Clocked`).
 
     >>> parse("select a from t", "sqlite").normalized_sql
     'select a from t'
@@ -88,8 +88,7 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS,
     try:
         return _parse(sql, dialect, clock)
     except _ParseCut:
-        return ParseOutcome(False, None, None, "parse cut: it ran past what was left of the case's time budget "
-                                               "(case_timeout_ms)")
+        return ParseOutcome(False, None, None, f"parse cut: it ran past {budget}")
     finally:
         _CLOCK.reset(running)
 
