@@ -45,7 +45,9 @@ def test_execute_materializes_names_types_and_timing(adapter: ExecutionAdapter) 
 def test_sqlite_errors_map_to_the_taxonomy_and_keep_the_raw_message(
     adapter: ExecutionAdapter, sql: str, category: str, message: str
 ) -> None:
-    execution = adapter.execute(sql)
+    # The engine's own message is what is mapped: the gate is handed a parse of SELECT 1 (sqlglot itself refuses
+    # abs(1, 2), and the adapter never runs text the gate cannot read).
+    execution = adapter.execute(sql, parsed=parse("SELECT 1", "sqlite"))
     assert not execution.success and execution.error is not None
     assert execution.error.category == category
     assert message in execution.error.message
