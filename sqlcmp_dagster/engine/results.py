@@ -291,7 +291,12 @@ def _pair_frames(expected: Relation, actual: Relation, mode: ResolvedMode, order
         e_frame, a_frame, numeric = _comparable_frames(expected, actual, mapped)
         bag = pair_rows(e_frame, a_frame, keys, numeric, tolerance, nulls_equal)
     ties_checked = ties_checkable(mode, order_keys, expected, actual, mapping)
-    if expected.height == actual.height:
+    if expected.height == actual.height and mode == "order-insensitive":
+        # Only whether every row pairs in order is reported here (no tie groups: ties are an order-sensitive
+        # matter), so the in-order pairs are counted rather than built.
+        ordered, ordered_pass = bag, _positional_matches(e_frame, a_frame, keys, tolerance, nulls_equal) == \
+            expected.height
+    elif expected.height == actual.height:
         groups = _tie_groups(e_frame, [f"k{k}" for k in order_keys or []]) if ties_checked else None
         ordered = pair_rows(_with_groups(e_frame, groups), _with_groups(a_frame, groups),
                             keys + ([_GROUP] if groups is not None else []), numeric, tolerance, nulls_equal,
@@ -685,14 +690,28 @@ def _greedy_tolerance_pairs(
 def _positional_pairing(
     e: pl.DataFrame, a: pl.DataFrame, keys: list[str], numeric: set[str], tolerance: Tolerance, nulls_equal: bool
 ) -> Pairing:
-    count = min(e.height, a.height)
-    joined = e.head(count).hstack(a.head(count).rename(lambda c: f"{c}_right"))
-    floats = set(_floats(e, keys))
-    equal = pl.all_horizontal([_cell_equal(c, c in floats, tolerance, nulls_equal) for c in keys] or [pl.lit(True)])
+    joined, equal = _in_order(e, a, keys, tolerance, nulls_equal)
     matched = joined.filter(equal).select(_ROW, f"{_ROW}_right")
     unpaired_e = _without(e, matched[_ROW])[_ROW]
     unpaired_a = _without(a, matched[f"{_ROW}_right"])[_ROW]
     return Pairing(matched.height, matched, unpaired_e, unpaired_a, aligned=joined.select(_ROW, f"{_ROW}_right"))
+
+
+def _positional_matches(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], tolerance: Tolerance,
+                        nulls_equal: bool) -> int:
+    """How many pairs :func:`_positional_pairing` would find (the n-th row equal to the n-th row)."""
+    joined, equal = _in_order(e, a, keys, tolerance, nulls_equal)
+    return int(joined.select((equal & pl.col(_ROW).is_not_null()).sum()).item())  # a column: no literal broadcast
+
+
+def _in_order(e: pl.DataFrame, a: pl.DataFrame, keys: list[str], tolerance: Tolerance,
+              nulls_equal: bool) -> tuple[pl.DataFrame, pl.Expr]:
+    """The n-th row of each side beside each other, and whether the two are equal."""
+    count = min(e.height, a.height)
+    joined = e.head(count).hstack(a.head(count).rename(lambda c: f"{c}_right"))
+    floats = set(_floats(e, keys))
+    return joined, pl.all_horizontal([_cell_equal(c, c in floats, tolerance, nulls_equal) for c in keys]
+                                     or [pl.lit(True)])
 
 
 def _floats(frame: pl.DataFrame, keys: list[str]) -> list[str]:
@@ -846,11 +865,10 @@ def _identity_dominates(expected: Relation, actual: Relation, exact_pairs: int) 
     pairs = [(i, c) for i in range(width) for c in range(width) if i != c and numeric[0][i] == numeric[1][c]]
     if not pairs:
         return True
-    e_values = pl.DataFrame([_similarity_values(expected, i).alias(f"v{i}") for i in sorted({i for i, _ in pairs})])
-    a_values = pl.DataFrame([_similarity_values(actual, c).alias(f"v{c}") for c in sorted({c for _, c in pairs})])
-    e_range, a_range = _ranges(e_values), _ranges(a_values)
-    e_inside = _inside(e_values, [(i, a_range[c]) for i, c in pairs])
-    a_inside = _inside(a_values, [(c, e_range[i]) for i, c in pairs])
+    e_range = {i: _range(_similarity_values(expected, i)) for i in sorted({i for i, _ in pairs})}
+    a_range = {c: _range(_similarity_values(actual, c)) for c in sorted({c for _, c in pairs})}
+    e_inside = _inside(expected, [(i, a_range[c]) for i, c in pairs])
+    a_inside = _inside(actual, [(c, e_range[i]) for i, c in pairs])
     diagonal = 2 * exact_pairs / total
     for (i, c), inside_e, inside_a in zip(pairs, e_inside, a_inside):
         bound = min(inside_e, inside_a) + min(e_range[i][2], a_range[c][2]) + min(e_range[i][3], a_range[c][3])
@@ -863,27 +881,27 @@ def _identity_dominates(expected: Relation, actual: Relation, exact_pairs: int) 
 _Range = tuple[Any, Any, int, int]
 
 
-def _ranges(values: pl.DataFrame) -> dict[int, _Range]:
-    """The :data:`_Range` of each column ``v<i>`` of ``values``, in one frame operation."""
-    figures: list[pl.Expr] = []
-    for name, dtype in values.schema.items():
-        plain = _not_nan(pl.col(name), dtype)
-        nan = pl.col(name).is_nan().sum() if dtype == pl.Float64 else pl.lit(0)
-        figures += [plain.min(), plain.max(), pl.col(name).null_count(), nan]
-    row = values.select([f.alias(str(n)) for n, f in enumerate(figures)]).row(0)
-    return {int(name[1:]): (row[4 * n], row[4 * n + 1], int(row[4 * n + 2]), int(row[4 * n + 3] or 0))
-            for n, name in enumerate(values.columns)}
+def _range(values: pl.Series) -> _Range:
+    """The :data:`_Range` of one column's similarity values (one column at a time: these are copies)."""
+    plain = _not_nan(pl.col("v"), values.dtype)
+    nan = pl.col("v").is_nan().sum() if values.dtype == pl.Float64 else pl.lit(0)
+    lo, hi, nulls, nans = values.to_frame("v").select(plain.min(), plain.max().alias("hi"),
+                                                      pl.col("v").null_count().alias("n"), nan.alias("nan")).row(0)
+    return lo, hi, int(nulls), int(nans or 0)
 
 
-def _inside(values: pl.DataFrame, ranges: list[tuple[int, _Range]]) -> list[int]:
-    """For each (column, range): how many of column ``v<i>``'s values, neither NULL nor NaN, lie within it."""
-    counts: list[pl.Expr] = []
-    for n, (i, (lo, hi, _, _)) in enumerate(ranges):
-        dtype = values.schema[f"v{i}"]
-        inside = (pl.lit(0) if lo is None else
-                  _not_nan(pl.col(f"v{i}"), dtype).is_between(pl.lit(lo, dtype), pl.lit(hi, dtype)).sum())
-        counts.append(inside.alias(str(n)))
-    return [int(v or 0) for v in values.select(counts).row(0)]
+def _inside(relation: Relation, ranges: list[tuple[int, _Range]]) -> list[int]:
+    """For each (column, range): how many of the column's similarity values, neither NULL nor NaN, lie within
+    the range; each column's values are made once, and one column at a time."""
+    counts: dict[int, int] = {}
+    for i in sorted({i for i, _ in ranges}):
+        values = _similarity_values(relation, i).to_frame("v")
+        mine = [(n, r) for n, (column, r) in enumerate(ranges) if column == i]
+        figures = [(pl.lit(0) if lo is None else _not_nan(pl.col("v"), values.schema["v"])
+                    .is_between(pl.lit(lo, values.schema["v"]), pl.lit(hi, values.schema["v"])).sum()).alias(str(n))
+                   for n, (lo, hi, _, _) in mine]
+        counts.update(zip((n for n, _ in mine), (int(v or 0) for v in values.select(figures).row(0))))
+    return [counts[n] for n in range(len(ranges))]
 
 
 def _not_nan(value: pl.Expr, dtype: pl.DataType) -> pl.Expr:
@@ -942,32 +960,38 @@ def _column_stats(
         extra = _near_pairs(e_frame, a_frame, pairing, nulls_equal, keys, max_rows)
         pairs = pl.concat([pairing.pairs, extra]) if extra.height else pairing.pairs
         same = pairing.exact_pairs
-    # Row ``n`` of either frame has ``__row == n`` (:func:`_indexed`): a gather, not a join, finds it. The first
-    # ``same`` pairs are the exact stage's: two values the exact join finds equal (-0.0 and 0.0, two NaNs) give
-    # every measure below the value of the expected value against itself, so their actual side is not gathered.
-    e_cells = e_frame.drop(_ROW)
-    equal = e_cells[pairs[_ROW].head(same)]
-    rest = pairs.slice(same)
-    joined = pl.concat([
-        equal.with_columns(pl.col(c).alias(f"{c}_right") for c in equal.columns),
-        pl.concat([e_cells[rest[_ROW]], a_frame.drop(_ROW)[rest[f"{_ROW}_right"]].rename(lambda c: f"{c}_right")],
-                  how="horizontal"),
-    ])
     floats = set(_floats(e_frame, keys))
     measures: list[pl.Expr] = []  # every column's figures in one frame operation (each costs a fixed overhead)
+    counts: list[str] = ["compared"]  # figures that add up over parts of the pairs (the others are maxima)
     for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
         if stat.actual_index is None:
             continue
         left, right = pl.col(key), pl.col(f"{key}_right")
-        measures += [(~_cell_equal(key, key in floats, tolerance, nulls_equal)).sum().alias(f"{key}:mismatched"),
-                     (left.is_null() ^ right.is_null()).sum().alias(f"{key}:null_mismatched")]
+        measures += [(~_cell_equal(key, key in floats, tolerance, nulls_equal)).alias(f"{key}:mismatched"),
+                     (left.is_null() ^ right.is_null()).alias(f"{key}:null_mismatched")]
+        counts += [f"{key}:mismatched", f"{key}:null_mismatched"]
         if stat.numeric:
             diff = (left.cast(pl.Float64) - right.cast(pl.Float64)).abs()
             measures += [((left != right) & _cell_equal(key, key in floats, tolerance, nulls_equal))
-                         .sum().alias(f"{key}:within"),
-                         diff.max().alias(f"{key}:max_diff"),
-                         (diff / left.cast(pl.Float64).abs()).max().alias(f"{key}:max_rel")]
-    summary = joined.select(pl.len().alias("compared"), *measures).row(0, named=True)
+                         .alias(f"{key}:within"), diff.alias(f"{key}:max_diff"),
+                         (diff / left.cast(pl.Float64).abs()).alias(f"{key}:max_rel")]
+            counts.append(f"{key}:within")
+    # Row ``n`` of either frame has ``__row == n`` (:func:`_indexed`): a gather, not a join, finds it. The first
+    # ``same`` pairs are the exact stage's: two values the exact join finds equal (-0.0 and 0.0, two NaNs) give
+    # every measure the value of the expected value against itself, so their figures are taken on the expected
+    # frame in place (its rows outside them masked), gathering nothing; the two parts' figures then add up, and
+    # maxima combine as polars' ``max`` does over the union (NULLs ignored, NaN only when nothing else).
+    rest = pairs.slice(same)
+    joined = pl.concat([e_frame.drop(_ROW)[rest[_ROW]],
+                        a_frame.drop(_ROW)[rest[f"{_ROW}_right"]].rename(lambda c: f"{c}_right")], how="horizontal")
+    parts = [_figures(joined, measures, counts, None)]
+    if same:
+        others = pl.concat([rest[_ROW], pairing.unpaired_expected.cast(pl.Int64)])
+        itself = e_frame.with_columns(pl.col(k).alias(f"{k}_right") for k in keys)
+        parts.append(_figures(itself, measures, counts, ~pl.col(_ROW).is_in(others.implode())))
+    summary = {name: (sum(int(p[name] or 0) for p in parts) if name in counts
+                      else pl.Series([p[name] for p in parts], dtype=pl.Float64).max())
+               for name in parts[0]}
     for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
         if stat.actual_index is None:
             continue
@@ -979,6 +1003,17 @@ def _column_stats(
             stat.max_abs_diff = None if summary[f"{key}:max_diff"] is None else float(summary[f"{key}:max_diff"])
             stat.max_rel_diff = None if summary[f"{key}:max_rel"] is None else float(summary[f"{key}:max_rel"])
     return stats
+
+
+def _figures(frame: pl.DataFrame, measures: list[pl.Expr], counts: list[str], rows: pl.Expr | None) -> dict[str, Any]:
+    """``measures`` summed (those named in ``counts``) or maximized over the rows of ``frame`` where ``rows``
+    holds (every row when None), and their number as ``compared``."""
+    def over(measure: pl.Expr, name: str) -> pl.Expr:
+        kept = measure if rows is None else (pl.when(rows).then(measure))
+        return (kept.sum() if name in counts else kept.max()).alias(name)
+
+    size = pl.len() if rows is None else rows.sum()
+    return frame.select(size.alias("compared"), *[over(m, m.meta.output_name()) for m in measures]).row(0, named=True)
 
 
 def _near_pairs(
