@@ -282,9 +282,11 @@ def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_p
                                                                          ) -> None:
     """Issue 11 item 9 in Dagster: the fix search runs in the diagnostics asset, a step of its own, so its
     "fix search limited" warning must travel with what that asset returns; the report then says what the
-    library's says."""
-    case = {"case_id": "budget", "db": "shop", "expected_sql": "SELECT name FROM products",
-            "actual_sql": "SELECT name FROM products WHERE price > 10",
+    library's says. The LIMIT tie re-check runs in the result_comparisons step: its execution time is stored
+    there and counted downstream as the library counts it (the diagnostics step's share of case_timeout_ms, the
+    report's execution_ms)."""
+    case = {"case_id": "budget", "db": "shop", "expected_sql": "SELECT price, name FROM products ORDER BY price LIMIT 2",
+            "actual_sql": "SELECT price, name FROM products ORDER BY price DESC LIMIT 2",
             "config": {"query_timeout_ms": 10_000, "case_timeout_ms": 10_000}}
     folder = tmp_path / "cases"
     folder.mkdir()
@@ -293,6 +295,11 @@ def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_p
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(cases_partitions.name, ["budget"])
         assert dg.materialize(LAYERS, instance=instance, resources=defs.resources, partition_key="budget").success
+
+    def stored(asset: str) -> dict[str, object]:
+        [row] = [r for p in (tmp_path / "store" / asset).glob("*.parquet") for r in pl.read_parquet(p).to_dicts()]
+        return row
+
     frames = [pl.read_parquet(p) for p in (tmp_path / "store" / "case_reports").glob("*.parquet")]
     [report] = [r for frame in frames for r in reports_from_frame(frame)]
     cut = [w for w in report.warnings if w.startswith("fix search limited to")]
@@ -303,31 +310,9 @@ def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_p
         return [re.sub(r"limited to \d+ ms", "limited to N ms", w) for w in warnings]
 
     assert unmeasured(report.warnings) == unmeasured(library.warnings)
-
-
-def test_dagster_charges_the_tie_recheck_to_the_case_budget(tmp_path: Path, sample_dir: Path) -> None:
-    """Issue 11 item 9 in Dagster: the LIMIT tie re-check runs in the result_comparisons step; its execution
-    time is stored there and counted downstream like the library counts it, in the diagnostics step's share of
-    case_timeout_ms and in the report's execution_ms."""
-    case = {"case_id": "tie", "db": "shop", "expected_sql": "SELECT price, name FROM products ORDER BY price LIMIT 2",
-            "actual_sql": "SELECT price, name FROM products ORDER BY price DESC LIMIT 2"}
-    folder = tmp_path / "cases"
-    folder.mkdir()
-    (folder / "suite.jsonl").write_text(json.dumps(case) + "\n", encoding="utf-8")
-    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
-    with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(cases_partitions.name, ["tie"])
-        assert dg.materialize(LAYERS, instance=instance, resources=defs.resources, partition_key="tie").success
-
-    def stored(asset: str) -> dict[str, object]:
-        [row] = [r for p in (tmp_path / "store" / asset).glob("*.parquet") for r in pl.read_parquet(p).to_dicts()]
-        return row
-
     tie_ms = stored("result_comparisons")["tie_check_ms"]
-    executed_ms = validation_of(stored("executions")).timings["execution_ms"]
-    [report] = [r for p in (tmp_path / "store" / "case_reports").glob("*.parquet") for r in reports_from_frame(
-        pl.read_parquet(p))]
     assert isinstance(tie_ms, float) and tie_ms > 0
+    executed_ms = validation_of(stored("executions")).timings["execution_ms"]
     assert report.run_metadata["timings"]["execution_ms"] == pytest.approx(executed_ms + tie_ms)
 
 
