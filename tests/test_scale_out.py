@@ -1,15 +1,223 @@
-"""Scale-out settings: runs of at most N cases (``SQLCMP_CASES_PER_RUN``, the layer assets'
-``BackfillPolicy.multi_run(N)``), which the case sensor follows when it splits a first load."""
+"""Scale-out: the unchanged evaluation job on Dagster's multiprocess executor and on two Celery workers
+(``dagster-celery``, Redis broker), with PostgreSQL run/event storage and the S3-compatible case store; the case
+sensor's first load split into runs of at most N cases by the layer assets' ``BackfillPolicy.multi_run(N)``.
+
+Every service is the one ``.ci/services.sh`` starts (Redis, PostgreSQL, moto on loopback); every command is the
+README's ("Scale-out"). The reports must equal those of the in-process run, timings aside.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
+import sqlalchemy as sa
 
+from conftest import service
 from sqlcmp_dagster.cases.sample import sample_suite_path
+from sqlcmp_dagster.definitions import build_definitions
+from sqlcmp_dagster.engine.records import reports_from_frame
+from sqlcmp_dagster.local import sensor_tick
+from sqlcmp_dagster.resources.storage import read_asset
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent  # the venv's console scripts: dagster, dagster-daemon, dagster-celery, celery
+#: The workers' and the runs' executor settings: the executor reads the broker's URL from the environment, and
+#: this file (the workers' ``-y``) names the same variables.
+CELERY_YAML = """execution:
+  config:
+    broker:
+      env: SQLCMP_CELERY_BROKER
+    backend:
+      env: SQLCMP_CELERY_BROKER
+"""
+CASES_PER_RUN = 25
+DONE = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
+
+
+@pytest.fixture
+def dagster_home(tmp_path: Path) -> Iterator[Path]:
+    """A DAGSTER_HOME whose dagster.yaml puts run and event-log storage in a fresh PostgreSQL database of the
+    CI server (the superuser holds Dagster's storage), dropped afterwards."""
+    admin_url = service("SQLCMP_TEST_PG_ADMIN_URL")
+    pytest.importorskip("dagster_postgres")
+    name = f"sqlcmp_scale_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f"CREATE DATABASE {name}"))
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    (home / "dagster.yaml").write_text(f"storage:\n  postgres:\n    postgres_url: {url}\n"
+                                       "telemetry:\n  enabled: false\n", encoding="utf-8")
+    (home / "celery.yaml").write_text(CELERY_YAML, encoding="utf-8")
+    yield home
+    with admin.connect() as connection:
+        connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()
+
+
+@pytest.fixture
+def broker() -> Iterator[str]:
+    """A Redis database of its own on the loopback server (so no other test's queue is shared), emptied after."""
+    redis = pytest.importorskip("redis")
+    url = f"{service('SQLCMP_TEST_REDIS_URL')}/{random.randint(1, 15)}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    yield url
+    client.flushdb()
+    client.close()
+
+
+class Processes:
+    """Long-running commands of a deployment (workers, the daemon), each in a session of its own so that it stops
+    with every child it started; their output goes to a log file each, shown when a wait times out."""
+
+    def __init__(self, folder: Path, env: dict[str, str]) -> None:
+        self.folder, self.env = folder, env
+        self.started: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def start(self, name: str, *command: str) -> None:
+        log = self.folder / f"{name}.log"
+        with log.open("wb") as out:
+            process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)
+        self.started.append((process, log))
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for _, log in self.started)
+
+    def stop(self) -> None:
+        for process, _ in self.started:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process, _ in self.started:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def _environment(home: Path, cases: Path, db_dir: Path, store: str, **extra: str) -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
+            "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store, **extra}
+
+
+def _comparable(value: Any) -> Any:
+    """A report's JSON without measured durations (every ``*_ms`` key): what two runs of a case must share."""
+    if isinstance(value, dict):
+        return {k: _comparable(v) for k, v in value.items() if not k.endswith("_ms")}
+    if isinstance(value, list):
+        return [_comparable(v) for v in value]
+    return value
+
+
+def _in_process_reports(cases: Path, db_dir: Path, store: Path) -> dict[str, Any]:
+    """The reference: the same cases through every layer in one in-process run (``sqlcmp demo``'s way)."""
+    defs = build_definitions(cases_dir=str(cases), db_dir=str(db_dir), storage_dir=str(store))
+    with dg.DagsterInstance.ephemeral() as instance:
+        tick = sensor_tick(defs, instance, None)
+        assert len(tick.runs) == 1 and tick.runs[0].success
+    return {r.case_id: _comparable(r.model_dump(mode="json"))
+            for r in reports_from_frame(read_asset(str(store), "case_reports"))}
+
+
+def _wait_for_sensor_runs(instance: dg.DagsterInstance, count: int, processes: Processes,
+                          timeout: float = 1800) -> list[dg.DagsterRun]:
+    """The case sensor's runs once ``count`` of them have finished (the summary's own runs, which its automation
+    sensor may start meanwhile, are not counted)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": "case_sensor"}))
+        if len(runs) >= count and all(run.status in DONE for run in runs):
+            return runs
+        time.sleep(2)
+    pytest.fail(f"{count} runs did not finish in {timeout:.0f} s: "
+                f"{[(r.run_id[:8], r.status.value) for r in instance.get_runs()]}\n{processes.logs()}")
+
+
+def _spider_sample(spider_suites: dict[str, Path], folder: Path, count: int) -> list[str]:
+    """``count`` SuperSQL cases spread over Spider dev (every tenth, so every database takes part)."""
+    lines = spider_suites["supersql"].read_text(encoding="utf-8").splitlines()[::10][:count]
+    folder.mkdir()
+    (folder / "spider.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    return [json.loads(line)["case_id"] for line in lines]
+
+
+@pytest.mark.spider
+def test_100_spider_cases_on_two_celery_workers_match_the_in_process_run(
+        tmp_path: Path, spider_suites: dict[str, Path], dagster_home: Path, broker: str, bucket: str) -> None:
+    pytest.importorskip("dagster_celery")
+    cases = tmp_path / "cases"
+    case_ids = _spider_sample(spider_suites, cases, 100)
+    store = f"s3://{bucket}/store"
+    env = _environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="celery",
+                       SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN=str(CASES_PER_RUN))
+    processes = Processes(tmp_path, env)
+    try:
+        for worker in ("sqlcmp-w1", "sqlcmp-w2"):
+            processes.start(worker, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
+                            "-y", str(dagster_home / "celery.yaml"), "-n", worker, "--", "--concurrency=1")
+        subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
+                       cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+        processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+            runs = _wait_for_sensor_runs(instance, math.ceil(len(case_ids) / CASES_PER_RUN), processes)
+            assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS] * len(runs), processes.logs()
+            assert {run.job_name for run in runs} == {"evaluation_job"}
+            ranges = [(run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"])
+                      for run in runs]
+            order = instance.get_dynamic_partitions("cases")
+            covered = sorted(key for start, end in ranges for key in order[order.index(start):order.index(end) + 1])
+            assert covered == sorted(case_ids) and len(runs) == 4  # runs of at most 25 cases, no case twice
+            workers = {event.dagster_event.engine_event_data.metadata["Celery worker"].value
+                       for run in runs for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
+                       if "Celery worker" in event.dagster_event.engine_event_data.metadata}
+            assert {name.split("@")[0] for name in workers} == {"sqlcmp-w1", "sqlcmp-w2"}
+    finally:
+        processes.stop()
+    distributed = {r.case_id: _comparable(r.model_dump(mode="json"))
+                   for r in reports_from_frame(read_asset(store, "case_reports"))}
+    assert sorted(distributed) == sorted(case_ids)
+    in_process = _in_process_reports(cases, spider_suites["db_dir"], tmp_path / "local_store")
+    assert distributed == in_process
+
+
+def test_evaluation_job_on_the_multiprocess_executor_matches_the_in_process_run(
+        tmp_path: Path, sample_dir: Path, dagster_home: Path) -> None:
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    lines = sample_suite_path().read_text(encoding="utf-8").splitlines()[:6]
+    (cases / "suite.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    keys = [json.loads(line)["case_id"] for line in lines]
+    env = _environment(dagster_home, cases, sample_dir, str(tmp_path / "store"))
+    with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+        instance.add_dynamic_partitions("cases", keys)
+        tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+        out = subprocess.run([str(BIN / "dagster"), "job", "execute", "-m", "sqlcmp_dagster.definitions", "-a", "defs",
+                              "-j", "evaluation_job", "--tags", json.dumps(tags)],
+                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        (run,) = instance.get_runs()
+        assert run.status == dg.DagsterRunStatus.SUCCESS
+        messages = [event.message for event in instance.all_logs(run.run_id)]
+        assert any("multiprocess executor" in (message or "") for message in messages)
+    multiprocess = {r.case_id: _comparable(r.model_dump(mode="json"))
+                    for r in reports_from_frame(read_asset(str(tmp_path / "store"), "case_reports"))}
+    assert multiprocess == _in_process_reports(cases, sample_dir, tmp_path / "local_store")
 
 
 def test_sensor_splits_a_first_load_into_runs_of_the_backfill_policy_size(
