@@ -26,6 +26,7 @@ import pytest
 import sqlalchemy as sa
 
 from conftest import service
+from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -43,7 +44,22 @@ CELERY_YAML = """execution:
     backend:
       env: SQLCMP_CELERY_BROKER
 """
-CASES_PER_RUN = 25
+#: 100 cases: two runs, each of whose steps goes to whichever worker is free (two runs keep both busy).
+CASES_PER_RUN = 50
+#: Clock limits of the sampled cases, far above what any of them needs even on a heavily loaded machine. The
+#: engine's clocks are safety caps (a query's timeout, the case's budget, the fix search's and the neighbor
+#: search's share of it): a case that hits one says so in its report, so on a machine slow enough to hit one
+#: in one run and not in the other the reports would differ for a reason that is not the executor's.
+UNHURRIED = {"query_timeout_ms": 120_000, "neighbor_time_budget_ms": 360_000}
+#: The multiprocess executor's steps forked from one server process that imported the code location once, instead
+#: of a fresh interpreter per step importing dagster and the package again (seconds of CPU each).
+FORKSERVER_YAML = """execution:
+  config:
+    multiprocess:
+      start_method:
+        forkserver:
+          preload_modules: [sqlcmp_dagster.definitions]
+"""
 DONE = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 
 
@@ -125,6 +141,41 @@ def _comparable(value: Any) -> Any:
     return value
 
 
+def _first_difference(left: Any, right: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first field (a dotted path, list indexes in brackets) where two report JSONs differ, with both values;
+    None when they are equal."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        for key in sorted(set(left) | set(right)):
+            found = _first_difference(left.get(key, "<absent>"), right.get(key, "<absent>"),
+                                      f"{path}.{key}" if path else key)
+            if found:
+                return found
+        return None
+    if isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
+        for index, (a, b) in enumerate(zip(left, right, strict=True)):
+            found = _first_difference(a, b, f"{path}[{index}]")
+            if found:
+                return found
+        return None
+    return None if left == right else (path, left, right)
+
+
+def assert_same_reports(actual: dict[str, Any], reference: dict[str, Any], folder: Path, label: str) -> None:
+    """Fail naming the first differing case and field, and how many cases differ; both sides' reports are
+    written to ``folder`` first (the store they came from may be gone by the time anyone reads the failure)."""
+    if actual == reference:
+        return
+    for name, reports in ((label, actual), ("in_process", reference)):
+        (folder / f"{name}_reports.json").write_text(json.dumps(reports, indent=1, sort_keys=True), encoding="utf-8")
+    differing = sorted(case for case in set(actual) | set(reference) if actual.get(case) != reference.get(case))
+    first = differing[0]
+    field, ours, theirs = _first_difference(actual.get(first, "<absent>"), reference.get(first, "<absent>")) \
+        or ("", None, None)
+    pytest.fail(f"{len(differing)} of {len(reference)} reports differ from the in-process run's: first case "
+                f"{first!r}, field {field!r}: {label} {json.dumps(ours)[:2000]} vs in-process "
+                f"{json.dumps(theirs)[:2000]} (other cases: {differing[1:11]}; both sides in {folder})")
+
+
 def _in_process_reports(cases: Path, db_dir: Path, store: Path) -> dict[str, Any]:
     """The reference: the same cases through every layer in one in-process run (``sqlcmp demo``'s way)."""
     defs = build_definitions(cases_dir=str(cases), db_dir=str(db_dir), storage_dir=str(store))
@@ -150,11 +201,13 @@ def _wait_for_sensor_runs(instance: dg.DagsterInstance, count: int, processes: P
 
 
 def _spider_sample(spider_suites: dict[str, Path], folder: Path, count: int) -> list[str]:
-    """``count`` SuperSQL cases spread over Spider dev (every tenth, so every database takes part)."""
-    lines = spider_suites["supersql"].read_text(encoding="utf-8").splitlines()[::10][:count]
+    """``count`` SuperSQL cases spread over Spider dev (every tenth, so every database takes part), under
+    :data:`UNHURRIED` clock limits."""
+    cases = [json.loads(line) for line in spider_suites["supersql"].read_text(encoding="utf-8").splitlines()]
+    sample = [{**case, "config": {**(case.get("config") or {}), **UNHURRIED}} for case in cases[::10][:count]]
     folder.mkdir()
-    (folder / "spider.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
-    return [json.loads(line)["case_id"] for line in lines]
+    (folder / "spider.jsonl").write_text("".join(json.dumps(case) + "\n" for case in sample), encoding="utf-8")
+    return [case["case_id"] for case in sample]
 
 
 @pytest.mark.spider
@@ -174,26 +227,29 @@ def test_100_spider_cases_on_two_celery_workers_match_the_in_process_run(
         subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
                        cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
         processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        # The reference run meanwhile: the deployment spends most of its time waiting (process starts, the
+        # sensor's interval, the executor's polling), and the reports must not depend on the machine's load.
+        in_process = _in_process_reports(cases, spider_suites["db_dir"], tmp_path / "local_store")
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             runs = _wait_for_sensor_runs(instance, math.ceil(len(case_ids) / CASES_PER_RUN), processes)
             assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS] * len(runs), processes.logs()
             assert {run.job_name for run in runs} == {"evaluation_job"}
-            ranges = [(run.tags["dagster/asset_partition_range_start"], run.tags["dagster/asset_partition_range_end"])
-                      for run in runs]
+            ranges = [(run.tags[RANGE_START], run.tags[RANGE_END]) for run in runs]
             order = instance.get_dynamic_partitions("cases")
-            covered = sorted(key for start, end in ranges for key in order[order.index(start):order.index(end) + 1])
-            assert covered == sorted(case_ids) and len(runs) == 4  # runs of at most 25 cases, no case twice
-            workers = {event.dagster_event.engine_event_data.metadata["Celery worker"].value
-                       for run in runs for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)
-                       if "Celery worker" in event.dagster_event.engine_event_data.metadata}
+            spans = sorted(order[order.index(start):order.index(end) + 1] for start, end in ranges)
+            assert [len(span) for span in spans] == [CASES_PER_RUN] * len(runs)  # multi_run(N): runs of N cases
+            assert sorted(key for span in spans for key in span) == sorted(case_ids)  # every case once
+            engine_events = [event.dagster_event.engine_event_data.metadata for run in runs
+                             for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
+            workers = {metadata["Celery worker"].value for metadata in engine_events if "Celery worker" in metadata}
             assert {name.split("@")[0] for name in workers} == {"sqlcmp-w1", "sqlcmp-w2"}
     finally:
         processes.stop()
+    # Read before the bucket goes: a difference is reported (and both sides written to tmp_path) from here.
     distributed = {r.case_id: _comparable(r.model_dump(mode="json"))
                    for r in reports_from_frame(read_asset(store, "case_reports"))}
     assert sorted(distributed) == sorted(case_ids)
-    in_process = _in_process_reports(cases, spider_suites["db_dir"], tmp_path / "local_store")
-    assert distributed == in_process
+    assert_same_reports(distributed, in_process, tmp_path, "celery")
 
 
 def test_evaluation_job_on_the_multiprocess_executor_matches_the_in_process_run(
@@ -207,8 +263,10 @@ def test_evaluation_job_on_the_multiprocess_executor_matches_the_in_process_run(
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         instance.add_dynamic_partitions("cases", keys)
         tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
+        (tmp_path / "forkserver.yaml").write_text(FORKSERVER_YAML, encoding="utf-8")
         out = subprocess.run([str(BIN / "dagster"), "job", "execute", "-m", "sqlcmp_dagster.definitions", "-a", "defs",
-                              "-j", "evaluation_job", "--tags", json.dumps(tags)],
+                              "-j", "evaluation_job", "-c", str(tmp_path / "forkserver.yaml"),
+                              "--tags", json.dumps(tags)],
                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         (run,) = instance.get_runs()
@@ -217,7 +275,8 @@ def test_evaluation_job_on_the_multiprocess_executor_matches_the_in_process_run(
         assert any("multiprocess executor" in (message or "") for message in messages)
     multiprocess = {r.case_id: _comparable(r.model_dump(mode="json"))
                     for r in reports_from_frame(read_asset(str(tmp_path / "store"), "case_reports"))}
-    assert multiprocess == _in_process_reports(cases, sample_dir, tmp_path / "local_store")
+    assert_same_reports(multiprocess, _in_process_reports(cases, sample_dir, tmp_path / "local_store"), tmp_path,
+                        "multiprocess")
 
 
 def test_sensor_splits_a_first_load_into_runs_of_the_backfill_policy_size(
