@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import polars as pl
@@ -32,7 +33,10 @@ from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.duckdb_process import memory_bound
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
+from sqlcmp_dagster.engine.parsing import canonical_tree, parse
 from sqlcmp_dagster.engine.pipeline import compare
+from sqlcmp_dagster.engine.repair import search_fix
+from sqlcmp_dagster.engine.structure import compare_structure, query_shape
 
 #: An actual query that behaves on t's ten rows and explodes on a neighbor database with fewer: a 400 MB value
 #: per row there (DuckDB computes it, SQLite refuses it at max_cell_bytes).
@@ -253,6 +257,27 @@ def test_parse_is_cut_at_the_case_budget(sample_db: Path, shape: str) -> None:
     fine = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1", config=config),
                    ExecutionAdapter(str(sample_db)))
     assert fine.deterministic_verdict == "pass"
+
+
+def test_the_fix_search_rewrites_stop_at_its_budget() -> None:
+    """Issue 11 items 8-9: the fix search canonicalizes the trees it builds after the parse's clock has stopped;
+    on the nested query that work alone outlasts the parse. It now stops at the search's own budget: measured
+    against one unclocked canonicalization in the same run (the search without the clock does at least two)."""
+    actual, expected = parse(SLOW_PARSES["nested"], "sqlite"), parse("SELECT 1 WHERE c0 = 1", "sqlite")
+    assert actual.success and expected.success and actual.ast is not None and expected.ast is not None
+    started = time.monotonic()
+    canonical_tree(actual.ast, "sqlite")
+    one_rewrite = time.monotonic() - started
+    structure = compare_structure("", "", query_shape(expected.tree), query_shape(actual.tree))
+
+    def run(tree: Any, timeout_ms: int) -> Any:
+        raise AssertionError("no candidate can be built within the budget")
+
+    started = time.monotonic()
+    found = search_fix(structure, expected.ast, actual.ast, run, dialect="sqlite", budget_ms=50)
+    assert time.monotonic() - started < one_rewrite, (time.monotonic() - started, one_rewrite)
+    assert found.stopped == "the search's time budget (50 ms) ran out" and not found.transplants
+    assert "selection_predicate" in found.differing
 
 
 def test_case_timeout_ms_caps_the_probes_and_names_the_cut(pg_url: str) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -261,6 +263,28 @@ def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) ->
 
 class _ParseCut(Exception):
     """A parse reached its deadline."""
+
+
+class RewriteCut(Exception):
+    """The canonical rewrites reached the deadline of :func:`clocked_rewrites`."""
+
+
+@contextmanager
+def clocked_rewrites(deadline: float) -> Iterator[None]:
+    """Within this block :func:`canonical_tree` looks at ``deadline`` (a ``time.monotonic()`` instant) as it
+    goes, as it does inside :func:`parse`, and raises :class:`RewriteCut` past it.
+
+    The fix search canonicalizes the trees it builds after the parse's clock has stopped; on a pathological
+    query (operands of deeply nested ``=``/``AND``/``OR``, ordered by their text) that work alone can outlast
+    the case's budget. A :func:`parse` inside the block keeps its own deadline.
+    """
+    running = _CLOCK.set(_Clocked(deadline))
+    try:
+        yield
+    except _ParseCut:
+        raise RewriteCut() from None
+    finally:
+        _CLOCK.reset(running)
 
 
 class _Clocked:

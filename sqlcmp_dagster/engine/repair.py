@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.parsing import canonical_tree
+from sqlcmp_dagster.engine.parsing import RewriteCut, canonical_tree, clocked_rewrites
 from sqlcmp_dagster.engine.structure import (CLAUSE_ARGS, CLAUSE_WEIGHTS, StructuralComparison, compare_structure,
                                              query_shape)
 
@@ -176,13 +176,35 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
                max_candidates: int = MAX_CANDIDATES) -> FixSearch:
     """Smallest fixes first; stop at the first size with a passing candidate.
 
-    ``budget_ms`` bounds the whole search's wall time; each candidate runs with at most what is left of it.
+    ``budget_ms`` bounds the whole search's wall time, the canonical rewrites of the trees it builds included
+    (:func:`clocked_rewrites`); each candidate runs with at most what is left of it.
     """
-    pairings, unsupported = _pairings(expected, actual, dialect)
     compound = len(_branches(expected) or []) > 1 or len(_branches(actual) or []) > 1
-    differing = _differing_summary(structure, pairings)
-    if unsupported is not None:
-        return FixSearch(differing, unsupported=unsupported, compound=compound)
+    deadline = time.monotonic() + budget_ms / 1000
+    differing = _differing_summary(structure, [])
+    transplants: list[Transplant] = []
+    fixes: list[Transplant] = []
+    try:
+        with clocked_rewrites(deadline):
+            pairings, unsupported = _pairings(expected, actual, dialect)
+            differing = _differing_summary(structure, pairings)
+            if unsupported is not None:
+                return FixSearch(differing, unsupported=unsupported, compound=compound)
+            stopped = _search(pairings, expected, actual, run, transplants, fixes, dialect=dialect,
+                              deadline=deadline, max_clauses=max_clauses, max_candidates=max_candidates)
+    except RewriteCut:
+        stopped = "time"
+    if stopped == "time":
+        stopped = f"the search's time budget ({budget_ms} ms) ran out"
+    return FixSearch(differing, transplants, fixes, stopped=stopped, compound=compound)
+
+
+def _search(pairings: list[_Pairing], expected: exp.Expression, actual: exp.Expression, run: Runner,
+            transplants: list[Transplant], fixes: list[Transplant], *, dialect: str, deadline: float,
+            max_clauses: int, max_candidates: int) -> str | None:
+    """Run the candidates of ``pairings``, smallest first, into ``transplants`` and ``fixes`` (the caller keeps
+    what ran when the rewrites' clock cuts the search); why the search stopped early: ``"time"``, the candidate
+    bound, or None."""
     candidates: list[tuple[int, _Pairing, tuple[Label, ...]]] = []
     for pairing in pairings:
         for count in range(0 if pairing.base else 1, max_clauses - len(pairing.base) + 1):
@@ -190,11 +212,8 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
                 labels = pairing.base + tuple(dict.fromkeys(label for edit in edits for label in edit))
                 candidates.append((len(labels), pairing, labels))
     candidates.sort(key=lambda item: item[0])  # stable: heavier clauses first within a size, as generated
-    deadline = time.perf_counter() + budget_ms / 1000
     seen = {actual.sql(dialect=dialect)}
-    transplants: list[Transplant] = []
-    fixes: list[Transplant] = []
-    for index, (size, pairing, labels) in enumerate(candidates):
+    for size, pairing, labels in candidates:
         if fixes and size > len(fixes[0].labels):
             break
         candidate = _apply(pairing, labels, expected)
@@ -202,19 +221,17 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
         if sql in seen:  # the transplant changes nothing a smaller or earlier set did not
             continue
         seen.add(sql)
-        left_ms = int((deadline - time.perf_counter()) * 1000)
+        left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
-            return FixSearch(differing, transplants, fixes, stopped=f"the search's time budget ({budget_ms} ms) "
-                             "ran out", compound=compound)
+            return "time"
         if len(transplants) >= max_candidates:
-            return FixSearch(differing, transplants, fixes, compound=compound,
-                             stopped=f"the search's bound of {max_candidates} candidate queries was reached")
+            return f"the search's bound of {max_candidates} candidate queries was reached"
         outcome = run(candidate, left_ms)
         transplant = Transplant(labels, sql, outcome.passed, outcome.note)
         transplants.append(transplant)
         if transplant.passed:
             fixes.append(transplant)
-    return FixSearch(differing, transplants, fixes, compound=compound)
+    return None
 
 
 def _take(target: exp.Expression, source: exp.Expression, clause: str) -> None:
