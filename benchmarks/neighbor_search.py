@@ -1,7 +1,7 @@
 """Neighbor databases over Spider dev: precision, recall on semantic mutants, and the cost on SuperSQL.
 
     python benchmarks/neighbor_search.py [--spider ../shared/data/spider] [--part precision|recall|supersql|all]
-                                         [--workers 2]
+                                         [--workers 2] [--neighbors N]
 
 * precision: every gold query against itself and against its equivalence-preserving rewrites (sqlglot's
   optimizer, IN -> EXISTS, BETWEEN -> two comparisons, commuted join), the search forced where equal canonical
@@ -48,16 +48,19 @@ def neighborhood(report: Report) -> dict[str, Any]:
     return neighborhood_of(report)
 
 
-def variant_cases(rows: list[tuple[int, str, str, str, str, bool]], *, forced: bool = False) -> list[CompareRequest]:
-    """One case per variant; ``forced``: searched even where equal canonical trees would skip the search."""
-    config = EvalConfig(neighbor_skip_proven=not forced)
+def variant_cases(rows: list[tuple[int, str, str, str, str, str | None]], *, forced: bool = False,
+                  neighbors: int | None = None) -> list[CompareRequest]:
+    """One case per variant; ``forced``: searched even where equal canonical trees would skip the search;
+    ``neighbors``: ``neighbor_count`` (the default when None)."""
+    config = EvalConfig(neighbor_skip_proven=not forced,
+                        **({"neighbor_count": neighbors} if neighbors is not None else {}))
     return [CompareRequest(case_id=f"{index}:{kind}:{n}", expected_sql=gold, actual_sql=sql, db=db, config=config)
             for n, (index, kind, db, gold, sql, _) in enumerate(rows)]
 
 
-def precision(spider: Path, workers: int) -> None:
+def precision(spider: Path, workers: int, neighbors: int | None) -> None:
     rows = variants(spider, REWRITES)
-    reports, seconds = evaluate(spider, variant_cases(rows, forced=True), workers)
+    reports, seconds = evaluate(spider, variant_cases(rows, forced=True, neighbors=neighbors), workers)
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     alarms = []
     for row, report in zip(rows, reports):
@@ -77,9 +80,9 @@ def precision(spider: Path, workers: int) -> None:
         print(f"  FALSE ALARM #{index} {kind} {db}: {gold}  ->  {sql}: {sentence}")
 
 
-def recall(spider: Path, workers: int) -> None:
+def recall(spider: Path, workers: int, neighbors: int | None) -> None:
     rows = variants(spider, MUTATIONS)
-    reports, seconds = evaluate(spider, variant_cases(rows), workers)
+    reports, seconds = evaluate(spider, variant_cases(rows, neighbors=neighbors), workers)
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     equivalent_alarms = []
     reasons: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -117,7 +120,7 @@ def recall(spider: Path, workers: int) -> None:
         print(f"  EQUIVALENT MUTANT WITH A COUNTEREXAMPLE #{index} {kind} {db}: {sql}: {sentence}")
 
 
-def supersql(spider: Path, workers: int) -> None:
+def supersql(spider: Path, workers: int, neighbors: int | None) -> None:
     from sqlcmp_dagster.cli import main as sqlcmp
     from sqlcmp_dagster.cases.suite import load_suite
     import tempfile
@@ -129,6 +132,9 @@ def supersql(spider: Path, workers: int) -> None:
                    "--out", str(suite)]) != 0:
             sys.exit("import failed")
         cases = load_suite(suite).cases
+    if neighbors is not None:
+        cases = [c.model_copy(update={"config": c.config.model_copy(update={"neighbor_count": neighbors})})
+                 for c in cases]
     off = [c.model_copy(update={"config": c.config.model_copy(update={"neighbor_count": 0})}) for c in cases]
     times: dict[str, list[float]] = {"off": [], "on": []}
     reports: list[Report] = []
@@ -151,6 +157,8 @@ def supersql(spider: Path, workers: int) -> None:
     print(f"  vacuous passes: {len(vacuous)}; compared on non-empty neighbor results: {len(resolved)}; "
           f"of those with a counterexample: {len(exposed)}")
     print(f"  passes with non-determinism noted (not counterexamples): {len(nondeterministic)}")
+    cut = [r for r in passes if neighborhood(r).get("budget_cuts")]
+    print(f"  searches the clock cut (a named budget cut, else the outcome is the counted work's): {len(cut)}")
     stopped = collections.Counter(neighborhood(r).get("reason") for r in passes if neighborhood(r).get("reason"))
     print(f"  searches stopped or not run: {dict(stopped)}")
     print(f"  defaults: {EvalConfig().model_dump(include={'neighbor_count', 'neighbor_time_budget_ms', 'neighbor_sample_rows', 'neighbor_seed', 'neighbor_skip_proven'})}")
@@ -161,12 +169,13 @@ def main() -> None:
     parser.add_argument("--spider", type=Path, default=DEFAULT_SPIDER)
     parser.add_argument("--part", choices=("precision", "recall", "supersql", "all"), default="all")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--neighbors", type=int, default=None, help="neighbor_count (default: EvalConfig's)")
     args = parser.parse_args()
     if not (args.spider / "dev_gold.sql").is_file():
         sys.exit(f"the Spider dev set is not at {args.spider} (set SQLCMP_SPIDER_DIR or pass --spider)")
     for name, run in (("precision", precision), ("recall", recall), ("supersql", supersql)):
         if args.part in (name, "all"):
-            run(args.spider, args.workers)
+            run(args.spider, args.workers, args.neighbors)
 
 
 if __name__ == "__main__":

@@ -170,6 +170,22 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
     return rows
 
 
+def neighbor_numbers(count: int, tables: list[str], found: Hints) -> list[int]:
+    """The numbers of the ``count`` neighbors to build: profiles in the order of :data:`PRIORITY` (the targeted
+    ones first, so that a small ``neighbor_count`` still meets the usual accidents), those that cannot apply
+    skipped, round after round (number ``p + r * len(PROFILES)`` for profile ``p`` in round ``r``, so neighbor
+    ``n`` is the same database whatever the count)."""
+    numbers: list[int] = []
+    for round_ in range(count):
+        if len(numbers) >= count:
+            break
+        for profile in PRIORITY:
+            number = profile + round_ * len(PROFILES)
+            if len(numbers) < count and applies(number, tables, found):
+                numbers.append(number)
+    return numbers
+
+
 def applies(index: int, tables: list[str], found: Hints) -> bool:
     """Whether neighbor ``index``'s profile can change anything for these queries: a profile of joins needs a
     join, one of group sizes a COUNT compared with a number, one of NULLs in counted rows an aggregate. A
@@ -208,7 +224,8 @@ def unmatched(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: 
             taken = [row[to] for row in rows.get(other, [])] + [row[at] for row in rows[table_name]]
             value = None if declared else _fresh(rng.choice(rows[table_name])[at], table.columns[at].numeric,
                                                  [(v,) for v in taken], 0)
-            source = [r for r in rows[table_name] if _carries_literal(table, r, found)] or rows[table_name]
+            carrying = _literal_columns(table, found)
+            source = [r for r in rows[table_name] if _carries(r, carrying)] or rows[table_name]
             rows[table_name].append(_copy(table, rng.choice(source), {at: value}, rows[table_name]))
     return rows
 
@@ -366,7 +383,8 @@ def null_columns(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
     if not rows or not targets:
         return rows
     chosen = {i for i in targets if rng.random() < 0.7} or {rng.choice(targets)}
-    counted = [row for row in rows if _carries_literal(table, row, found)]
+    carrying = _literal_columns(table, found)
+    counted = [row for row in rows if _carries(row, carrying)]
     mode = rng.random()
     if mode < 0.25 and counted:  # exactly the rows the query counts: those the rules built to satisfy its WHERE
         return [_with(row, {i: None for i in chosen}) if row in counted else row for row in rows]
@@ -424,10 +442,15 @@ def null_counted(schema: Schema, tables: list[str], rows: Rows, found: Hints, rn
     return rows
 
 
-def _carries_literal(table: Table, row: tuple[Any, ...], found: Hints) -> bool:
+def _literal_columns(table: Table, found: Hints) -> dict[int, list[Any]]:
+    """The literals each column of ``table`` is compared with, fitted to its type (columns without any left out)."""
+    fitted = {i: _fitted(found.literals.get(c.name.lower(), []), c) for i, c in enumerate(table.columns)}
+    return {i: values for i, values in fitted.items() if values}
+
+
+def _carries(row: tuple[Any, ...], literals: dict[int, list[Any]]) -> bool:
     """Whether some column of ``row`` holds a literal the queries compare that column with."""
-    return any(row[i] is not None and row[i] in _fitted(found.literals.get(c.name.lower(), []), c)
-               for i, c in enumerate(table.columns))
+    return any(row[i] is not None and row[i] in values for i, values in literals.items())
 
 
 def group_sizes(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
@@ -563,6 +586,9 @@ PROFILES: list[Profile] = [
     Profile((literal_rows,), joined=(null_counted,)),
     Profile((null_all_but_one,)),
 ]
+#: The order profiles are tried in: literals and boundaries, NULLs where counted, rows without a match,
+#: duplicates and ties, group sizes, then the rest.
+PRIORITY = (0, 8, 10, 13, 6, 12, 14, 11, 1, 3, 2, 5, 7, 4, 9)
 
 
 def seed_of(seed: int, index: int) -> int:

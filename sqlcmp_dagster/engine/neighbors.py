@@ -29,7 +29,7 @@ from sqlglot import exp
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbor_generation import Hints, applies, hints, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Rows, Schema, read_schema, scratch, \
     scratch_adapter, scratch_name
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 #: Names of the Layer 4 neighbor metrics (README glossary), in ``metrics.diagnostics``.
 NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
 #: Most delta-debugging tests spent shrinking one counterexample.
-MAX_SHRINK_TESTS = 60
+MAX_SHRINK_TESTS = 30
 #: Most rows of each result shown in a counterexample.
 SHOWN_ROWS = 20
 #: Most distinct query failures on neighbors named in a report's warnings.
@@ -274,9 +274,7 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
     counterexample = None
     stop = None
     try:
-        for number in range(config.neighbor_count):
-            if not applies(number, tables, found):
-                continue  # a profile that cannot change anything for these queries (joins where there is none)
+        for number in neighbor_numbers(config.neighbor_count, tables, found):
             rows = neighbor_rows(schema, tables, found, number,
                                  random.Random(seed_of(config.neighbor_seed, number)))
             outcome, accepted, dropped = search.run(rows)
