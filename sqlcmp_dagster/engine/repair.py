@@ -181,6 +181,7 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
     """
     compound = len(_branches(expected) or []) > 1 or len(_branches(actual) or []) > 1
     deadline = time.monotonic() + budget_ms / 1000
+    ran_out = f"the search's time budget ({budget_ms} ms) ran out"
     differing = _differing_summary(structure, [])
     transplants: list[Transplant] = []
     fixes: list[Transplant] = []
@@ -191,20 +192,19 @@ def search_fix(structure: StructuralComparison, expected: exp.Expression, actual
             if unsupported is not None:
                 return FixSearch(differing, unsupported=unsupported, compound=compound)
             stopped = _search(pairings, expected, actual, run, transplants, fixes, dialect=dialect,
-                              deadline=deadline, max_clauses=max_clauses, max_candidates=max_candidates)
+                              deadline=deadline, ran_out=ran_out, max_clauses=max_clauses,
+                              max_candidates=max_candidates)
     except RewriteCut:
-        stopped = "time"
-    if stopped == "time":
-        stopped = f"the search's time budget ({budget_ms} ms) ran out"
+        stopped = ran_out
     return FixSearch(differing, transplants, fixes, stopped=stopped, compound=compound)
 
 
 def _search(pairings: list[_Pairing], expected: exp.Expression, actual: exp.Expression, run: Runner,
             transplants: list[Transplant], fixes: list[Transplant], *, dialect: str, deadline: float,
-            max_clauses: int, max_candidates: int) -> str | None:
+            ran_out: str, max_clauses: int, max_candidates: int) -> str | None:
     """Run the candidates of ``pairings``, smallest first, into ``transplants`` and ``fixes`` (the caller keeps
-    what ran when the rewrites' clock cuts the search); why the search stopped early: ``"time"``, the candidate
-    bound, or None."""
+    what ran when the rewrites' clock cuts the search); why the search stopped early (``ran_out`` at the
+    deadline, or the candidate bound), or None."""
     candidates: list[tuple[int, _Pairing, tuple[Label, ...]]] = []
     for pairing in pairings:
         for count in range(0 if pairing.base else 1, max_clauses - len(pairing.base) + 1):
@@ -223,7 +223,7 @@ def _search(pairings: list[_Pairing], expected: exp.Expression, actual: exp.Expr
         seen.add(sql)
         left_ms = int((deadline - time.monotonic()) * 1000)
         if left_ms <= 0:
-            return "time"
+            return ran_out
         if len(transplants) >= max_candidates:
             return f"the search's bound of {max_candidates} candidate queries was reached"
         outcome = run(candidate, left_ms)
