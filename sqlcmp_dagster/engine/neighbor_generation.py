@@ -19,8 +19,11 @@ from sqlglot import exp
 
 from sqlcmp_dagster.engine.neighbor_scratch import Column, Rows, Schema, Table
 
-#: Largest group :func:`group_sizes` builds (a HAVING COUNT(*) >= 50 needs a group of exactly 50).
-_MAX_GROUP = 60
+#: Largest group :func:`group_sizes` and :func:`ladder` build (a HAVING COUNT(*) >= 50 needs a group of 50,
+#: one of ``COUNT(col) < 200`` a group of 200 whose NULLs bring it under).
+_MAX_GROUP = 200
+#: Rows :func:`synthesized` makes for a table whose sample is empty.
+_SYNTHESIZED_ROWS = 4
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between,
                 exp.Glob)
 
@@ -41,7 +44,9 @@ class Hints:
     tables: set[str] = field(default_factory=set)
     group_columns: set[str] = field(default_factory=set)
     group_sizes: list[int] = field(default_factory=list)  # the numbers COUNT(...) is compared with
+    equal_sizes: list[int] = field(default_factory=list)  # those it must equal (``HAVING COUNT(*) = 2``)
     subquery_compared: set[str] = field(default_factory=set)  # columns compared with a subquery's value
+    differences: set[str] = field(default_factory=set)  # the :func:`features` on which the queries differ
 
 
 def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hints:
@@ -49,12 +54,14 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
     column of it is the string SQLite reads it as (``WHERE city = "Aberdeen"``), and join keys are resolved
     to their tables."""
     found = Hints()
+    seen: list[dict[str, list[str]]] = []
     known = {c.name.lower(): name for name, t in schema.tables.items() for c in t.columns} if schema else None
     for tree in trees:
         if known is not None:
             tree = tree.transform(lambda node: exp.Literal.string(node.name) if isinstance(node, exp.Column)
                                   and not node.table and node.this.args.get("quoted")
                                   and node.name.lower() not in known else node)
+        seen.append(features(tree))
         found.tables |= {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
         found.columns |= {c.name.lower() for c in tree.find_all(exp.Column)}
         for order in tree.find_all(exp.Ordered):
@@ -80,8 +87,11 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
                     found.join_pairs.add((pair[0], pair[1]))
             values = [v for lit in literals for v in boundaries(lit, like=isinstance(node, (exp.Like, exp.ILike)))]
             if any(isinstance(o, exp.Count) for o in operands):
-                found.group_sizes.extend(int(lit.this) for lit in literals if not lit.is_string
-                                         and lit.this.isdigit() and 0 < int(lit.this) <= _MAX_GROUP)
+                sizes = [int(lit.this) for lit in literals if not lit.is_string and lit.this.isdigit()
+                         and 0 < int(lit.this) <= _MAX_GROUP]
+                found.group_sizes.extend(sizes)
+                if isinstance(node, exp.EQ):
+                    found.equal_sizes.extend(sizes)
             for column in columns:
                 found.literals.setdefault(column.name.lower(), []).extend(values)
             found.pool.extend(values)
@@ -89,7 +99,34 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
         found.literals[name] = _unique(values)
     found.pool = _unique(found.pool)
     found.group_sizes = sorted(set(found.group_sizes))
+    found.differences = {name for name in seen[0] if any(f[name] != seen[0][name] for f in seen[1:])} \
+        if seen else set()
     return found
+
+
+def features(tree: exp.Expression) -> dict[str, list[str]]:
+    """What the profiles aim at, per feature of a query (lower-case SQL, sorted): its COUNTs and other
+    aggregates, its joins' sides, the column pairs it equates (join keys), its comparisons with anything else
+    (literals, subqueries, aggregates), its ORDER BY keys with their direction, its DISTINCTs, the shape of its
+    conditions (AND, OR, NOT). Where two queries differ is where a neighbor must tell them apart
+    (:func:`neighbor_numbers` builds the profiles aimed there first)."""
+    def text(node: exp.Expression) -> str:
+        return node.sql(dialect="sqlite").lower()
+
+    def key_pair(node: exp.Expression) -> bool:
+        return isinstance(node, exp.EQ) and all(isinstance(o, exp.Column) for o in node.iter_expressions())
+
+    comparisons = list(tree.find_all(*_COMPARISONS))
+    return {
+        "count": sorted(text(node) for node in tree.find_all(exp.Count)),
+        "aggregate": sorted(type(node).__name__ for node in tree.find_all(exp.AggFunc)),
+        "join": sorted(f"{j.side} {j.kind}".lower() for j in tree.find_all(exp.Join)),
+        "join_key": sorted(text(node) for node in comparisons if key_pair(node)),
+        "comparison": sorted(text(node) for node in comparisons if not key_pair(node)),
+        "order": sorted(text(node) for node in tree.find_all(exp.Ordered)),
+        "distinct": sorted(text(node.parent) for node in tree.find_all(exp.Distinct) if node.parent is not None),
+        "condition": sorted(type(node).__name__ for node in tree.find_all(exp.And, exp.Or, exp.Not)),
+    }
 
 
 def _table_of(column: exp.Column, schema: Schema | None) -> tuple[str, str] | None:
@@ -157,7 +194,7 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
     keep = rng.choice((0.15, 0.3, 0.5, 0.8))
     for name in tables:
         table = schema.tables[name]
-        current = subset(schema.sample.get(name, []), rng, keep)
+        current = subset(schema.sample.get(name, []), rng, keep) or synthesized(table, found)
         if profile.may_empty and rng.random() < 0.3 and len(tables) > 1:
             rows[name] = []  # emptied table
             continue
@@ -171,15 +208,18 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
 
 
 def neighbor_numbers(count: int, tables: list[str], found: Hints) -> list[int]:
-    """The numbers of the ``count`` neighbors to build: profiles in the order of :data:`PRIORITY` (the targeted
-    ones first, so that a small ``neighbor_count`` still meets the usual accidents), those that cannot apply
-    skipped, round after round (number ``p + r * len(PROFILES)`` for profile ``p`` in round ``r``, so neighbor
-    ``n`` is the same database whatever the count)."""
+    """The numbers of the ``count`` neighbors to build: first the profiles aimed at a feature on which the two
+    queries differ (``found.differences``: a COUNT's argument, a join's side, a comparison...), then the others,
+    each group in the order of :data:`PRIORITY` (the usual accidents first), those that cannot apply skipped,
+    round after round (number ``p + r * len(PROFILES)`` for profile ``p`` in round ``r``, so neighbor ``n`` is
+    the same database whatever the count)."""
+    aimed = [p for p in PRIORITY if PROFILES[p].targets & found.differences]
+    order = aimed + [p for p in PRIORITY if p not in aimed]
     numbers: list[int] = []
     for round_ in range(count):
         if len(numbers) >= count:
             break
-        for profile in PRIORITY:
+        for profile in order:
             number = profile + round_ * len(PROFILES)
             if len(numbers) < count and applies(number, tables, found):
                 numbers.append(number)
@@ -194,6 +234,10 @@ def applies(index: int, tables: list[str], found: Hints) -> bool:
     if profile.needs_join and (len(tables) == 1 or not found.join_columns):
         return False
     if group_sizes in profile.joined and not found.group_sizes:
+        return False
+    if ladder in profile.joined and not (found.group_columns or found.order_columns):
+        return False
+    if ladder_nulls in profile.joined and not (found.group_columns and found.aggregated):
         return False
     return found.aggregated or not (null_counted in profile.joined or null_all_but_one in profile.rules)
 
@@ -312,6 +356,17 @@ def subset(rows: list[tuple[Any, ...]], rng: random.Random, keep: float) -> list
     """Rows kept with probability ``keep`` (at least one row when there are any)."""
     kept = [row for row in rows if rng.random() < keep]
     return kept or rows[:1]
+
+
+def synthesized(table: Table, found: Hints) -> list[tuple[Any, ...]]:
+    """Rows for a table whose sample is empty (Spider's ``wta_1.rankings``), so that a join through it can
+    meet anything: in each column the first literal the queries compare it with, else a distinct value of its
+    type class (``1, 2, ...`` or ``'<column> 1', ...``); a declared foreign key is then pointed at a parent by
+    :func:`repair_keys`, and a row that breaks a CHECK is rejected when the neighbor is built."""
+    literals = _literal_columns(table, found)
+    return [tuple(literals[i][0] if i in literals and not column.primary_key else
+                  n + 1 if column.numeric else f"{column.name} {n + 1}" for i, column in enumerate(table.columns))
+            for n in range(_SYNTHESIZED_ROWS)]
 
 
 def literal_rows(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
@@ -479,6 +534,140 @@ def group_sizes(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
     return rows
 
 
+def _ladder_sizes(found: Hints) -> list[int]:
+    """Group sizes 1, 2, 3, and each number a COUNT is compared with and one above it (``HAVING COUNT(*) > 3``
+    meets groups of 3 and 4), all distinct, so no two groups tie."""
+    return sorted({1, 2, 3} | {size + step for size in found.group_sizes for step in (0, 1)
+                               if size + step <= _MAX_GROUP})
+
+
+def _null_group(sizes: list[int], found: Hints) -> int:
+    """Which group of a ladder gets NULLs in the counted columns: the one of a size a COUNT must equal, else the
+    largest (it crosses every threshold, and it is the argmax that ``ORDER BY COUNT(*) DESC`` picks)."""
+    equal = [n for n, size in enumerate(sizes) if size in found.equal_sizes]
+    return equal[0] if equal else len(sizes) - 1
+
+
+def _grouped(schema: Schema, tables: list[str], rows: Rows, found: Hints) \
+        -> tuple[str, int, str | None, int | None] | None:
+    """Where the groups of a ladder are: ``(table, column, parent, parent column)`` for the many side of a join
+    the queries make (each parent row is a group: ``JOIN flights ... GROUP BY airports.city``), preferring a
+    join whose tables hold a GROUP BY column; else ``(table, GROUP BY column, None, None)`` for a GROUP BY
+    column of one table that is no key by itself; None when the queries group nothing."""
+    if not found.group_columns:
+        return None
+    joins = []
+    for pair in _join_pairs(schema, tables, found):
+        for (child, child_column), (parent, parent_column) in (pair, pair[::-1]):
+            at, to = _position(schema.tables[child], child_column), _position(schema.tables[parent], parent_column)
+            if (at,) not in schema.tables[child].unique_sets and rows.get(child) and rows.get(parent) \
+                    and at is not None and to is not None:
+                grouping = any(c.name.lower() in found.group_columns for t in (child, parent)
+                               for c in schema.tables[t].columns)
+                joins.append((not grouping, child, at, parent, to))
+    if joins:
+        _, child, at, parent, to = min(joins)
+        return child, at, parent, to
+    for name in tables:
+        for position, column in enumerate(schema.tables[name].columns):
+            if column.name.lower() in found.group_columns and (position,) not in schema.tables[name].unique_sets \
+                    and rows.get(name):
+                return name, position, None, None
+    return None
+
+
+def ladder(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """Groups of distinct sizes (:func:`_ladder_sizes`) and nothing else in the grouped table: the children of
+    as many parent rows of a join (each parent a group, with distinct values in its GROUP BY columns), or
+    the values of a GROUP BY column of one table. ``ORDER BY COUNT(*) ASC LIMIT 1`` and ``DESC`` then pick
+    different groups with no tie at either end, and a HAVING threshold has a group on each side. Without a
+    GROUP BY, the ORDER BY keys of each table take distinct values instead, so its first and last rows are
+    unique."""
+    where = _grouped(schema, tables, rows, found)
+    if where is None:
+        return _distinct_keys(schema, tables, rows, found, rng)
+    name, position, parent, parent_position = where
+    sizes = _ladder_sizes(found)
+    table = schema.tables[name]
+    values = _group_values(schema, rows, name, position, parent, parent_position, len(sizes), found, rng)
+    sampled = set(schema.sample.get(name, []))
+    sources = [row for row in rows[name] if row not in sampled] or rows[name]
+    out: list[tuple[Any, ...]] = []
+    for value, size in zip(values, sizes):
+        for _ in range(size):
+            out.append(_copy(table, rng.choice(sources), {position: value}, out))
+    rows[name] = out
+    return rows
+
+
+def ladder_nulls(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """A :func:`ladder` with NULL in the aggregated columns of one group (:func:`_null_group`), in the grouped
+    rows and in their parent row: ``COUNT(col)`` then counts that group short where ``COUNT(*)`` does not, at
+    the top of an argmax and across a HAVING threshold."""
+    where = _grouped(schema, tables, rows, found)
+    rows = ladder(schema, tables, rows, found, rng)
+    if where is None:
+        return rows
+    name, position, parent, parent_position = where
+    sizes = _ladder_sizes(found)
+    values = sorted({row[position] for row in rows[name]}, key=lambda v: sum(r[position] == v for r in rows[name]))
+    if len(values) != len(sizes):
+        return rows
+    value = values[_null_group(sizes, found)]
+    for table_name, column, in ((name, position), (parent, parent_position)):
+        if table_name is None or column is None:
+            continue
+        targets = _counted(schema.tables[table_name], found)
+        rows[table_name] = [_with(row, {i: None for i in targets}) if row[column] == value else row
+                            for row in rows[table_name]]
+    return rows
+
+
+def _group_values(schema: Schema, rows: Rows, name: str, position: int, parent: str | None,
+                  parent_position: int | None, count: int, found: Hints, rng: random.Random) -> list[Any]:
+    """``count`` values for the groups of a ladder: join values of parent rows (those the rules added first,
+    with distinct values in their GROUP BY columns; copies with fresh keys when too few), or distinct values
+    of the grouping column itself (its own, then fresh ones)."""
+    if parent is None or parent_position is None:
+        own = [v for v in dict.fromkeys(row[position] for row in rows[name]) if v is not None]
+        rng.shuffle(own)
+        while len(own) < count:
+            own.append(_fresh(own[0] if own else None, schema.tables[name].columns[position].numeric,
+                              [(v,) for v in own], 0))
+        return own[:count]
+    table = schema.tables[parent]
+    grouping = [i for i, c in enumerate(table.columns) if c.name.lower() in found.group_columns and i != parent_position]
+    sampled = set(schema.sample.get(parent, []))
+    candidates = sorted(rows[parent], key=lambda row: (row in sampled, rng.random()))
+    chosen: list[tuple[Any, ...]] = []
+    for row in candidates:
+        if row[parent_position] is not None and all(
+                row[parent_position] != c[parent_position] and all(row[i] != c[i] for i in grouping) for c in chosen):
+            chosen.append(row)
+    while len(chosen) < count:
+        copy = _copy(table, (chosen or candidates)[0], {}, rows[parent])
+        copy = _with(copy, {i: _fresh(copy[i], table.columns[i].numeric, rows[parent], i) for i in grouping})
+        rows[parent].append(copy)
+        chosen.append(copy)
+    return [row[parent_position] for row in chosen[:count]]
+
+
+def _distinct_keys(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
+    """Distinct values in every ORDER BY key column that is no key by itself (``1, 2, ...`` in a random order
+    for a number, zero-padded text for text), so that the first and the last row of an ORDER BY are unique."""
+    for name in tables:
+        table = schema.tables[name]
+        for position, column in enumerate(table.columns):
+            if column.name.lower() not in found.order_columns or (position,) in table.unique_sets \
+                    or not rows.get(name):
+                continue
+            ranks = list(range(1, len(rows[name]) + 1))
+            rng.shuffle(ranks)
+            rows[name] = [_with(row, {position: rank if column.numeric else f"{rank:06d}"})
+                          for row, rank in zip(rows[name], ranks)]
+    return rows
+
+
 def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) -> list[tuple[Any, ...]]:
     """Equal values in ORDER BY key columns (and sometimes in others), often the column's largest or smallest
     value: an argmax by ``LIMIT 1`` against one by ``= (SELECT MAX ...)`` disagrees when two rows tie for the
@@ -558,37 +747,41 @@ JoinedRule = Callable[[Schema, list[str], Rows, Hints, random.Random], Rows]
 @dataclass(frozen=True)
 class Profile:
     """The rules one neighbor applies to each table, in turn; whether it may empty a table; the rules over
-    the whole database applied after the rows reach the joins; whether it needs a join to change anything."""
+    the whole database applied after the rows reach the joins; whether it needs a join to change anything;
+    the :func:`features` it aims at (built first where the two queries differ on one of them)."""
 
     rules: tuple[Rule, ...]
     may_empty: bool = False
     joined: tuple[JoinedRule, ...] = ()
     needs_join: bool = False
+    targets: frozenset[str] = frozenset()
 
 
 #: Neighbor ``i`` uses profile ``i % len(PROFILES)``: one rule alone first, so that a difference one rule
 #: exposes is not hidden by another (NULLs that tie at a LIMIT, say), then combinations, then the targeted
 #: ones (rows without a match, an emptied join partner, groups of the compared size).
 PROFILES: list[Profile] = [
-    Profile((literal_rows, literal_values)),
-    Profile((null_columns,)),
-    Profile((duplicates,)),
-    Profile((literal_rows, ties)),
-    Profile((failed_joins,), may_empty=True, needs_join=True),
+    Profile((literal_rows, literal_values), targets=frozenset({"comparison", "condition", "aggregate"})),
+    Profile((null_columns,), targets=frozenset({"count"})),
+    Profile((duplicates,), targets=frozenset({"distinct", "count"})),
+    Profile((literal_rows, ties), targets=frozenset({"order", "aggregate"})),
+    Profile((failed_joins,), may_empty=True, needs_join=True, targets=frozenset({"join"})),
     Profile((literal_rows, literal_values, nulls)),
-    Profile((literal_rows, duplicates, ties)),
+    Profile((literal_rows, duplicates, ties), targets=frozenset({"distinct"})),
     Profile((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), may_empty=True),
-    Profile((literal_rows, null_columns)),
+    Profile((literal_rows, null_columns), targets=frozenset({"count"})),
     Profile((nulls,)),
-    Profile((literal_rows,), joined=(unmatched,), needs_join=True),
-    Profile((literal_rows, literal_values), joined=(empty_partner,), needs_join=True),
-    Profile((literal_rows,), joined=(group_sizes,)),
-    Profile((literal_rows,), joined=(null_counted,)),
-    Profile((null_all_but_one,)),
+    Profile((literal_rows,), joined=(unmatched,), needs_join=True, targets=frozenset({"join"})),
+    Profile((literal_rows, literal_values), joined=(empty_partner,), needs_join=True, targets=frozenset({"join"})),
+    Profile((literal_rows,), joined=(group_sizes,), targets=frozenset({"comparison"})),
+    Profile((literal_rows,), joined=(null_counted,), targets=frozenset({"count"})),
+    Profile((null_all_but_one,), targets=frozenset({"count"})),
+    Profile((literal_rows,), joined=(ladder,), targets=frozenset({"order", "count", "join"})),
+    Profile((literal_rows,), joined=(ladder_nulls,), targets=frozenset({"count"})),
 ]
 #: The order profiles are tried in: literals and boundaries, NULLs where counted, rows without a match,
 #: duplicates and ties, group sizes, then the rest.
-PRIORITY = (0, 8, 10, 13, 6, 12, 14, 11, 1, 3, 2, 5, 7, 4, 9)
+PRIORITY = (0, 8, 10, 13, 16, 6, 15, 12, 14, 11, 1, 3, 2, 5, 7, 4, 9)
 
 
 def seed_of(seed: int, index: int) -> int:
