@@ -47,6 +47,7 @@ class Hints:
     equal_sizes: list[int] = field(default_factory=list)  # those it must equal (``HAVING COUNT(*) = 2``)
     subquery_compared: set[str] = field(default_factory=set)  # columns compared with a subquery's value
     differences: set[str] = field(default_factory=set)  # the :func:`features` on which the queries differ
+    outer_tables: set[str] = field(default_factory=set)  # tables on the NULL-filled side of an outer join
 
 
 def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hints:
@@ -62,6 +63,8 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
                                   and not node.table and node.this.args.get("quoted")
                                   and node.name.lower() not in known else node)
         seen.append(features(tree))
+        found.outer_tables |= {j.this.name.lower() for j in tree.find_all(exp.Join)
+                               if j.side in ("LEFT", "FULL") and isinstance(j.this, exp.Table)}
         found.tables |= {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
         found.columns |= {c.name.lower() for c in tree.find_all(exp.Column)}
         for order in tree.find_all(exp.Ordered):
@@ -275,14 +278,15 @@ def unmatched(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: 
 
 
 def empty_partner(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
-    """One joined table emptied, the many side of a join when there is one (its join column is no key of its
-    own; a nullable foreign key to the emptied table is set to NULL): every row of the other side is then
-    without a match, which a LEFT JOIN keeps and a JOIN drops, and an aggregate over the emptied side meets no
-    row."""
+    """One joined table emptied: the right side of a LEFT JOIN in either query, else the many side of a join
+    when there is one (its join column is no key of its own; a nullable foreign key to the emptied table is
+    set to NULL): every row of the other side is then without a match, which a LEFT JOIN keeps and a JOIN
+    drops, and an aggregate over the emptied side meets no row."""
     pairs = _join_pairs(schema, tables, found)
+    joined = {t for pair in pairs for t, _ in pair}
     many = sorted({t for pair in pairs for t, c in pair
                    if (_position(schema.tables[t], c),) not in schema.tables[t].unique_sets})
-    candidates = many or sorted({t for pair in pairs for t, _ in pair})
+    candidates = sorted(joined & found.outer_tables) or many or sorted(joined)
     if not candidates:
         return rows
     emptied = rng.choice(candidates)
@@ -300,7 +304,8 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
     """Rows that reach the join: for each pair of columns the queries join on (and each declared foreign key
     between the tables), copies of rows of the later table whose join column takes the value of a row of the
     earlier one, rows the rules added first (those carry the literals and their boundaries). Without them a
-    literal put into a parent row meets no child row, and the join hides the difference."""
+    literal put into a parent row meets no child row, and the join hides the difference. The copies are made
+    of rows the rules added to the later table too, so that they carry its literals as well."""
     order = {name: i for i, name in enumerate(tables)}
     pairs = {(a, b) if order[a[0]] < order[b[0]] else (b, a) for a, b in found.join_pairs
              if a[0] in order and b[0] in order}
@@ -319,8 +324,10 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
             sampled = set(schema.sample.get(first, []))
             added = [row for row in rows[first] if row not in sampled]
             out = rows[second]
+            sampled_target = set(schema.sample.get(second, []))
+            carrying = [row for row in out if row not in sampled_target] or list(out)
             for row in (added or rng.sample(rows[first], 1))[:3]:
-                out.append(_copy(target, rng.choice(out), {to: row[at]}, out))
+                out.append(_copy(target, rng.choice(carrying), {to: row[at]}, out))
     return _bridge(schema, rows, pairs, rng)
 
 
@@ -592,10 +599,16 @@ def ladder(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: ran
     values = _group_values(schema, rows, name, position, parent, parent_position, len(sizes), found, rng)
     sampled = set(schema.sample.get(name, []))
     sources = [row for row in rows[name] if row not in sampled] or rows[name]
+    # Every column of the grouped table that the queries join to the same parent column takes the group's value
+    # (``ON a.code = f.dest OR a.code = f.source``: a row then meets its parent once, and no other).
+    positions = {position} | ({_position(table, c) for pair in _join_pairs(schema, tables, found)
+                               for (t, c), other in (pair, pair[::-1]) if t == name and parent is not None
+                               and other == (parent, schema.tables[parent].columns[parent_position].name.lower())}
+                              if parent is not None and parent_position is not None else set())
     out: list[tuple[Any, ...]] = []
     for value, size in zip(values, sizes):
         for _ in range(size):
-            out.append(_copy(table, rng.choice(sources), {position: value}, out))
+            out.append(_copy(table, rng.choice(sources), {i: value for i in positions if i is not None}, out))
     rows[name] = out
     return rows
 
