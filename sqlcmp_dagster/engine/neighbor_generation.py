@@ -610,6 +610,24 @@ def ladder(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: ran
         for _ in range(size):
             out.append(_copy(table, rng.choice(sources), {i: value for i in positions if i is not None}, out))
     rows[name] = out
+    return _give_parents(schema, rows, name, rng)
+
+
+def _give_parents(schema: Schema, rows: Rows, name: str, rng: random.Random) -> Rows:
+    """A parent row for every row of ``name`` whose declared (one-column) foreign key meets none: a copy of a
+    parent row carrying that key. A copy's fresh key column that is also a foreign key (``hiring.employee_id``,
+    a primary key that references ``employee``) then has its parent, rather than the copy being rejected."""
+    table = schema.tables[name]
+    for key in table.foreign_keys:
+        if len(key.columns) != 1 or key.parent not in rows or key.parent == name or not rows[key.parent]:
+            continue
+        at, to = key.columns[0], key.parent_columns[0]
+        parents = rows[key.parent]
+        present = {row[to] for row in parents}
+        for value in dict.fromkeys(row[at] for row in rows[name]):
+            if value is not None and value not in present:
+                parents.append(_copy(schema.tables[key.parent], rng.choice(parents), {to: value}, parents))
+                present.add(value)
     return rows
 
 
@@ -631,7 +649,12 @@ def ladder_nulls(schema: Schema, tables: list[str], rows: Rows, found: Hints, rn
         if table_name is None or column is None:
             continue
         targets = _counted(schema.tables[table_name], found)
-        rows[table_name] = [_with(row, {i: None for i in targets}) if row[column] == value else row
+        # The other groups count every row: a NULL there (Spider leaves many such columns empty) takes a value.
+        filled = {i: next((r[i] for r in [*rows[table_name], *schema.sample.get(table_name, [])]
+                           if r[i] is not None), 1 if schema.tables[table_name].columns[i].numeric else "x")
+                  for i in targets}
+        rows[table_name] = [_with(row, {i: None for i in targets}) if row[column] == value else
+                            _with(row, {i: filled[i] for i in targets if row[i] is None})
                             for row in rows[table_name]]
     return rows
 
@@ -639,8 +662,9 @@ def ladder_nulls(schema: Schema, tables: list[str], rows: Rows, found: Hints, rn
 def _group_values(schema: Schema, rows: Rows, name: str, position: int, parent: str | None,
                   parent_position: int | None, count: int, found: Hints, rng: random.Random) -> list[Any]:
     """``count`` values for the groups of a ladder: join values of parent rows (those the rules added first,
-    with distinct values in their GROUP BY columns; copies with fresh keys when too few), or distinct values
-    of the grouping column itself (its own, then fresh ones)."""
+    with distinct values in the columns the queries name where there are enough, in their GROUP BY columns at
+    least; copies with fresh keys when too few), or distinct values of the grouping column itself (its own,
+    then fresh ones)."""
     if parent is None or parent_position is None:
         own = [v for v in dict.fromkeys(row[position] for row in rows[name]) if v is not None]
         rng.shuffle(own)
@@ -652,11 +676,16 @@ def _group_values(schema: Schema, rows: Rows, name: str, position: int, parent: 
     grouping = [i for i, c in enumerate(table.columns) if c.name.lower() in found.group_columns and i != parent_position]
     sampled = set(schema.sample.get(parent, []))
     candidates = sorted(rows[parent], key=lambda row: (row in sampled, rng.random()))
+    named = [i for i, c in enumerate(table.columns) if c.name.lower() in found.columns]
     chosen: list[tuple[Any, ...]] = []
-    for row in candidates:
-        if row[parent_position] is not None and all(
-                row[parent_position] != c[parent_position] and all(row[i] != c[i] for i in grouping) for c in chosen):
-            chosen.append(row)
+    # Parents that differ in every column the queries name (so that the groups show apart), then in their GROUP
+    # BY columns at least.
+    for distinct in (named, grouping):
+        for row in candidates:
+            if len(chosen) < count and row[parent_position] is not None and all(
+                    row[parent_position] != c[parent_position] and all(row[i] != c[i] for i in distinct)
+                    for c in chosen):
+                chosen.append(row)
     while len(chosen) < count:
         copy = _copy(table, (chosen or candidates)[0], {}, rows[parent])
         copy = _with(copy, {i: _fresh(copy[i], table.columns[i].numeric, rows[parent], i) for i in grouping})
