@@ -305,7 +305,8 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
     between the tables), copies of rows of the later table whose join column takes the value of a row of the
     earlier one, rows the rules added first (those carry the literals and their boundaries). Without them a
     literal put into a parent row meets no child row, and the join hides the difference. The copies are made
-    of rows the rules added to the later table too, so that they carry its literals as well."""
+    of rows of the later table that carry its literals too (else of rows the rules added), so that a WHERE on
+    both tables holds on them."""
     order = {name: i for i, name in enumerate(tables)}
     pairs = {(a, b) if order[a[0]] < order[b[0]] else (b, a) for a, b in found.join_pairs
              if a[0] in order and b[0] in order}
@@ -324,8 +325,10 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
             sampled = set(schema.sample.get(first, []))
             added = [row for row in rows[first] if row not in sampled]
             out = rows[second]
+            literals = _literal_columns(target, found)
             sampled_target = set(schema.sample.get(second, []))
-            carrying = [row for row in out if row not in sampled_target] or list(out)
+            carrying = [row for row in out if _carries(row, literals)] or \
+                [row for row in out if row not in sampled_target] or list(out)
             for row in (added or rng.sample(rows[first], 1))[:3]:
                 out.append(_copy(target, rng.choice(carrying), {to: row[at]}, out))
     return _bridge(schema, rows, pairs, rng)
@@ -686,9 +689,11 @@ def _group_values(schema: Schema, rows: Rows, name: str, position: int, parent: 
                     row[parent_position] != c[parent_position] and all(row[i] != c[i] for i in distinct)
                     for c in chosen):
                 chosen.append(row)
+    # Copies differ in their GROUP BY columns and in the other columns the queries name but compare with nothing.
+    varied = set(grouping) | {i for i in named if table.columns[i].name.lower() not in found.literals}
     while len(chosen) < count:
         copy = _copy(table, (chosen or candidates)[0], {}, rows[parent])
-        copy = _with(copy, {i: _fresh(copy[i], table.columns[i].numeric, rows[parent], i) for i in grouping})
+        copy = _with(copy, {i: _fresh(copy[i], table.columns[i].numeric, rows[parent], i) for i in varied})
         rows[parent].append(copy)
         chosen.append(copy)
     return [row[parent_position] for row in chosen[:count]]
