@@ -610,8 +610,9 @@ def ladder(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: ran
                               if parent is not None and parent_position is not None else set())
     out: list[tuple[Any, ...]] = []
     for value, size in zip(values, sizes):
+        source = rng.choice(sources)  # one per group: a WHERE keeps all of a group or none, never a part
         for _ in range(size):
-            out.append(_copy(table, rng.choice(sources), {i: value for i in positions if i is not None}, out))
+            out.append(_copy(table, source, {i: value for i in positions if i is not None}, out))
     rows[name] = out
     return _give_parents(schema, rows, name, rng)
 
@@ -732,9 +733,9 @@ def ties(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Ra
                     source = rng.choice((max(values), min(values)))
                 except TypeError:  # a column that mixes numbers and text has no order in Python
                     pass
-            # A third of the rows, or every row (a comparison with AVG over the table is then on its boundary).
-            share = len(out) if column.name.lower() in found.subquery_compared and rng.random() < 0.5 else \
-                max(1, len(out) // 3)
+            # A third of the rows, or every row where the column is compared with a subquery's value (then on
+            # its boundary whether that is the AVG, MAX or MIN of the column).
+            share = len(out) if column.name.lower() in found.subquery_compared else max(1, len(out) // 3)
             for index in rng.sample(range(len(out)), share):
                 out[index] = _with(out[index], {position: source})
             if keyed:  # and one more row, other values, on the same key
@@ -811,7 +812,7 @@ PROFILES: list[Profile] = [
     Profile((literal_rows, literal_values), targets=frozenset({"comparison", "condition", "aggregate"})),
     Profile((null_columns,), targets=frozenset({"count"})),
     Profile((duplicates,), targets=frozenset({"distinct", "count"})),
-    Profile((literal_rows, ties), targets=frozenset({"order", "aggregate"})),
+    Profile((literal_rows, ties), targets=frozenset({"order", "aggregate", "comparison"})),
     Profile((failed_joins,), may_empty=True, needs_join=True, targets=frozenset({"join"})),
     Profile((literal_rows, literal_values, nulls)),
     Profile((literal_rows, duplicates, ties), targets=frozenset({"distinct"})),
