@@ -204,7 +204,9 @@ def equivalent(kind: str, mutant: exp.Expression, schema: SchemaInfo, gold: exp.
       right table's columns only (SUM, AVG, MIN, MAX, COUNT(col) ignore the NULLs an unmatched row brings, and
       give NULL or 0 on no rows either way); or that is grouped by the left table's primary key under a HAVING
       that rejects a one-row group (``COUNT(*) > k`` with k >= 1, ``>= k`` or ``= k`` with k >= 2): an
-      unmatched left row is a group of its own, of one row, which the HAVING drops;
+      unmatched left row is a group of its own, of one row, which the HAVING drops; or whose SELECT projects
+      only right-table columns under INTERSECT (or as EXCEPT's right operand) against an operand without outer
+      joins that projects a NOT NULL column: the all-NULL rows it adds meet nothing there;
     * MAX to MIN where every group holds one row (one table whose primary key is covered by the GROUP BY
       columns and the WHERE's equalities with literals) or the aggregated column is a GROUP BY column."""
     if kind == "distinct_over_key":
@@ -220,6 +222,9 @@ def equivalent(kind: str, mutant: exp.Expression, schema: SchemaInfo, gold: exp.
             return "LEFT JOIN under one row of aggregates over the right table only"
         if _left_join_grouped_away(mutant, schema):
             return "LEFT JOIN grouped by the left primary key under a HAVING that drops one-row groups"
+        if _left_join_set_away(mutant, schema):
+            return "LEFT JOIN projecting only right-table columns, under INTERSECT or EXCEPT with an operand " \
+                   "that never yields an all-NULL row"
     if kind == "count_column":
         count = _first(mutant, exp.Count, lambda c: isinstance(c.this, exp.Column))
         select = count.find_ancestor(exp.Select) if count is not None else None
@@ -271,6 +276,37 @@ def _constant(node: exp.Expression, columns: set[str]) -> bool:
     """A literal, or a double-quoted name that is no column (``"Spanish"``, which SQLite reads as a string)."""
     return isinstance(node, exp.Literal) or isinstance(node, exp.Column) and not node.table \
         and bool(node.this.args.get("quoted")) and node.name.lower() not in columns
+
+
+def _left_join_set_away(tree: exp.Expression, schema: SchemaInfo) -> bool:
+    """A LEFT JOIN whose SELECT projects only columns of its right table is an operand of INTERSECT (either
+    side) or the right operand of EXCEPT, and the other operand has no outer join and projects a NOT NULL column
+    somewhere: the rows an unmatched left row adds are all NULL, and the set operation compares them with rows
+    of the other operand, none of which is all NULL, so they change nothing."""
+    join = _first(tree, exp.Join, lambda j: j.side == "LEFT")
+    select = join.find_ancestor(exp.Select) if join is not None else None
+    operand: exp.Expression | None = select
+    while operand is not None and isinstance(operand.parent, exp.Subquery):
+        operand = operand.parent
+    parent = operand.parent if operand is not None else None
+    if select is None or not isinstance(parent, (exp.Intersect, exp.Except)) or \
+            (isinstance(parent, exp.Except) and parent.this is operand):
+        return False
+    right = join.this.alias_or_name.lower()
+    if not all(isinstance(p, exp.Column) and p.table.lower() == right for p in select.expressions):
+        return False
+    other = parent.expression if parent.this is operand else parent.this
+    other = other.unnest() if isinstance(other, exp.Subquery) else other
+    if not isinstance(other, exp.Select) or any(j.side for j in other.args.get("joins") or []):
+        return False
+    aliases = {t.alias_or_name.lower(): t.name.lower() for t in other.find_all(exp.Table)}
+    only = next(iter(aliases.values())) if len(set(aliases.values())) == 1 else None
+    for projection in other.expressions:
+        if isinstance(projection, exp.Column):
+            table = aliases.get(projection.table.lower()) if projection.table else only
+            if table is not None and projection.name.lower() in schema.not_null.get(table, set()):
+                return True
+    return False
 
 
 def _left_join_grouped_away(tree: exp.Expression, schema: SchemaInfo) -> bool:

@@ -278,3 +278,86 @@ def test_spider_gold_against_equivalent_rewrites_sampled(tmp_path: Path) -> None
     alarms = [(row[3], row[4]) for row, report in zip(sample, reports) if search(report).get("counterexample_found")]
     assert alarms == []
     assert sum(search(r).get("neighbor_search_ran", False) for r in reports) >= len(sample) // 2
+
+
+CLUBS = """
+CREATE TABLE club (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
+CREATE TABLE member (id INTEGER PRIMARY KEY, club_id INTEGER NOT NULL REFERENCES club(id), nickname TEXT);
+CREATE TABLE award (member_id INTEGER REFERENCES member(id), points INTEGER);
+"""
+
+
+@pytest.fixture(scope="module")
+def clubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One club with one member (so every group ties, and no nickname is NULL) and no award at all."""
+    path = tmp_path_factory.mktemp("clubs") / "clubs.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(CLUBS)
+    connection.execute("INSERT INTO club VALUES (1, 'chess')")
+    connection.execute("INSERT INTO member VALUES (1, 1, 'ace')")
+    connection.commit()
+    connection.close()
+    return path
+
+
+def test_the_profiles_aimed_at_the_difference_are_built_first() -> None:
+    """The features on which the two queries differ (here a COUNT's argument) put the profiles aimed at them
+    first, whatever PRIORITY says; the same queries compared with themselves keep PRIORITY's order."""
+    from sqlglot import parse_one
+
+    from sqlcmp_dagster.engine.neighbor_generation import PRIORITY, PROFILES, hints, neighbor_numbers
+
+    trees = [parse_one("SELECT count(bonus) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.name"),
+             parse_one("SELECT count(*) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.name")]
+    found = hints(trees)
+    assert found.differences == {"count"}
+    numbers = neighbor_numbers(6, ["dept", "emp"], found)
+    assert all("count" in PROFILES[n].targets for n in numbers), numbers
+    same = hints([trees[1], trees[1].copy()])
+    assert same.differences == set()
+    assert neighbor_numbers(3, ["dept", "emp"], same) == list(PRIORITY[:3])
+
+
+@pytest.mark.parametrize(("expected", "actual", "by_ladder"), [
+    # ASC and DESC under LIMIT agree where every group ties; groups of distinct sizes tell them apart.
+    ("SELECT club.name FROM member JOIN club ON member.club_id = club.id GROUP BY club.id ORDER BY count(*) DESC "
+     "LIMIT 1",
+     "SELECT club.name FROM member JOIN club ON member.club_id = club.id GROUP BY club.id ORDER BY count(*) LIMIT 1",
+     True),
+    # COUNT(col) for COUNT(*) in an argmax: NULLs in the largest group only.
+    ("SELECT club.name FROM member JOIN club ON member.club_id = club.id GROUP BY club.id ORDER BY count(*) DESC "
+     "LIMIT 1",
+     "SELECT club.name FROM member JOIN club ON member.club_id = club.id GROUP BY club.id "
+     "ORDER BY count(member.nickname) DESC LIMIT 1", True),
+    # ... and across a HAVING threshold.
+    ("SELECT club.name FROM member JOIN club ON member.club_id = club.id GROUP BY club.id HAVING count(*) >= 2",
+     "SELECT club.name FROM member JOIN club ON member.club_id = club.id GROUP BY club.id "
+     "HAVING count(member.nickname) >= 2", False),  # NULLs in a whole column may show it first
+])
+def test_ladders_of_distinct_group_sizes_tell_group_accidents_apart(clubs: Path, expected: str, actual: str,
+                                                                    by_ladder: bool) -> None:
+    from sqlcmp_dagster.engine.neighbor_generation import PROFILES, ladder, ladder_nulls
+
+    report = compare(clubs, expected, actual)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["counterexample_found"], found
+    profile = PROFILES[found["counterexample"]["neighbor"] % len(PROFILES)]
+    assert bool({ladder, ladder_nulls} & set(profile.joined)) or not by_ladder, profile
+    replay = sqlite3.connect(":memory:")
+    replay.execute("PRAGMA foreign_keys = ON")
+    replay.executescript(CLUBS)
+    for table in ("club", "member"):  # parents first; a row the schema rejects raises here
+        for row in found["counterexample"]["tables"].get(table, {"rows": []})["rows"]:
+            replay.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+
+
+def test_an_empty_table_gets_rows_on_its_neighbors(clubs: Path) -> None:
+    """Two queries over a table without a row pass on two empty results; the neighbors give it rows (keys to
+    existing members), so the direction of the ORDER BY shows."""
+    report = compare(clubs, "SELECT member.nickname, award.points FROM award JOIN member ON award.member_id = "
+                            "member.id ORDER BY award.points DESC LIMIT 1",
+                     "SELECT member.nickname, award.points FROM award JOIN member ON award.member_id = member.id "
+                     "ORDER BY award.points LIMIT 1")
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["counterexample_found"]
+    assert found["counterexample"]["tables"]["award"]["rows"]
