@@ -111,10 +111,11 @@ def features(tree: exp.Expression) -> dict[str, list[str]]:
     """What the profiles aim at, per feature of a query (lower-case SQL, sorted): its COUNTs and other
     aggregates, its joins' sides, the column pairs it equates (join keys), its comparisons with anything else
     (literals, subqueries, aggregates), its ORDER BY keys with their direction, its DISTINCTs, the shape of its
-    conditions (AND, OR, NOT). Where two queries differ is where a neighbor must tell them apart
+    conditions (AND, OR, NOT); columns without their table qualifier, which is only an author's alias. Where two queries differ is where a neighbor must tell them apart
     (:func:`neighbor_numbers` builds the profiles aimed there first)."""
-    def text(node: exp.Expression) -> str:
-        return node.sql(dialect="sqlite").lower()
+    def text(node: exp.Expression) -> str:  # without table qualifiers: aliases differ between any two authors
+        return node.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n) \
+            .sql(dialect="sqlite").lower()
 
     def key_pair(node: exp.Expression) -> bool:
         return isinstance(node, exp.EQ) and all(isinstance(o, exp.Column) for o in node.iter_expressions())
@@ -126,7 +127,8 @@ def features(tree: exp.Expression) -> dict[str, list[str]]:
         "join": sorted(f"{j.side} {j.kind}".lower() for j in tree.find_all(exp.Join)),
         "join_key": sorted(text(node) for node in comparisons if key_pair(node)),
         "comparison": sorted(text(node) for node in comparisons if not key_pair(node)),
-        "order": sorted(text(node) for node in tree.find_all(exp.Ordered)),
+        "order": sorted(f"{text(node.this)} {'desc' if node.args.get('desc') else 'asc'}"
+                       for node in tree.find_all(exp.Ordered)),
         "distinct": sorted(text(node.parent) for node in tree.find_all(exp.Distinct) if node.parent is not None),
         "condition": sorted(type(node).__name__ for node in tree.find_all(exp.And, exp.Or, exp.Not)),
     }
