@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import render_summary, summarize
@@ -361,3 +363,51 @@ def test_an_empty_table_gets_rows_on_its_neighbors(clubs: Path) -> None:
     found = search(report)
     assert report.deterministic_verdict == "pass" and found["counterexample_found"]
     assert found["counterexample"]["tables"]["award"]["rows"]
+
+
+def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: Path) -> None:
+    """One search builds all its neighbors over the same connections (its tables created once, emptied after
+    each neighbor). Each neighbor still holds what a fresh database would: the same accepted and rejected rows,
+    AUTOINCREMENT counters starting again, and a query cut short on one neighbor (``max_rows``) holds nothing
+    open that would refuse the next neighbor's rows."""
+    path = tmp_path / "auto.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript("""
+        CREATE TABLE parent (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE);
+        CREATE TABLE child (id INTEGER PRIMARY KEY, pid INTEGER REFERENCES parent(id), v INTEGER NOT NULL);
+        INSERT INTO parent (name) VALUES ('a'), ('b');
+        INSERT INTO child VALUES (1, 1, 10), (2, 2, 20);
+    """)
+    connection.close()
+    neighbors = [
+        {"parent": [(None, "x"), (None, "y"), (None, "z")], "child": [(1, 1, 5), (2, 3, 6), (3, 9, 7)]},
+        {"parent": [(None, "p"), (None, "p"), (7, "q")], "child": [(1, 7, 1), (2, 1, None), (3, 2, 3)]},
+    ]
+    query = ("SELECT p.id, p.name, c.v, (SELECT group_concat(name || ':' || seq) FROM sqlite_sequence) "
+             "FROM parent AS p LEFT JOIN child AS c ON c.pid = p.id ORDER BY 1, 3")
+
+    def built(place: Neighborhood, rows: Rows) -> tuple[Rows, int, dict]:
+        with scratch(schema, tables, rows, place) as neighbor:
+            assert place.adapter.execute(query, max_rows=1).relation.truncated  # type: ignore[union-attr]
+            result = place.adapter.execute(query)
+            assert result.success and result.relation is not None
+            return neighbor.accepted, neighbor.rejected, result.relation.to_rows()
+
+    database = ExecutionAdapter(str(path))
+    try:
+        schema = read_schema(database, 10, 5_000)
+        assert not isinstance(schema, str)
+        tables = schema.scope({"parent", "child"})
+        with neighborhood(database) as place:
+            shared = [built(place, rows) for rows in neighbors]
+        fresh = []
+        for rows in neighbors:
+            with neighborhood(database) as place:
+                fresh.append(built(place, rows))
+    finally:
+        database.close()
+    assert shared == fresh
+    # Rejected: a child of a missing parent; a repeated name, a NULL v and a child of a missing parent.
+    assert [rejected for _, rejected, _ in shared] == [1, 3]
+    assert [row[:3] for row in shared[1][2]["rows"]] == [[1, "p", None], [7, "q", 1]]
+    assert shared[1][2]["rows"][0][3] == "parent:7"  # the counter starts again: 1, then the 7 given

@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import polars as pl
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
 from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
@@ -252,9 +252,12 @@ class ExecutionAdapter:
             self.engine = sa.create_engine("duckdb:///:memory:", poolclass=NullPool,
                                            connect_args={"config": dict(DUCKDB_SANDBOX)})
         elif scratch is not None:
+            # One connection for every query of the search (StaticPool): its sandbox is set when it opens and
+            # no query can change it; each query still gets its own deadline, length limit and rolled-back
+            # transaction (:meth:`_session`), and its statement is closed before the next neighbor is built.
             self.identifier = target
             self.engine = sa.create_engine("sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch),
-                                           poolclass=NullPool)
+                                           poolclass=StaticPool)
         else:
             self.engine = self._open(target)
         backend = self.engine.dialect.name
@@ -342,13 +345,17 @@ class ExecutionAdapter:
                     shape = _postgres_shape(raw, query)
                     query = shape.query(query, max_cell_bytes) if shape is not None else query
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
-                cursor.execute(query)
-                fetched = fetch_bounded(shape.rows(cursor) if shape is not None else cursor, limit, max_bytes,
-                                        max_cell_bytes)
-                if cursor.description is None:
-                    raise _NoRows()
-                names = shape.names if shape is not None else [str(column[0]) for column in cursor.description]
-                elapsed = (time.perf_counter() - started) * 1000
+                try:
+                    cursor.execute(query)
+                    fetched = fetch_bounded(shape.rows(cursor) if shape is not None else cursor, limit, max_bytes,
+                                            max_cell_bytes)
+                    if cursor.description is None:
+                        raise _NoRows()
+                    names = shape.names if shape is not None else [str(c[0]) for c in cursor.description]
+                    elapsed = (time.perf_counter() - started) * 1000
+                finally:
+                    if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
+                        cursor.close()
         except _NoRows:
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
             return Execution(False, None, error, (time.perf_counter() - started) * 1000)

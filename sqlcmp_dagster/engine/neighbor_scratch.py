@@ -2,11 +2,12 @@
 and in-memory copies built from row sets with every declared constraint enforced by the engine.
 
 Nothing here writes to the user's database: the schema and the sample are read through the case's own
-read-only, time-limited :class:`ExecutionAdapter` (the same sandbox as the queries), and each neighbor is a
-fresh in-memory database of the case's engine that lives only while its :class:`Scratch` is open: SQLite in
+read-only, time-limited :class:`ExecutionAdapter` (the same sandbox as the queries), and each neighbor is an
+in-memory database of the case's engine whose rows live only while its :class:`Scratch` is open: SQLite in
 this process, DuckDB in one of the case's bounded DuckDB processes
 (:mod:`~sqlcmp_dagster.engine.duckdb_process`), so that the queries run on a neighbor under the very bounds of
-the case's own database.
+the case's own database. One search builds all its neighbors in one place (a :class:`Neighborhood`), over
+connections opened once for the search rather than once per neighbor and per query.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlcmp_dagster.engine.duckdb_process import DuckdbProcess
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES
 
@@ -281,41 +281,65 @@ class Scratch:
 
 
 def scratch_name() -> str:
-    """A fresh name for neighbor databases (one search reuses it: one neighbor exists at a time)."""
+    """A fresh name for a search's neighbor databases (one neighbor exists at a time)."""
     return f"sqlcmp-neighbor-{uuid.uuid4().hex}"
 
 
+@dataclass
+class Neighborhood:
+    """Where one search builds its neighbors and runs the queries on them, open for the whole search.
+
+    ``adapter`` is the sandboxed, time-limited adapter the queries run through. On SQLite it keeps one
+    read-only connection (``query_only``, the authorizer, a progress handler and the watchdog's deadline per
+    query, every query's transaction rolled back) to the shared in-memory database ``name``, and ``writer`` is
+    the one writable connection to it: it creates the search's tables once (every neighbor of a search has the
+    same tables) and empties them after each neighbor (:func:`_writable`), so that a neighbor costs no
+    connection and no schema. On DuckDB both are the in-memory neighbor database of the process borrowed from
+    the case's database (``adapter.neighbor_process``)."""
+
+    adapter: ExecutionAdapter
+    name: str
+    writer: sqlite3.Connection | None = None
+    created: bool = False  # SQLite: the search's tables exist (the first neighbor created them)
+
+
 @contextmanager
-def scratch_adapter(name: str, database: ExecutionAdapter) -> Iterator[ExecutionAdapter]:
-    """The sandboxed, time-limited adapter over the neighbor databases of a search on ``database``, whichever
-    is built now: SQLite's shared in-memory database ``name``, or the in-memory neighbor database of a DuckDB
-    process borrowed from ``database`` for the search (already started, and given back afterwards)."""
+def neighborhood(database: ExecutionAdapter) -> Iterator[Neighborhood]:
+    """The :class:`Neighborhood` of a search on ``database``: SQLite's shared in-memory database (alive while
+    the search's connections are open), or the in-memory neighbor database of a DuckDB process borrowed from
+    ``database`` for the search (already started, and given back afterwards)."""
+    name = scratch_name()
     process = database.borrow_duckdb_process() if database.dialect == "duckdb" else None
+    writer = _writer(name) if process is None else None
     adapter = ExecutionAdapter(f"neighbor:{name}", scratch=name, neighbor_process=process)
     try:
-        yield adapter
+        yield Neighborhood(adapter, name, writer)
     finally:
         adapter.close()
+        if writer is not None:
+            writer.close()
         if process is not None:
             database.return_duckdb_process(process)
 
 
 @contextmanager
-def scratch(schema: Schema, tables: list[str], rows: Rows, name: str, process: DuckdbProcess | None = None,
+def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
             max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> Iterator[Scratch]:
-    """Build a neighbor in memory under ``name`` in the case's engine: create ``tables`` (parents first), then
-    insert ``rows`` with foreign keys, NOT NULL, CHECK, PRIMARY KEY and UNIQUE enforced by the engine; a
-    rejected row is left out. Where a malformed foreign key in scope makes SQLite refuse every insert,
-    enforcement is off and the well-formed keys are checked here instead (:func:`_parents_present`). A DuckDB
-    neighbor is written into ``process`` (the search adapter's, where its queries run with ``max_bytes`` as
-    their ``max_result_bytes``) and gets each table in one statement, row by row only when that statement is
-    refused."""
+    """Build a neighbor in ``place`` in the case's engine: ``tables`` (parents first; on SQLite created by the
+    search's first neighbor, emptied after each), then ``rows`` inserted with foreign keys, NOT NULL, CHECK,
+    PRIMARY KEY and UNIQUE enforced by the engine; a rejected row is left out. Where a malformed foreign key
+    in scope makes SQLite refuse every insert, enforcement is off and the well-formed keys are checked here
+    instead (:func:`_parents_present`). A DuckDB neighbor is written into the search adapter's process (where
+    its queries run with ``max_bytes`` as their ``max_result_bytes``) and gets each table in one statement, row
+    by row only when that statement is refused."""
     enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
-    with _writable(name, process, max_bytes, enforce_keys=enforced) as writer:
-        for table in tables:
-            writer.execute(schema.tables[table].ddl)
-            for sql in schema.index_ddl.get(table, []):
-                writer.execute(sql)
+    with _writable(place, [schema.tables[t].name for t in tables], max_bytes, enforce_keys=enforced) as writer:
+        if not place.created:
+            for table in tables:
+                writer.execute(schema.tables[table].ddl)
+                for sql in schema.index_ddl.get(table, []):
+                    writer.execute(sql)
+            place.created = place.writer is not None  # DuckDB drops its tables after each neighbor
         accepted: Rows = {}
         rejected = 0
         for table in tables:
@@ -355,14 +379,30 @@ class _Refused(Exception):
 
 
 @contextmanager
-def _writable(name: str, process: DuckdbProcess | None, max_bytes: int, *, enforce_keys: bool = True) \
+def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce_keys: bool = True) \
         -> Iterator[_Writer]:
-    """A writable in-memory database: ``process``'s DuckDB neighbor database (its queries to come bounded by
-    ``max_bytes``), else SQLite's ``name``; it is emptied when this closes."""
+    """The writable neighbor database of ``place``: its DuckDB process's (its queries to come bounded by
+    ``max_bytes``; every table is dropped when this closes), else SQLite's, whose ``tables`` are emptied when
+    this closes. Emptied rather than dropped, the tables are as a fresh database would hold them: each table's
+    rows go, and so do the AUTOINCREMENT counters (``sqlite_sequence``); the schema, root pages included, is
+    the one the first neighbor created."""
+    process = place.adapter.neighbor_process
     if process is None:
-        with _connection(name, enforce_keys=enforce_keys) as connection:
+        connection = place.writer
+        assert connection is not None
+        connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
+        try:
             yield _Writer(connection.execute, (sqlite3.IntegrityError, sqlite3.InterfaceError,
                                                sqlite3.OperationalError), connection.commit)
+        finally:
+            connection.rollback()
+            if place.created:
+                connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order
+                for table in tables:
+                    connection.execute(f'DELETE FROM "{table.replace(chr(34), chr(34) * 2)}"')
+                if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
+                    connection.execute("DELETE FROM sqlite_sequence")
+                connection.commit()
         return
 
     def execute(sql: str, params: Any = ()) -> None:
@@ -398,12 +438,19 @@ def _in_scope(malformed: str, tables: list[str]) -> bool:
     return malformed.split(" -> ")[0].lower() in tables
 
 
+def _writer(name: str) -> sqlite3.Connection:
+    """A writable connection to the shared in-memory database called ``name`` (created by the first connection,
+    gone when the last one closes)."""
+    return sqlite3.connect(f"file:{name}?mode=memory&cache=shared", uri=True, check_same_thread=False)
+
+
 @contextmanager
-def _connection(name: str, *, enforce_keys: bool = True) -> Iterator[sqlite3.Connection]:
-    """A writable shared in-memory database called ``name``; it disappears when this closes."""
-    connection = sqlite3.connect(f"file:{name}?mode=memory&cache=shared", uri=True, check_same_thread=False)
+def _connection(name: str) -> Iterator[sqlite3.Connection]:
+    """A writable shared in-memory database called ``name`` with foreign keys enforced; it disappears when this
+    closes."""
+    connection = _writer(name)
     try:
-        connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
+        connection.execute("PRAGMA foreign_keys = ON")
         yield connection
     finally:
         connection.close()

@@ -30,8 +30,8 @@ from sqlglot import exp
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
-from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Rows, Schema, read_schema, scratch, \
-    scratch_adapter, scratch_name
+from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
+    read_schema, scratch
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
@@ -72,8 +72,7 @@ class _Search:
     tables: list[str]
     deadline: float
     limit: str  # the time limit the deadline comes from, named in a cut
-    adapter: ExecutionAdapter
-    name: str
+    place: Neighborhood  # where every neighbor of the search is built and queried
     elapsed_queries_ms: float = 0.0
     nondeterminism: list[str] = field(default_factory=list)
     cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
@@ -90,6 +89,10 @@ class _Search:
     @property
     def config(self) -> Any:
         return self.validation.request.config
+
+    @property
+    def adapter(self) -> ExecutionAdapter:
+        return self.place.adapter
 
     def remaining_ms(self) -> int:
         left = int((self.deadline - time.monotonic()) * 1000)
@@ -124,8 +127,7 @@ class _Search:
     def run(self, rows: Rows, *, reverse: bool = False) -> tuple[_Run | None, Rows, int]:
         """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it."""
         ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
-        with scratch(self.schema, self.tables, ordered, self.name, self.adapter.neighbor_process,
-                     self.config.max_result_bytes) as built:
+        with scratch(self.schema, self.tables, ordered, self.place, self.config.max_result_bytes) as built:
             return self._compare(), built.accepted, built.rejected
 
     def _compare(self) -> _Run | None:
@@ -259,10 +261,8 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     cap = config.neighbor_time_budget_ms
     limit = (f"neighbor_time_budget_ms={cap}" if cap <= budget_ms else
              f"what was left of case_timeout_ms={config.case_budget_ms()} ({budget_ms} ms)")
-    name = scratch_name()
-    with scratch_adapter(name, database) as adapter:
-        search = _Search(validation, index, schema, tables, started + min(cap, budget_ms) / 1000, limit, adapter,
-                         name)
+    with neighborhood(database) as place:
+        search = _Search(validation, index, schema, tables, started + min(cap, budget_ms) / 1000, limit, place)
         return _searched(search, found, started, min(cap, budget_ms))
 
 
