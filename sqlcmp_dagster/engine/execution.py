@@ -322,9 +322,11 @@ class ExecutionAdapter:
         bytes (then truncated, with a warning), each text or binary cell cut at ``max_cell_bytes``."""
         limit = self.max_result_rows if max_rows is None else max_rows
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
-        # The gate's own parse counts against the query's timeout (a pathological text stops there).
+        # The gate's own parse counts against the query's timeout (a pathological text stops there); the gate
+        # reads the tree only, so the text is not canonicalized (the fix search hands every candidate as text).
         outcome = parsed if parsed is not None else parse(
-            sql, self.dialect, deadline=time.monotonic() + timeout / 1000, budget=f"the query's timeout ({timeout} ms)")
+            sql, self.dialect, deadline=time.monotonic() + timeout / 1000, budget=f"the query's timeout ({timeout} ms)",
+            canonical=False)
         # Only what the gate has read may run: text it cannot read (too long, cut by the clock, beyond sqlglot)
         # is refused, never sent to the engine unchecked.
         reason = _gate(outcome, self.dialect) if outcome.success else \

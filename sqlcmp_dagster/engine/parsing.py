@@ -67,11 +67,13 @@ class ParseOutcome:
 
 
 def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS, deadline: float | None = None,
-          budget: str = "what was left of the case's time budget (case_timeout_ms)") -> ParseOutcome:
+          budget: str = "what was left of the case's time budget (case_timeout_ms)",
+          canonical: bool = True) -> ParseOutcome:
     """Parse ``sql`` as exactly one statement in ``dialect`` and canonicalize it; text longer than
     ``max_chars`` is refused before the parser sees it, and a parse still running at ``deadline`` (a
     ``time.monotonic()`` instant: the end of the case's budget, which ``budget`` names) stops there as a parse
-    failure (:class:`_Clocked`).
+    failure (:class:`_Clocked`). Without ``canonical`` only the tree is built (no ``normalized_sql``, no
+    ``tree``): what the statement gate reads, at about a third of the cost.
 
     >>> parse("select a from t", "sqlite").normalized_sql
     'select a from t'
@@ -88,14 +90,14 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS, dea
     clock = _Clocked(deadline)
     running = _CLOCK.set(clock if deadline is not None else None)
     try:
-        return _parse(sql, dialect, clock)
+        return _parse(sql, dialect, clock, canonical)
     except _ParseCut:
         return ParseOutcome(False, None, None, f"parse cut: it ran past {budget}")
     finally:
         _CLOCK.reset(running)
 
 
-def _parse(sql: str, dialect: str, clock: _Clocked) -> ParseOutcome:
+def _parse(sql: str, dialect: str, clock: _Clocked, canonical: bool = True) -> ParseOutcome:
     try:
         statements = [s for s in clock.parse(sql, dialect) if s is not None]
     except ParseError as error:
@@ -112,6 +114,8 @@ def _parse(sql: str, dialect: str, clock: _Clocked) -> ParseOutcome:
             return ParseOutcome(False, None, None, f"not a SQL statement: {text[:80]!r} parses only as a bare "
                                                    "expression (a misspelt keyword?)")
     ast = statements[0]
+    if not canonical:
+        return ParseOutcome(True, ast, None, None, statement_count=len(statements))
     try:
         tree = canonical_tree(clock.parse_again(), dialect, owned=True) if clock.deadline is not None \
             else canonical_tree(ast, dialect)
