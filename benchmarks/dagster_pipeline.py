@@ -15,7 +15,12 @@ Spider dev (1,034 cases; the command BENCHMARKS.md uses), after
     python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir $S/database --pg-url postgresql+psycopg2://...
 
 Each part runs in a child process of its own (wall time and peak RSS from Linux /proc do not mix); the Dagster
-parts print the time spent storing events (the instance's ``handle_new_event`` is wrapped). ``--profile DIR``
+parts print the time spent storing events (the instance's ``handle_new_event`` is wrapped; split into the
+batched per-case materializations, the per-case check results and the rest) and writing and reading the
+per-case store (the IO manager's ``handle_output`` and ``load_input``). Each Dagster part ends with its
+ratio to the engine (wall and CPU) and the pipeline's own cost per case: (part - engine) / cases, in ms, which
+does not shrink when the engine gets faster. The load average is printed before and after each part (the
+figures of a loaded machine are not comparable). ``--profile DIR``
 runs each Dagster part under cProfile instead and writes ``DIR/<part>.prof`` (times are then inflated; read
 the shares).
 """
@@ -67,6 +72,7 @@ def part(name: str, folder: Path, db_dir: Path, work: Path, pg_url: str | None) 
     with _instance(name, pg_url, work) as instance:
         if name in ("dagster", "dagster-stock", "dagster-pg"):
             events = _count_event_time(instance)
+            store = _count_store_time()
             started, cpu = time.perf_counter(), time.process_time()
             tick = sensor_tick(defs, instance, None)
             summary = materialize_summary(defs, instance)
@@ -75,7 +81,8 @@ def part(name: str, folder: Path, db_dir: Path, work: Path, pg_url: str | None) 
             value = summary.output_for_node("evaluation_summary")
             return {"seconds": seconds, "cpu_seconds": time.process_time() - cpu, "peak_mib": peak_mib(),
                     "runs": len(tick.runs), "cases": value["cases"],
-                    "passed": value["passed"], "event_seconds": events["seconds"], "events": events["count"]}
+                    "passed": value["passed"], **{f"event_{k}": v for k, v in events.items()},
+                    **{f"store_{k}": v for k, v in store.items()}}
         # name == "sensor": register the cases as the first tick would (partitions and cursor, without running
         # them), then time a tick that finds nothing changed.
         with dg.build_sensor_context(instance=instance, resources=defs.resources) as context:
@@ -105,19 +112,58 @@ def _instance(name: str, pg_url: str | None, work: Path):  # noqa: ANN202 (a con
 
 
 def _count_event_time(instance) -> dict[str, float]:  # noqa: ANN001 (dagster's instance)
-    """Wrap the instance's event handling so the run reports how long storing its events took."""
-    figures = {"seconds": 0.0, "count": 0}
-    original = instance.handle_new_event
+    """Wrap the instance's event handling so the run reports how long storing its events took: in all, for
+    the batches of per-case materializations, and for the per-case check results."""
+    from dagster import DagsterEventType
+
+    figures = {"seconds": 0.0, "count": 0, "batch_seconds": 0.0, "batched": 0, "check_seconds": 0.0, "checks": 0}
+    single, batch = instance.handle_new_event, instance.event_log_storage.store_event_batch
 
     def timed(event, **kwargs):  # noqa: ANN001, ANN003, ANN202
         started = time.perf_counter()
         try:
-            return original(event, **kwargs)
+            return single(event, **kwargs)
         finally:
-            figures["seconds"] += time.perf_counter() - started
+            spent = time.perf_counter() - started
+            figures["seconds"] += spent
             figures["count"] += 1
+            if event.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION:
+                figures["check_seconds"] += spent
+                figures["checks"] += 1
+
+    def timed_batch(events):  # noqa: ANN001, ANN202
+        started = time.perf_counter()
+        try:
+            return batch(events)
+        finally:
+            figures["batch_seconds"] += time.perf_counter() - started
+            figures["batched"] += len(events)
 
     instance.handle_new_event = timed
+    instance.event_log_storage.store_event_batch = timed_batch
+    return figures
+
+
+def _count_store_time() -> dict[str, float]:
+    """Wrap the case store (the IO manager class) so the run reports how long writing and reading took."""
+    from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
+
+    figures = {"write_seconds": 0.0, "read_seconds": 0.0}
+
+    def timed(method: str, key: str) -> None:
+        original = getattr(PartitionedParquetIOManager, method)
+
+        def run(self, *args):  # noqa: ANN001, ANN002, ANN202
+            started = time.perf_counter()
+            try:
+                return original(self, *args)
+            finally:
+                figures[key] += time.perf_counter() - started
+
+        setattr(PartitionedParquetIOManager, method, run)
+
+    timed("handle_output", "write_seconds")
+    timed("load_input", "read_seconds")
     return figures
 
 
@@ -172,24 +218,31 @@ def main() -> None:
             command = [sys.executable, __file__, "--part", name, "--folder", str(where), "--db-dir", str(databases)]
             command += ["--pg-url", args.pg_url] if args.pg_url else []
             command += ["--profile", str(args.profile.resolve())] if args.profile else []
+            before = os.getloadavg()[0]
             out = subprocess.run(command, capture_output=True, text=True)
             if out.returncode != 0:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
-            figures[name] = json.loads(out.stdout.strip().splitlines()[-1])
+            figures[name] = {**json.loads(out.stdout.strip().splitlines()[-1]),
+                             "load": f"{before:.1f} -> {os.getloadavg()[0]:.1f}"}
     engine = figures["engine"]
     print(f"{engine['cases']} cases, engine alone (one process, 1 thread): {engine['seconds']:.1f} s "
           f"(CPU {engine['cpu_seconds']:.1f} s), "
-          f"peak {engine['peak_mib']:.0f} MiB, passed {engine['passed']}")
+          f"peak {engine['peak_mib']:.0f} MiB, passed {engine['passed']}; load {engine['load']}")
     for name, label in (("dagster", "local instance (SQLite, batched event log)"),
                         ("dagster-stock", "Dagster's stock SQLite event log"), ("dagster-pg", "PostgreSQL storage")):
         if name in figures:
             f = figures[name]
             print(f"{f['cases']} cases, all assets + summary in {f['runs']} run, {label}: {f['seconds']:.1f} s "
-                  f"(CPU {f['cpu_seconds']:.1f} s; storing {f['events']} events: {f['event_seconds']:.1f} s), peak {f['peak_mib']:.0f} MiB, "
-                  f"passed {f['passed']}; ratio to the engine: time {f['seconds'] / engine['seconds']:.2f}x, "
-                  f"memory {f['peak_mib'] / engine['peak_mib']:.2f}x")
+                  f"(CPU {f['cpu_seconds']:.1f} s), peak {f['peak_mib']:.0f} MiB, passed {f['passed']}; load {f['load']}")
+            print(f"    storing {f['event_count']} events {f['event_seconds']:.1f} s (of which {f['event_batched']} "
+                  f"per-case materializations in batches {f['event_batch_seconds']:.1f} s, {f['event_checks']} "
+                  f"check results {f['event_check_seconds']:.1f} s); case store: writing {f['store_write_seconds']:.1f} s, "
+                  f"reading {f['store_read_seconds']:.1f} s")
+            print(f"    ratio to the engine: time {f['seconds'] / engine['seconds']:.2f}x, "
+                  f"CPU {f['cpu_seconds'] / engine['cpu_seconds']:.2f}x, memory {f['peak_mib'] / engine['peak_mib']:.2f}x; "
+                  f"the pipeline's own cost per case: {1000 * (f['seconds'] - engine['seconds']) / f['cases']:.1f} ms "
+                  f"wall, {1000 * (f['cpu_seconds'] - engine['cpu_seconds']) / f['cases']:.1f} ms CPU")
     print(f"sensor tick over {args.sensor_cases} unchanged cases: {figures['sensor']['seconds']:.2f} s")
-
 
 if __name__ == "__main__":
     main()

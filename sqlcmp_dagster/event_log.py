@@ -10,7 +10,14 @@ insert into the run's shard, one transaction on the index (the events, their ind
 latest-event row from the last of them). Every event is still stored, so the Partitions tab, per-partition
 metadata and the case sensor see exactly what the per-event path would write.
 
-Events Dagster does not batch (step events, the per-case ``case_verdict`` check results) and every read (the
+Dagster stores a check result per event, three transactions each (the run's shard, the index, the check's
+row), and ``case_reports`` records one ``case_verdict`` result per case. ``BatchedSqliteEventLogStorage``
+holds a run's per-partition check results until the next event of any kind arrives (the step's next event:
+its success or failure) and stores them as one batch: one insert per shard and one transaction updating
+their check rows. Their order in the log is unchanged; they become visible at the end of their step rather
+than one by one.
+
+Events Dagster does not batch (step events) and every read (the
 dynamic partitions a step checks its range against, asset records) still go one at a time, and the stock
 storage builds a new SQLAlchemy engine and SQLite connection for each of them (and for each of its
 "does this table exist" probes), then closes it, which on a WAL database also checkpoints the log. About
@@ -34,6 +41,7 @@ overrides for ``dg.instance_for_test``)::
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -41,9 +49,11 @@ from typing import Any
 
 import sqlalchemy as sa
 from dagster import DagsterEventType
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+from dagster._serdes import serialize_value
 from dagster._core.event_api import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
-from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
+from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from sqlalchemy.engine import Connection, Engine
 
@@ -63,6 +73,9 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_pid = os.getpid()
         self._tables: set[str] = set()
+        #: Per-partition check results not yet stored (see the module docstring).
+        self._held_checks: list[EventLogEntry] = []
+        self._held_pid = os.getpid()
         super().__init__(base_dir, inst_data=inst_data)
 
     @classmethod
@@ -105,10 +118,12 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         return table_name in self._tables
 
     def wipe(self) -> None:
+        self._held_checks.clear()
         self._close_engines()  # the run shards' files are deleted
         super().wipe()
 
     def dispose(self) -> None:
+        self._store_held_checks()
         super().dispose()
         self._close_engines()
 
@@ -118,7 +133,53 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
                 engine.dispose()
             self._engines.clear()
 
+    def store_event(self, event: EventLogEntry) -> None:
+        """Store ``event``; a per-partition check result is held and stored with the run's next event."""
+        if _per_partition_check_result(event):
+            if self._held_checks and self._held_checks[0].run_id != event.run_id:
+                self._store_held_checks()
+            self._held_checks.append(event)
+            if len(self._held_checks) >= int(EVENT_BATCH_SIZE):
+                self._store_held_checks()
+            return
+        self._store_held_checks()
+        super().store_event(event)
+
+    def _store_held_checks(self) -> None:
+        """Store the held check results of one run as a batch: one insert into the run's shard, one transaction
+        on the index that inserts them and updates each result's planned row, as Dagster's per-event path does
+        (which also inserts a row where none was planned: those few go through it)."""
+        events, self._held_checks = self._held_checks, []
+        if not events or self._held_pid != os.getpid():  # a forked child does not store its parent's results
+            self._held_pid = os.getpid()
+            return
+        statement = self.prepare_insert_event_batch(events)
+        table = AssetCheckExecutionsTable.c
+        with self.run_connection(events[0].run_id) as conn:
+            conn.execute(statement)
+        with self.index_transaction() as conn:
+            ids = sorted(row[0] for row in conn.execute(statement.returning(SqlEventLogStorageTable.c.id)))
+            planned = {(row.asset_key, row.check_name, row.partition) for row in conn.execute(
+                sa.select(table.asset_key, table.check_name, table.partition).where(
+                    table.run_id == events[0].run_id,
+                    table.partition.in_(sorted({_check_of(event).partition for event in events}))))}
+            rows = [_check_row(event, event_id) for event, event_id in zip(events, ids, strict=True)]
+            found = [(row["b_asset_key"], row["b_check_name"], row["b_partition"]) in planned for row in rows]
+            if any(found):
+                conn.execute(AssetCheckExecutionsTable.update().where(
+                    table.asset_key == sa.bindparam("b_asset_key"), table.check_name == sa.bindparam("b_check_name"),
+                    table.run_id == sa.bindparam("b_run_id"), table.partition == sa.bindparam("b_partition"),
+                ).values(execution_status=sa.bindparam("b_status"), evaluation_event=sa.bindparam("b_event"),
+                         evaluation_event_timestamp=sa.bindparam("b_timestamp"),
+                         evaluation_event_storage_id=sa.bindparam("b_event_id"),
+                         materialization_event_storage_id=sa.bindparam("b_materialization_id")),
+                    [row for row, planned_row in zip(rows, found) if planned_row])
+        for planned_row, event, event_id in zip(found, events, ids, strict=True):
+            if not planned_row:
+                self.store_asset_check_event(event, event_id)
+
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        self._store_held_checks()
         events = [event for event in events if not event.get_dagster_event().is_asset_failed_to_materialize]
         kinds = {event.get_dagster_event().event_type for event in events}
         if not events or kinds not in _BATCHED or len({event.run_id for event in events}) != 1:
@@ -133,6 +194,28 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
             self._store_asset_event_tags(conn, events, ids)
             # the asset's row keeps its latest event, which is the batch's last
             self._store_asset_event(conn, events[-1], ids[-1])
+
+
+def _per_partition_check_result(event: EventLogEntry) -> bool:
+    """A check result about one partition, recorded by a run (``case_verdict``'s)."""
+    return (event.is_dagster_event and event.dagster_event_type == DagsterEventType.ASSET_CHECK_EVALUATION
+            and bool(event.run_id) and _check_of(event).partition is not None)
+
+
+def _check_of(event: EventLogEntry) -> Any:
+    return event.get_dagster_event().event_specific_data
+
+
+def _check_row(event: EventLogEntry, event_id: int) -> dict[str, Any]:
+    """The values Dagster's per-event path writes into a check result's planned row."""
+    evaluation = _check_of(event)
+    target = evaluation.target_materialization_data
+    status = AssetCheckExecutionRecordStatus.SUCCEEDED if evaluation.passed else AssetCheckExecutionRecordStatus.FAILED
+    return {"b_asset_key": evaluation.asset_key.to_string(), "b_check_name": evaluation.check_name,
+            "b_run_id": event.run_id, "b_partition": evaluation.partition, "b_status": status.value,
+            "b_event": serialize_value(event),
+            "b_timestamp": datetime.fromtimestamp(event.timestamp, timezone.utc).replace(tzinfo=None),
+            "b_event_id": event_id, "b_materialization_id": target.storage_id if target else None}
 
 
 def _wal_normal_sync(connection: Any, _record: Any) -> None:

@@ -60,12 +60,17 @@ def _write_cases(folder: Path, count: int) -> list[dict[str, object]]:
     return cases
 
 
-def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: Path,
-                                                    instance: dg.DagsterInstance) -> None:
+def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: Path, instance: dg.DagsterInstance,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     defs = build_definitions(cases_dir=str(sample_suite_path().parent), db_dir=str(sample_dir),
                              storage_dir=str(tmp_path / "store"))
+    reads, decodes = _count_store_reads_and_decodes(monkeypatch)
     tick = sensor_tick(defs, instance, None)
     assert len(tick.added) == 34 and len(tick.runs) == 1 and tick.runs[0].success
+    # within the run, each layer gets the frames its upstream layers stored in memory, and each case's two
+    # Layer 1 records (parsed, executed) are decoded once each however many layers read them
+    assert reads == []
+    assert len(decodes) == len(set(decodes)) == 2 * 34
     reports = _reports(tmp_path / "store")
     library = Evaluator(db_dir=sample_dir)
     for case in load_suites(sample_suite_path().parent).cases:
@@ -92,6 +97,28 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     assert (metadata["robust_passes"].value, metadata["passes_with_counterexample"].value) == (
         value["robust_passes"], value["passes_with_counterexample"])
     assert metadata["robust_pass_rate"].value == pytest.approx(value["robust_pass_rate"])
+
+
+def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
+    """Record each read of the case store (by asset) and each Layer 1 record decoded (by its text)."""
+    storage = importlib.import_module("sqlcmp_dagster.resources.storage")
+    common = importlib.import_module("sqlcmp_dagster.assets.common")
+    reads: list[str] = []
+    decodes: list[str] = []
+    read_all, decode = storage._read_all, common.validation_from_record
+
+    def read(folder, paths):  # noqa: ANN001, ANN202
+        reads.append(folder.name)
+        return read_all(folder, paths)
+
+    def decoded(text, frames):  # noqa: ANN001, ANN202
+        decodes.append(text)
+        return decode(text, frames)
+
+    monkeypatch.setattr(storage, "_read_all", read)
+    monkeypatch.setattr(common, "validation_from_record", decoded)
+    common._decoded.cache_clear()  # another test may have decoded the same records in this process
+    return reads, decodes
 
 
 def _failing_cases_are_found_per_partition(instance: dg.DagsterInstance, reports: dict[str, Report]) -> None:

@@ -68,3 +68,65 @@ def test_batched_event_log_stores_what_the_per_event_path_stores(tmp_path: Path,
     assert batched["calls"] == {"event": 0, "batch": 1}
     # one planned event per run instead of one per partition
     assert stock["run_records"] - batched["run_records"] == len(KEYS) - 1
+
+
+verdict = dg.AssetCheckSpec(name="verdict", asset="checked", partitions_def=parts, blocking=False)
+
+
+@dg.multi_asset(outs={"checked": dg.AssetOut(io_manager_key="mem")}, check_specs=[verdict], can_subset=True,
+                partitions_def=parts, backfill_policy=dg.BackfillPolicy.single_run())
+def checked(context: dg.AssetExecutionContext):  # noqa: ANN201 (a generator of Dagster events)
+    """One check result per partition, as case_reports' case_verdict (the check's one per-step output is
+    optional because the asset is subsettable)."""
+    yield dg.Output(len(context.partition_keys), output_name="checked")
+    for key in context.partition_keys:
+        yield dg.AssetCheckEvaluation(asset_key=dg.AssetKey("checked"), check_name="verdict", partition=key,
+                                      passed=not key.endswith("3"), severity=dg.AssetCheckSeverity.WARN,
+                                      metadata={"case": key})
+
+
+def _check_results(home: Path, batched: bool) -> dict[str, object]:
+    """Run ``checked`` over every partition and read back the check's per-partition state and history."""
+    home.mkdir()
+    overrides = local_instance(str(home / "history" / "runs")) if batched else None
+    with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
+        storage = instance.event_log_storage
+        writes = {"check": 0}
+        store_asset_check_event = storage.store_asset_check_event
+
+        def count(event, event_id):  # noqa: ANN001, ANN202
+            writes["check"] += 1
+            return store_asset_check_event(event, event_id)
+
+        storage.store_asset_check_event = count
+        instance.add_dynamic_partitions(parts.name, KEYS)
+        result = dg.materialize([checked], instance=instance, resources={"mem": dg.InMemoryIOManager()},
+                                tags={"dagster/asset_partition_range_start": KEYS[0],
+                                      "dagster/asset_partition_range_end": KEYS[-1]})
+        assert result.success
+        key = verdict.key
+        infos = storage.get_asset_check_partition_info([key])
+        history = storage.get_asset_check_execution_history(key, limit=100)
+        logged = [e.dagster_event.event_specific_data.partition
+                  for e in instance.all_logs(result.run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)]
+        return {"status": {i.partition_key: i.latest_execution_status.value for i in infos},
+                "history": sorted((r.event.dagster_event.event_specific_data.partition, r.status.value,
+                                   r.event.dagster_event.event_specific_data.metadata["case"].value)
+                                  for r in history),
+                "logged": logged, "writes": writes["check"]}
+
+
+def test_per_partition_check_results_are_stored_as_one_batch(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
+    stock = _check_results(tmp_path / "stock", batched=False)
+    enable_event_batches()
+    batched = _check_results(tmp_path / "batched", batched=True)
+    # the same facts: each partition's latest result, the history with its metadata, the log in the same order
+    assert batched["status"] == stock["status"]
+    assert sorted(stock["status"].values()).count("FAILED") == 2  # case003 and case013
+    assert batched["history"] == stock["history"] and len(stock["history"]) == len(KEYS)
+    assert batched["logged"] == stock["logged"] == KEYS
+    # ... written in one transaction, not one per result (each also planned in a row of its own, updated)
+    assert stock["writes"] == len(KEYS) + 1 and batched["writes"] == 1  # + the planned results' one event

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import json
@@ -172,10 +173,32 @@ def joined(*frames: pl.DataFrame) -> pl.DataFrame:
 def validation_of(row: dict[str, Any]) -> Validation:
     """The stored Layer 1 validation of a case; in a row joined with result_comparisons, its execution time
     includes the LIMIT tie re-checks run there, as the library's does, so that the diagnostics step's share of
-    case_timeout_ms and the report's timings count them."""
-    validation = validation_from_record(row["validation"], list(row["relations"] or []))
+    case_timeout_ms and the report's timings count them.
+
+    Each layer downstream of ``executions`` reads the same record; it is decoded once per process
+    (:func:`_decoded`) and each call gets its own shell: its own timings, warnings and sides (a layer may set
+    a side's execution), sharing what the layers only read (ASTs, canonical trees, shapes, result sets), as
+    the library's layers share one validation."""
+    base = _decoded(row["validation"], tuple(row["relations"] or ()))
+    validation = dataclasses.replace(base, actual=dataclasses.replace(base.actual),
+                                     expected=[dataclasses.replace(side) for side in base.expected],
+                                     warnings=list(base.warnings), timings=dict(base.timings))
     if row.get("tie_check_ms"):
         validation.timings["execution_ms"] = validation.timings.get("execution_ms", 0.0) + row["tie_check_ms"]
+    return validation
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded(text: str, relations: tuple[bytes, ...]) -> Validation:
+    """A Layer 1 record decoded, keyed by its content (so a hit is always the same case in the same state), with
+    the canonical tree and shape of every side that layers 2-4 compare (executed, parsed) built now: a restored
+    side has no tree, and rebuilding it in each layer was a tenth of the pipeline's own time. Never mutated:
+    :func:`validation_of` hands out shells. At most 4,096 records (two per case in a run: parsed and executed)
+    are kept; a larger run decodes again, which is only slower."""
+    validation = validation_from_record(text, list(relations))
+    for side in (validation.actual, *validation.expected):
+        if side.executed_ok and side.parsed.ast is not None:
+            side.shape(validation.dialect)
     return validation
 
 
