@@ -88,7 +88,7 @@ class EvalConfig(_Strict):
     include_result_tables: bool = False
     # Neighbor databases (engine/neighbors.py): is a pass an accident of this database's rows?
     verdict_scope: Literal["database", "neighborhood"] = "database"
-    neighbor_count: int = Field(default=6, ge=0)  # neighbor databases built per passing case (PRIORITY order); 0: off
+    neighbor_count: int = Field(default=8, ge=0)  # neighbor databases built per passing case (PRIORITY order); 0: off
     neighbor_time_budget_ms: int = Field(default=30_000, gt=0)  # wall-clock safety cap of one case's search, far
     # above its work (bounded by neighbor_count and the shrink tests): hitting it is a named cut, not the norm
     neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each touched table of the database
