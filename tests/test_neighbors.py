@@ -411,3 +411,58 @@ def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: 
     assert [rejected for _, rejected, _ in shared] == [1, 3]
     assert [row[:3] for row in shared[1][2]["rows"]] == [[1, "p", None], [7, "q", 1]]
     assert shared[1][2]["rows"][0][3] == "parent:7"  # the counter starts again: 1, then the 7 given
+
+
+DEFERRED = """
+CREATE TABLE p (id INTEGER PRIMARY KEY, name TEXT);
+CREATE TABLE ch (id INTEGER PRIMARY KEY, pid INTEGER NOT NULL REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED, v INTEGER);
+CREATE TABLE g (id INTEGER PRIMARY KEY, cid INTEGER REFERENCES ch(id));
+CREATE TABLE w (k TEXT PRIMARY KEY, pid INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED) WITHOUT ROWID;
+"""
+
+
+@pytest.fixture(scope="module")
+def deferred(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Foreign keys SQLite checks only at commit (``DEFERRABLE INITIALLY DEFERRED``, Django's default)."""
+    path = tmp_path_factory.mktemp("deferred") / "deferred.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(DEFERRED)
+    connection.executescript("INSERT INTO p VALUES (1, 'a'), (2, 'b'); INSERT INTO ch VALUES (1, 1, 10), (2, 2, 20), "
+                             "(3, 1, 30); INSERT INTO g VALUES (1, 1); INSERT INTO w VALUES ('x', 1);")
+    connection.close()
+    return path
+
+
+def test_rows_a_deferred_foreign_key_refuses_at_commit_are_left_out(deferred: Path) -> None:
+    """A deferred key accepts every insert and refuses the commit: the rows it names are left out (and the rows
+    an immediate key then refuses, here a grandchild of the refused child; a WITHOUT ROWID table names no row,
+    so all its rows go), and the neighbor holds what the schema allows."""
+    rows: Rows = {"p": [(1, "a")], "ch": [(1, 1, 10), (2, 5, 20), (3, 1, 30)], "g": [(1, 2), (2, 1)],
+                  "w": [("x", 1), ("y", 9)]}
+    database = ExecutionAdapter(str(deferred))
+    try:
+        schema = read_schema(database, 10, 5_000)
+        assert not isinstance(schema, str)
+        tables = schema.scope({"g", "w"})
+        with neighborhood(database) as place, scratch(schema, tables, rows, place) as neighbor:
+            assert neighbor.accepted == {"p": [(1, "a")], "ch": [(1, 1, 10), (3, 1, 30)], "g": [(2, 1)], "w": []}
+            assert neighbor.rejected == 4
+            result = place.adapter.execute("SELECT (SELECT count(*) FROM ch), (SELECT count(*) FROM g)")
+            assert result.relation is not None and result.relation.to_rows()["rows"] == [[2, 1]]
+    finally:
+        database.close()
+
+
+def test_a_deferred_foreign_key_never_sinks_the_case(deferred: Path) -> None:
+    expected, actual = "SELECT v FROM ch WHERE v > 15", "SELECT v FROM ch WHERE v >= 15"
+    report = compare(deferred, expected, actual)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["counterexample_found"]
+    replay = sqlite3.connect(":memory:")
+    replay.execute("PRAGMA foreign_keys = ON")
+    replay.executescript(DEFERRED)
+    for table in ("p", "ch"):
+        for row in found["counterexample"]["tables"].get(table, {"rows": []})["rows"]:
+            replay.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
+    replay.commit()  # the deferred key holds
+    assert replay.execute(actual).fetchall() != replay.execute(expected).fetchall()

@@ -327,11 +327,13 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
             max_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> Iterator[Scratch]:
     """Build a neighbor in ``place`` in the case's engine: ``tables`` (parents first; on SQLite created by the
     search's first neighbor, emptied after each), then ``rows`` inserted with foreign keys, NOT NULL, CHECK,
-    PRIMARY KEY and UNIQUE enforced by the engine; a rejected row is left out. Where a malformed foreign key
-    in scope makes SQLite refuse every insert, enforcement is off and the well-formed keys are checked here
-    instead (:func:`_parents_present`). A DuckDB neighbor is written into the search adapter's process (where
-    its queries run with ``max_bytes`` as their ``max_result_bytes``) and gets each table in one statement, row
-    by row only when that statement is refused."""
+    PRIMARY KEY and UNIQUE enforced by the engine; a rejected row is left out. A foreign key SQLite checks only
+    at commit (``DEFERRABLE INITIALLY DEFERRED``) refuses the whole commit: the rows it names are left out and the
+    neighbor is built again without them, until the commit holds. Where a malformed foreign key in scope makes
+    SQLite refuse every insert, enforcement is off and the well-formed keys are checked here instead
+    (:func:`_parents_present`). A DuckDB neighbor is written into the search adapter's process (where its
+    queries run with ``max_bytes`` as their ``max_result_bytes``) and gets each table in one statement, row by
+    row only when that statement is refused."""
     enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
     with _writable(place, [schema.tables[t].name for t in tables], max_bytes, enforce_keys=enforced) as writer:
         if not place.created:
@@ -340,37 +342,65 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
                 for sql in schema.index_ddl.get(table, []):
                     writer.execute(sql)
             place.created = place.writer is not None  # DuckDB drops its tables after each neighbor
-        accepted: Rows = {}
-        rejected = 0
-        for table in tables:
-            spec = schema.tables[table]
-            insert = (f'INSERT INTO "{spec.name.replace(chr(34), chr(34) * 2)}" VALUES '
-                      f'({", ".join("?" * len(spec.columns))})')
-            kept = accepted.setdefault(table, [])
-            if writer.batch is not None and rows.get(table) and writer.batch(spec, rows[table]):
-                kept.extend(rows[table])
+        refused: set[tuple[str, int]] = set()  # (table, position in rows) a deferred foreign key refused
+        while True:
+            accepted, rejected, positions = _insert(writer, schema, tables, rows, enforced, refused)
+            deferred = writer.finish()
+            if not deferred:
+                break
+            before = len(refused)
+            for name, rowid in deferred:
+                table = name.lower()  # a WITHOUT ROWID table names no row: all its rows go
+                refused |= {(table, p) for p in range(len(rows.get(table, [])))} if rowid is None else \
+                    {(table, positions[table][rowid])} if rowid in positions.get(table, {}) else set()
+            if len(refused) == before:  # nothing left to name (never seen): no row of the scope is kept
+                refused |= {(t, p) for t in tables for p in range(len(rows.get(t, [])))}
+        yield Scratch(accepted, rejected + len(refused))
+
+
+def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enforced: bool,
+            refused: set[tuple[str, int]]) -> tuple[Rows, int, dict[str, dict[int, int]]]:
+    """Insert ``rows`` but the ``refused`` ones: the rows accepted per table, how many the engine rejected, and
+    on SQLite the rowid each accepted row got (by table, rowid -> position in ``rows``), which names the rows a
+    deferred foreign key refuses at commit."""
+    accepted: Rows = {}
+    rejected = 0
+    positions: dict[str, dict[int, int]] = {}
+    for table in tables:
+        spec = schema.tables[table]
+        insert = (f'INSERT INTO "{spec.name.replace(chr(34), chr(34) * 2)}" VALUES '
+                  f'({", ".join("?" * len(spec.columns))})')
+        kept = accepted.setdefault(table, [])
+        if writer.batch is not None and rows.get(table) and writer.batch(spec, rows[table]):
+            kept.extend(rows[table])
+            continue
+        for position, row in enumerate(rows.get(table, [])):
+            if (table, position) in refused:
                 continue
-            for row in rows.get(table, []):
-                if not enforced and not _parents_present(spec, row, accepted):
-                    rejected += 1
-                    continue
-                try:
-                    writer.execute(insert, row)
-                    kept.append(row)
-                except (*writer.rejections, OverflowError):
-                    rejected += 1
-        writer.finish()
-        yield Scratch(accepted, rejected)
+            if not enforced and not _parents_present(spec, row, accepted):
+                rejected += 1
+                continue
+            try:
+                cursor = writer.execute(insert, row)
+            except (*writer.rejections, OverflowError):
+                rejected += 1
+                continue
+            kept.append(row)
+            rowid = getattr(cursor, "lastrowid", None)  # a SQLite cursor's; DuckDB's writer returns nothing
+            if rowid is not None:
+                positions.setdefault(table, {})[rowid] = position
+    return accepted, rejected, positions
 
 
 @dataclass
 class _Writer:
     """A writable connection to a neighbor being built: ``execute(sql, params)``, the engine's errors that
-    mean a row was rejected, and ``finish`` (commit) before the neighbor is queried."""
+    mean a row was rejected, and ``finish`` (commit) before the neighbor is queried, which returns the rows
+    (table name, rowid or None) a foreign key checked only at commit refuses: then nothing is committed."""
 
     execute: Callable[..., Any]
     rejections: tuple[type[BaseException], ...]
-    finish: Callable[[], Any]
+    finish: Callable[[], list[tuple[str, int | None]]]
     batch: Callable[[Table, list[tuple[Any, ...]]], bool] | None = None  # all rows at once, or False
 
 
@@ -393,7 +423,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
         connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
         try:
             yield _Writer(connection.execute, (sqlite3.IntegrityError, sqlite3.InterfaceError,
-                                               sqlite3.OperationalError), connection.commit)
+                                               sqlite3.OperationalError), lambda: _commit(connection))
         finally:
             connection.rollback()
             if place.created:
@@ -417,9 +447,21 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
                              [v for row in rows for v in row], max_bytes=max_bytes) is None
 
     try:
-        yield _Writer(execute, (_Refused,), lambda: None, batch)
+        yield _Writer(execute, (_Refused,), list, batch)
     finally:
         process.build("", max_bytes=max_bytes)  # drops every table, children first
+
+
+def _commit(connection: sqlite3.Connection) -> list[tuple[str, int | None]]:
+    """Commit, or, when a deferred foreign key refuses the commit (the transaction then stays open), the rows
+    that break it (``PRAGMA foreign_key_check``), with the transaction rolled back."""
+    try:
+        connection.commit()
+    except sqlite3.IntegrityError:
+        broken = [(row[0], row[1]) for row in connection.execute("PRAGMA foreign_key_check").fetchall()]
+        connection.rollback()
+        return broken
+    return []
 
 
 def _parents_present(table: Table, row: tuple[Any, ...], accepted: Rows) -> bool:
