@@ -466,3 +466,29 @@ def test_a_deferred_foreign_key_never_sinks_the_case(deferred: Path) -> None:
             replay.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(row))})", row)
     replay.commit()  # the deferred key holds
     assert replay.execute(actual).fetchall() != replay.execute(expected).fetchall()
+
+
+@pytest.fixture(scope="module")
+def bonuses(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every bonus set: a query that keeps rows with a NULL bonus and one that drops them agree here."""
+    path = tmp_path_factory.mktemp("bonuses") / "bonuses.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript("CREATE TABLE emp (id INTEGER PRIMARY KEY, name TEXT, salary REAL, bonus INTEGER);"
+                             "INSERT INTO emp VALUES (1, 'a', 10, 1), (2, 'b', 20, 2), (3, 'c', 30, 3);")
+    connection.close()
+    return path
+
+
+@pytest.mark.parametrize("null_mode", ["strict", "sql_semantic"])
+def test_the_neighbor_comparison_uses_the_cases_null_mode(bonuses: Path, null_mode: str) -> None:
+    """Neighbors are compared under the case's NULL mode, and a query compared with its own re-run always
+    with NULL equal to NULL: a result holding a NULL is not non-determinism, whatever the mode."""
+    dropped = search(compare(bonuses, "SELECT name, bonus FROM emp WHERE bonus IS NOT NULL",
+                             "SELECT name, bonus FROM emp", null_equality_mode=null_mode))
+    assert dropped["counterexample_found"] and dropped["nondeterminism"] == []
+    # The same rows: under sql_semantic a NULL matches nothing, not even NULL, so a NULL bonus tells them apart.
+    same = search(compare(bonuses, "SELECT name, bonus FROM emp", "SELECT e.name, e.bonus FROM emp AS e",
+                          null_equality_mode=null_mode, neighbor_skip_proven=False, neighbor_count=12))
+    assert same["neighbor_search_ran"] and same["counterexample_found"] == (null_mode == "sql_semantic")
+    assert same["nondeterminism"] == []
+

@@ -85,6 +85,9 @@ class _Search:
         sides = [self.validation.actual, *(self.validation.expected[i] for i in self.validation.runnable())]
         self.semantics = {id(side): (resolve_mode(self.config, side.shape(dialect)), side.shape(dialect))
                           for side in sides}
+        # A query compared with its own re-run: NULL equals NULL whatever the case's NULL mode, for a result
+        # holding a NULL is not different from itself (under ``sql_semantic`` every such result would be).
+        self.rerun_config = self.config.model_copy(update={"null_equality_mode": "strict"})
 
     @property
     def config(self) -> Any:
@@ -156,28 +159,30 @@ class _Search:
         chosen.matches = matches
         return chosen
 
-    def same(self, side: Side, expected: Relation, actual: Relation) -> bool:
-        """Whether the results match under the case's semantics (Layer 3, :func:`compare_results`).
-        Identical relations (same types and rows in the same order; in order-insensitive mode the same rows
-        in any order; the same names where names count) match under every tolerance, and under either NULL
-        mode when they hold no NULL: most neighbors of a sound pass give identical results, and the full
-        comparison is then skipped."""
+    def same(self, side: Side, expected: Relation, actual: Relation, config: Any = None) -> bool:
+        """Whether the results match under the case's semantics (Layer 3, :func:`compare_results`), or under
+        ``config`` when given. Identical relations (same types and rows in the same order; in order-insensitive
+        mode the same rows in any order; the same names where names count) match under every tolerance, and
+        under either NULL mode when they hold no NULL: most neighbors of a sound pass give identical results,
+        and the full comparison is then skipped."""
+        config = config or self.config
         mode, _ = self.semantics[id(side)]
-        names_count = mode == "exact" or self.config.require_column_name_match
+        names_count = mode == "exact" or config.require_column_name_match
         comparable = (expected.names == actual.names or not names_count) \
             and expected.frame.schema == actual.frame.schema and (
-            self.config.null_equality_mode == "strict" or expected.frame.null_count().sum_horizontal()[0] == 0)
+            config.null_equality_mode == "strict" or expected.frame.null_count().sum_horizontal()[0] == 0)
         if comparable and expected.frame.equals(actual.frame):
             return True
         if comparable and mode == "order-insensitive" and expected.height == actual.height and \
                 _sorted(expected).equals(_sorted(actual)):
             return True
-        return self.compare(side, expected, actual).mode_pass
+        return self.compare(side, expected, actual, config).mode_pass
 
-    def compare(self, side: Side, expected: Relation, actual: Relation) -> ResultComparison:
-        """Layer 3 with the case's own semantics: the mode resolved from the expected query, its ORDER BY keys."""
+    def compare(self, side: Side, expected: Relation, actual: Relation, config: Any = None) -> ResultComparison:
+        """Layer 3 with the case's own semantics (or ``config``'s): the mode resolved from the expected query, its
+        ORDER BY keys."""
         mode, shape = self.semantics[id(side)]
-        return compare_results(expected, actual, mode=mode, config=self.config, order_keys=shape.order_keys)
+        return compare_results(expected, actual, mode=mode, config=config or self.config, order_keys=shape.order_keys)
 
     def _limit_cuts_tie(self, side: Side) -> bool:
         """Whether ``side``'s top-level LIMIT falls inside a tie of its ORDER BY keys on this neighbor: the
@@ -212,7 +217,8 @@ class _Search:
 
     def by_chance(self, rows: Rows, first: _Run) -> bool:
         """Whether the difference on ``rows`` is chance: a query whose own result changes when it is run again,
-        or when the rows are inserted in the other order (SQLite then scans them in another order)."""
+        or when the rows are inserted in the other order (SQLite then scans them in another order). A result is
+        compared with its re-run with NULL equal to NULL, whatever the case's NULL mode."""
         for reverse in (False, True):
             again, _, _ = self.run(rows, reverse=reverse)
             if again is None:
@@ -220,7 +226,7 @@ class _Search:
             for label, before, after in (("actual", first.actual, again.actual),
                                          ("expected", first.expected, again.expected)):
                 side = self.validation.actual if label == "actual" else self.validation.expected[self.index]
-                if not self.same(side, before, after):
+                if not self.same(side, before, after, self.rerun_config):
                     how = "when the rows are stored in another order" if reverse else "when run again"
                     self.note(f"the {label} query's result changes {how} on a neighbor database "
                               "(non-determinism, not a counterexample)")
