@@ -492,3 +492,24 @@ def test_the_neighbor_comparison_uses_the_cases_null_mode(bonuses: Path, null_mo
     assert same["neighbor_search_ran"] and same["counterexample_found"] == (null_mode == "sql_semantic")
     assert same["nondeterminism"] == []
 
+
+def test_the_neighbor_comparison_uses_the_cases_tolerance(company: Path) -> None:
+    """An average and its rounding agree on the evaluated database (50); a neighbor's 56.666... and 56.67 differ
+    unless the case's tolerance covers it."""
+    expected, actual = "SELECT avg(salary) FROM emp", "SELECT round(avg(salary), 2) FROM emp"
+    assert search(compare(company, expected, actual))["counterexample_found"]
+    tolerant = search(compare(company, expected, actual, numeric_abs_tolerance=0.01))
+    assert tolerant["neighbor_search_ran"] and tolerant["neighbors_tried"] >= 8 and not tolerant["counterexample_found"]
+
+
+def test_rows_a_check_constraint_refuses_are_left_out(company: Path) -> None:
+    rows: Rows = {"dept": [(1, "sales")], "emp": [(1, "ann", -5, None, 1), (2, "bob", 0, None, 1)]}
+    database = ExecutionAdapter(str(company))
+    try:
+        schema = read_schema(database, 10, 5_000)
+        assert not isinstance(schema, str)
+        with neighborhood(database) as place, scratch(schema, schema.scope({"emp"}), rows, place) as neighbor:
+            assert neighbor.accepted == {"dept": [(1, "sales")], "emp": [(2, "bob", 0, None, 1)]}
+            assert neighbor.rejected == 1
+    finally:
+        database.close()
