@@ -392,6 +392,20 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
     return accepted, rejected, positions
 
 
+def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Rows) -> Rows:
+    """The rows of the neighbor open in ``place`` read back as the engine stored them (a key SQLite assigned to
+    an ``INTEGER PRIMARY KEY`` given as NULL, a value converted to its column's type), through the search's
+    sandboxed adapter; a table that cannot be read back keeps its ``inserted`` rows."""
+    rows: Rows = {}
+    for table in tables:
+        spec = schema.tables[table]
+        result = place.adapter.execute(f'SELECT * FROM "{spec.name.replace(chr(34), chr(34) * 2)}"')
+        rows[table] = _untagged([tuple(r) for r in result.relation.frame.iter_rows()]) \
+            if result.success and result.relation is not None and result.relation.width == len(spec.columns) \
+            else inserted.get(table, [])
+    return rows
+
+
 @dataclass
 class _Writer:
     """A writable connection to a neighbor being built: ``execute(sql, params)``, the engine's errors that

@@ -31,7 +31,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
-    read_schema, scratch
+    read_schema, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
@@ -132,6 +132,11 @@ class _Search:
         ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
         with scratch(self.schema, self.tables, ordered, self.place, self.config.max_result_bytes) as built:
             return self._compare(), built.accepted, built.rejected
+
+    def stored(self, rows: Rows) -> Rows:
+        """``rows`` as a neighbor built from them stores them (what a counterexample shows)."""
+        with scratch(self.schema, self.tables, rows, self.place, self.config.max_result_bytes) as built:
+            return stored(self.schema, self.tables, self.place, built.accepted)
 
     def _compare(self) -> _Run | None:
         validation = self.validation
@@ -395,6 +400,7 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
 def _counterexample(search: _Search, rows: Rows, run: _Run, number: int) -> dict[str, Any]:
     schema, config = search.schema, search.config
     comparison = search.compare(search.validation.expected[search.index], run.expected, run.actual)
+    rows = search.stored(rows)
     total = sum(len(r) for r in rows.values())
     sentence = (f"on this {total}-row database the actual query returns {_count(run.actual.height)}, the "
                 f"expected {_count(run.expected.height)}")
