@@ -32,7 +32,7 @@ from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
     read_schema, scratch, stored
-from sqlcmp_dagster.engine.neighbor_shrink import ddmin
+from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
 #: Most delta-debugging tests spent shrinking one counterexample.
 MAX_SHRINK_TESTS = 30
+#: Most tests per row of the one-at-a-time pass after delta debugging (a pass over the rows, the rows it removed
+#: and the pass that confirms none can go).
+SHRINK_TESTS_PER_ROW = 3
 #: Most rows of each result shown in a counterexample.
 SHOWN_ROWS = 20
 #: Most distinct query failures on neighbors named in a report's warnings.
@@ -365,39 +368,50 @@ def _random(tree: exp.Expression) -> bool:
 
 
 def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any]:
-    """Delta debugging over the counterexample's rows (whole tables first), then its report."""
+    """Delta debugging over the counterexample's rows (whole tables first), then rows removed one at a time
+    until no single removal keeps the difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row), then
+    its report, which says whether it is 1-minimal."""
     best: list[tuple[Rows, _Run]] = [(rows, found)]
 
-    def still_fails(items: list[tuple[str, int]]) -> bool | None:
-        candidate: Rows = {t: [] for t in rows}
-        for table, position in items:
-            candidate[table].append(rows[table][position])
-        try:
-            outcome = search.differs(candidate)
-        except _Spent:
-            search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
-            return None
-        if outcome is None:
-            return False
-        best.append((outcome[1], outcome[0]))
-        return True
+    def still_fails(base: Rows) -> Callable[[list[tuple[str, int]]], bool | None]:
+        def test(items: list[tuple[str, int]]) -> bool | None:
+            candidate: Rows = {t: [] for t in base}
+            for table, position in items:
+                candidate[table].append(base[table][position])
+            try:
+                outcome = search.differs(candidate)
+            except _Spent:
+                search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
+                return None
+            if outcome is None:
+                return False
+            best.append((outcome[1], outcome[0]))
+            return True
+        return test
 
-    items = [(t, i) for t in rows for i in range(len(rows[t]))]
-    by_table = ddmin([[item for item in items if item[0] == t] for t in rows if rows[t]],
-                     lambda groups: still_fails([x for g in groups for x in g]), max_tests=len(rows) + 2)
-    ddmin([x for g in by_table for x in g], still_fails, max_tests=MAX_SHRINK_TESTS)
+    def items(base: Rows) -> list[tuple[str, int]]:
+        return [(t, i) for t in base for i in range(len(base[t]))]
+
+    by_table = ddmin([[item for item in items(rows) if item[0] == t] for t in rows if rows[t]],
+                     lambda groups: still_fails(rows)([x for g in groups for x in g]), max_tests=len(rows) + 2)
+    ddmin([x for g in by_table for x in g], still_fails(rows), max_tests=MAX_SHRINK_TESTS)
+    # The rows the engine accepted from the smallest set so far, one at a time (a row removed may let another in).
+    shrunk, _ = best[-1]
+    _, minimal = one_at_a_time(items(shrunk), still_fails(shrunk),
+                               max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
     # The smallest difference that is not chance (checked for the few smallest; the first was checked before).
-    for smallest, run in sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))[:3]:
+    ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))  # the last one found first
+    for rank, (smallest, run) in enumerate(ranked[:3]):
         try:
             if run is found or not search.by_chance(smallest, run):
-                return _counterexample(search, smallest, run, number)
+                return _counterexample(search, smallest, run, number, minimal=minimal and rank == 0)
         except _Spent:
             search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             break
-    return _counterexample(search, rows, found, number)
+    return _counterexample(search, rows, found, number, minimal=False)
 
 
-def _counterexample(search: _Search, rows: Rows, run: _Run, number: int) -> dict[str, Any]:
+def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, minimal: bool) -> dict[str, Any]:
     schema, config = search.schema, search.config
     comparison = search.compare(search.validation.expected[search.index], run.expected, run.actual)
     rows = search.stored(rows)
@@ -410,6 +424,7 @@ def _counterexample(search: _Search, rows: Rows, run: _Run, number: int) -> dict
         "seed": config.neighbor_seed,
         "neighbor": number,
         "rows": total,
+        "minimal": minimal,
         "tables": {schema.tables[t].name: {"columns": [c.name for c in schema.tables[t].columns],
                                            "rows": [list(r) for r in rows[t]]} for t in search.tables if rows[t]},
         "expected_result": run.expected.to_rows(limit=SHOWN_ROWS),
