@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import sqlite3
 from pathlib import Path
 
@@ -569,3 +570,20 @@ def test_a_spider_counterexample_is_one_minimal_and_shows_the_rows_as_stored() -
     replay = replayed(ddl, example["tables"])
     for table, content in example["tables"].items():
         assert [list(row) for row in replay.execute(f'SELECT * FROM "{table}"')] == content["rows"]
+
+
+@pytest.mark.parametrize(("expected", "actual", "ending"), [
+    # Single values are shown: they are the point.
+    ("SELECT count(*) FROM emp", "SELECT count(bonus) FROM emp", r"the actual query returns 0, the expected 1"),
+    # The same rows in another order is an order difference, not rows that differ.
+    ("SELECT name FROM emp ORDER BY id", "SELECT name FROM emp ORDER BY bonus",
+     r"the actual query returns 2 rows, the expected 2 rows: the same rows in another order"),
+    ("SELECT id, salary > 50 FROM emp", "SELECT id, salary >= 50 FROM emp",
+     r"the actual query returns 1 row, the expected 1 row, and 1 of them differs"),
+])
+def test_the_counterexample_sentence_says_what_differs(company: Path, expected: str, actual: str, ending: str) -> None:
+    report = compare(company, expected, actual)
+    example = search(report)["counterexample"]
+    assert re.fullmatch(rf"on this \d+-row database {ending}", example["sentence"]), example["sentence"]
+    assert re.search(r"\((\d+ rows|1 row)\)$", report.explanations[0]), report.explanations[0]
+    assert "(1 rows)" not in report.explanations[0]

@@ -416,10 +416,6 @@ def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, mini
     comparison = search.compare(search.validation.expected[search.index], run.expected, run.actual)
     rows = search.stored(rows)
     total = sum(len(r) for r in rows.values())
-    sentence = (f"on this {total}-row database the actual query returns {_count(run.actual.height)}, the "
-                f"expected {_count(run.expected.height)}")
-    if run.actual.height == run.expected.height:
-        sentence += f", and {run.expected.height - comparison.matched_rows} of them differ"
     return {
         "seed": config.neighbor_seed,
         "neighbor": number,
@@ -431,8 +427,34 @@ def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, mini
         "actual_result": run.actual.to_rows(limit=SHOWN_ROWS),
         "comparison_mode": comparison.comparison_mode,
         "severity": severity(comparison, False),
-        "sentence": sentence,
+        "sentence": _sentence(total, run, comparison),
     }
+
+
+def _sentence(total: int, run: _Run, comparison: ResultComparison) -> str:
+    """The counterexample in one plain sentence: both results' sizes, both values when each is a single value,
+    and what differs when the sizes are equal (the same rows in another order, or how many rows)."""
+    actual, expected = run.actual, run.expected
+    where = f"on this {total}-row database" if total else "on this empty database"
+    if actual.height == expected.height == 1 and actual.width == expected.width == 1:
+        return (f"{where} the actual query returns {_value(actual.frame.row(0)[0])}, the expected "
+                f"{_value(expected.frame.row(0)[0])}")
+    sentence = f"{where} the actual query returns {_count(actual.height)}, the expected {_count(expected.height)}"
+    if actual.height != expected.height:
+        return sentence
+    if comparison.comparison_mode == "order-sensitive" and comparison.bag_pass:
+        return f"{sentence}: the same rows in another order"
+    differing = expected.height - comparison.matched_rows
+    if differing == 0:
+        return f"{sentence}, which differ under {comparison.comparison_mode} comparison"
+    return f"{sentence}, and {differing} of them differ{'s' if differing == 1 else ''}"
+
+
+def _value(value: Any) -> str:
+    """A single result value as a sentence shows it: NULL, a number as it is, a text quoted."""
+    if value is None:
+        return "NULL"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def _count(rows: int) -> str:

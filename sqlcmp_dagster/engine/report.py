@@ -112,7 +112,8 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     s_score, r_score = structure_score(structure), result_score(result)
     label = severity(result, diagnostics["ordering_error_flag"])
     tie = ", tie-ambiguous at the LIMIT" if result.tie_ambiguous else ""
-    headline = (f"pass: the results match under {mode} comparison ({result.matched_rows} rows{tie})"
+    rows = f"{result.matched_rows} row{'' if result.matched_rows == 1 else 's'}"
+    headline = (f"pass: the results match under {mode} comparison ({rows}{tie})"
                 if passed else
                 f"fail ({label}): the results differ under {mode} comparison; likely source "
                 f"{diagnostics['likely_source_clause'] or 'unknown'}: {likely_source_words(diagnostics)} "
