@@ -587,3 +587,22 @@ def test_the_counterexample_sentence_says_what_differs(company: Path, expected: 
     assert re.fullmatch(rf"on this \d+-row database {ending}", example["sentence"]), example["sentence"]
     assert re.search(r"\((\d+ rows|1 row)\)$", report.explanations[0]), report.explanations[0]
     assert "(1 rows)" not in report.explanations[0]
+
+
+def test_only_the_tables_in_the_searchs_scope_are_read(tmp_path: Path) -> None:
+    """The search samples the queries' tables and their foreign-key parents, nothing else: a table no query
+    reads is never read."""
+    path = tmp_path / "scoped.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(SCHEMA + "CREATE TABLE audit (id INTEGER PRIMARY KEY, note TEXT);"
+                             "INSERT INTO dept VALUES (1, 'sales'); INSERT INTO emp VALUES (1, 'ann', 40, 1, 1);"
+                             "INSERT INTO audit VALUES (1, 'x');")
+    connection.close()
+    found = search(compare(path, "SELECT name FROM emp WHERE salary > 50", "SELECT name FROM emp WHERE salary >= 50"))
+    assert found["neighbor_search_ran"] and found["counterexample_found"] and found["tables"] == ["dept", "emp"]
+    database = ExecutionAdapter(str(path))
+    try:
+        schema = read_schema(database, EvalConfig().neighbor_sample_rows, 5_000)  # the search's, cached
+        assert not isinstance(schema, str) and set(schema.sample) == {"dept", "emp"}
+    finally:
+        database.close()

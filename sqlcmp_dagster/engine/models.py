@@ -91,7 +91,7 @@ class EvalConfig(_Strict):
     neighbor_count: int = Field(default=8, ge=0)  # neighbor databases built per passing case (PRIORITY order); 0: off
     neighbor_time_budget_ms: int = Field(default=30_000, gt=0)  # wall-clock safety cap of one case's search, far
     # above its work (bounded by neighbor_count and the shrink tests): hitting it is a named cut, not the norm
-    neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each touched table of the database
+    neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each table the queries read (and FK parents)
     neighbor_seed: int = 0
     # Skip the search of a pass whose canonical trees are equal: no database can tell such queries apart.
     neighbor_skip_proven: bool = True

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,7 +31,7 @@ Rows = dict[str, list[tuple[Any, ...]]]
 _NUMERIC_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")
 #: Engines whose neighbors can be built in memory here.
 SCRATCH_DIALECTS = ("sqlite", "duckdb")
-_CACHE: dict[tuple[str, str, int], Schema | str] = {}
+_CACHE: dict[tuple[str, str, int], Schema] = {}
 _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 64
 
@@ -68,13 +69,15 @@ class Table:
 
 @dataclass
 class Schema:
-    """The tables of the case's database (by lower-case name), their indexes' DDL and a sample of rows."""
+    """The tables of the case's database (by lower-case name), their indexes' DDL, and the sample of rows of
+    the tables a search has needed so far (:func:`sample`, ``sample_rows`` rows at most per table)."""
 
     tables: dict[str, Table]
     index_ddl: dict[str, list[str]]
-    sample: Rows
     malformed_keys: list[str]  # declared foreign keys SQLite itself cannot enforce (parent key not unique)
+    sample_rows: int
     dialect: str = "sqlite"
+    sample: Rows = field(default_factory=dict)
 
     def scope(self, names: set[str]) -> list[str]:
         """``names`` (lower case) that exist, plus the parents their foreign keys need, parents first."""
@@ -95,14 +98,16 @@ class Schema:
 
 
 def read_schema(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
-    """The schema and a sample of at most ``sample_rows`` rows per table (the first ones, a bounded and
-    reproducible read), cached per database content; a string says why it could not be read."""
+    """The schema, cached per database content with the rows :func:`sample` reads into it (at most
+    ``sample_rows`` per table); a string says why it could not be read."""
     key = (database.identifier, database.fingerprint(), sample_rows)
     with _CACHE_LOCK:
         if key in _CACHE:
             return _CACHE[key]
     schema = _read_duckdb(database, sample_rows, timeout_ms) if database.dialect == "duckdb" \
         else _read(database, sample_rows, timeout_ms)
+    if isinstance(schema, str):  # not kept: a read cut by a case's short budget may work for the next case
+        return schema
     with _CACHE_LOCK:
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
@@ -128,30 +133,36 @@ def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Sche
             except sqlite3.Error as error:
                 return f"cannot recreate the schema in a scratch database: {error} (in {sql[:80]!r})"
         tables = {name.lower(): _describe(connection, name, sql) for name, sql in ddl.items()}
-    malformed = _resolve_keys(tables)
-    sample = _sample(database, tables, sample_rows, timeout_ms)
-    if isinstance(sample, str):
-        return sample
-    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, sample, malformed)
+    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, _resolve_keys(tables), sample_rows)
 
 
-def _sample(database: ExecutionAdapter, tables: dict[str, Table], sample_rows: int, timeout_ms: int) -> Rows | str:
-    """The first ``sample_rows`` rows of every table (a string says which table could not be read)."""
-    sample: Rows = {}
-    for lower, table in tables.items():
+def sample(database: ExecutionAdapter, schema: Schema, tables: list[str], deadline: float,
+           timeout_ms: int) -> str | None:
+    """Read into ``schema.sample`` the first ``schema.sample_rows`` rows (a bounded and reproducible read) of
+    each of ``tables`` not read yet: a search reads only the tables in its scope (the queries' tables and their
+    foreign-key parents, whose rows a child row needs), each query under ``timeout_ms`` cut to what is left
+    before ``deadline`` (``time.monotonic()``). A string says which table could not be read, or that the time
+    ran out."""
+    for lower in tables:
+        if lower in schema.sample:
+            continue
+        table = schema.tables[lower]
+        left = int((deadline - time.monotonic()) * 1000)
+        if left <= 0:
+            return f"the time ran out before table {table.name} was sampled"
         quoted = '"' + table.name.replace('"', '""') + '"'
-        rows = database.execute(f"SELECT * FROM {quoted} LIMIT {int(sample_rows)}", timeout_ms=timeout_ms,
-                                max_rows=sample_rows)
+        rows = database.execute(f"SELECT * FROM {quoted} LIMIT {int(schema.sample_rows)}",
+                                timeout_ms=min(timeout_ms, left), max_rows=schema.sample_rows)
         if not rows.success or rows.relation is None:
             return f"cannot sample table {table.name}: {rows.error.message if rows.error else 'no result'}"
-        sample[lower] = _untagged([tuple(r) for r in rows.relation.frame.iter_rows()]) \
+        schema.sample[lower] = _untagged([tuple(r) for r in rows.relation.frame.iter_rows()]) \
             if rows.relation.width == len(table.columns) else []
-    return sample
+    return None
 
 
 def _read_duckdb(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
     """The schema of a DuckDB database's current schema from its catalog functions (``duckdb_tables``,
-    ``duckdb_columns``, ``duckdb_constraints``, ``duckdb_indexes``), and the sample."""
+    ``duckdb_columns``, ``duckdb_constraints``, ``duckdb_indexes``)."""
     scope = "database_name = current_database() AND schema_name = current_schema()"
     queries = {
         "tables": f"SELECT table_name, sql FROM duckdb_tables() WHERE {scope} AND NOT temporary ORDER BY table_oid",
@@ -193,11 +204,7 @@ def _read_duckdb(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) 
     for table, sql in found["indexes"]:
         if table.lower() in tables:
             index_ddl.setdefault(table.lower(), []).append(sql)
-    malformed = _resolve_keys(tables)
-    sample = _sample(database, tables, sample_rows, timeout_ms)
-    if isinstance(sample, str):
-        return sample
-    return Schema(tables, index_ddl, sample, malformed, dialect="duckdb")
+    return Schema(tables, index_ddl, _resolve_keys(tables), sample_rows, dialect="duckdb")
 
 
 def _untagged(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

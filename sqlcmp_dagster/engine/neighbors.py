@@ -31,7 +31,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
-    read_schema, scratch, stored
+    read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
@@ -261,7 +261,14 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     if reason is not None:
         return _outcome(False, reason, started)
     assert database is not None
-    schema = read_schema(database, config.neighbor_sample_rows, config.query_timeout_ms)
+    assert budget_ms is not None
+    # The work is bounded by counts (neighbors, shrink tests, sampled rows), so the outcome is the same on every
+    # run; the clock is only a safety cap, and a search that hits it says so (``budget_cuts``, warnings).
+    cap = config.neighbor_time_budget_ms
+    limit = (f"neighbor_time_budget_ms={cap}" if cap <= budget_ms else
+             f"what was left of case_timeout_ms={config.case_budget_ms()} ({budget_ms} ms)")
+    deadline = started + min(cap, budget_ms) / 1000
+    schema = read_schema(database, config.neighbor_sample_rows, min(config.query_timeout_ms, cap, budget_ms))
     if isinstance(schema, str):
         return _outcome(False, schema, started)
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
@@ -269,14 +276,11 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     tables = schema.scope(found.tables)
     if not tables:
         return _outcome(False, "the queries read no table of the database", started)
-    assert budget_ms is not None
-    # The work is bounded by counts (neighbors, shrink tests, sampled rows), so the outcome is the same on every
-    # run; the clock is only a safety cap, and a search that hits it says so (``budget_cuts``, warnings).
-    cap = config.neighbor_time_budget_ms
-    limit = (f"neighbor_time_budget_ms={cap}" if cap <= budget_ms else
-             f"what was left of case_timeout_ms={config.case_budget_ms()} ({budget_ms} ms)")
+    unread = sample(database, schema, tables, deadline, config.query_timeout_ms)
+    if unread is not None:
+        return _outcome(False, f"{unread} ({limit})" if unread.startswith("the time ran out") else unread, started)
     with neighborhood(database) as place:
-        search = _Search(validation, index, schema, tables, started + min(cap, budget_ms) / 1000, limit, place)
+        search = _Search(validation, index, schema, tables, deadline, limit, place)
         return _searched(search, found, started, min(cap, budget_ms))
 
 
