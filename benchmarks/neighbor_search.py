@@ -4,8 +4,8 @@
                                          [--workers 2] [--neighbors N]
 
 * precision: every gold query against itself and against its equivalence-preserving rewrites (sqlglot's
-  optimizer, IN -> EXISTS, BETWEEN -> two comparisons, commuted join), the search forced where equal canonical
-  trees would skip it; a counterexample there is a false alarm.
+  optimizer, IN -> EXISTS and back, BETWEEN -> two comparisons and back, commuted join), the search forced where
+  equal canonical trees would skip it; a counterexample there is a false alarm.
 * recall: the semantic mutants of ``neighbor_mutants.py``; among those that still pass on the original
   database, the share that gets a counterexample, per kind and overall; provably equivalent mutants must get
   none.

@@ -289,8 +289,8 @@ def test_a_hostile_actual_query_stays_inside_the_budget(company: Path) -> None:
 @pytest.mark.spider
 def test_spider_gold_against_equivalent_rewrites_sampled(tmp_path: Path) -> None:
     """A sample of the benchmark's precision check (benchmarks/neighbor_search.py --part precision runs all):
-    Spider dev gold queries against sqlglot's optimizer output, IN -> EXISTS, BETWEEN -> comparisons and
-    commuted joins never get a counterexample."""
+    Spider dev gold queries against sqlglot's optimizer output, IN -> EXISTS and back, BETWEEN -> comparisons
+    and back, and commuted joins never get a counterexample."""
     import sys
 
     from conftest import spider_data_dir
