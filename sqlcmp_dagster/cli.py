@@ -176,7 +176,12 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
                              "or signal other sessions (refused by default)")
     parser.add_argument("--verdict-scope", choices=("database", "neighborhood"),
                         help="neighborhood: a pass with a counterexample on a neighbor database fails")
-    parser.add_argument("--neighbors", type=int, help="neighbor databases tried per passing case (0: no search)")
+    parser.add_argument("--neighbors", type=int,
+                        help="at most this many neighbor databases per passing case (default 8; 0: no search): the "
+                             "search stops at the first counterexample, and a pair with identical canonical SQL is "
+                             "not searched")
+    parser.add_argument("--neighbor-seed", type=int,
+                        help="seed of the neighbor databases (default 0): the same seed rebuilds the same neighbors")
     parser.add_argument("--config", type=Path, help="JSON or YAML file of configuration options")
     parser.add_argument("--judge-model", help="litellm model of the advisory AI judge (enables the judge)")
     parser.add_argument("--judge-api-base", help="base URL of an OpenAI-compatible judge server")
@@ -204,6 +209,7 @@ def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     flags = {"comparison_mode": args.mode, "numeric_abs_tolerance": args.atol,
              "numeric_rel_tolerance": args.rtol, "query_timeout_ms": args.timeout_ms,
              "verdict_scope": args.verdict_scope, "neighbor_count": args.neighbors,
+             "neighbor_seed": args.neighbor_seed,
              "enable_ai_judge": True if (args.judge_model or args.judge_config) else None}
     options.update({k: v for k, v in flags.items() if v is not None})
     try:

@@ -264,7 +264,7 @@ def test_postgresql_says_why_the_search_did_not_run(pg_service: tuple[str, str])
     pg_schema(pg_service[1], "sqlcmp_neigh2", "CREATE TABLE sqlcmp_neigh2.t AS SELECT g AS a FROM generate_series(1, 5) g")
     found = search(compare(pg_service[0], "SELECT a FROM sqlcmp_neigh2.t WHERE a > 2",  # type: ignore[arg-type]
                            "SELECT a FROM sqlcmp_neigh2.t WHERE a >= 3"))
-    assert not found["neighbor_search_ran"] and "no scratch copy for postgres" in found["reason"]
+    assert not found["neighbor_search_ran"] and "no scratch copy on PostgreSQL" in found["reason"]
 
 
 def test_summary_shows_the_robust_pass_rate_beside_the_pass_rate(company: Path) -> None:

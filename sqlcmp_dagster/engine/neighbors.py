@@ -51,6 +51,11 @@ SHRINK_TESTS_PER_ROW = 3
 SHOWN_ROWS = 20
 #: Most distinct query failures on neighbors named in a report's warnings.
 MAX_FAILURES_NAMED = 3
+#: How a report names an engine that a dialect id (sqlglot's) stands for.
+ENGINE_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgres": "PostgreSQL"}
+#: The label (summaries, the per-case table) of a fail under ``verdict_scope: "neighborhood"`` that only a
+#: counterexample fails: the spec's ``likely_source_clause`` names a clause, and no clause is attributed there.
+NEIGHBOR_COUNTEREXAMPLE = "neighbor_counterexample"
 _NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
 
 
@@ -357,9 +362,10 @@ def _not_run_reason(validation: Validation, index: int, result: ResultComparison
     if database is None or any(side.pre_materialized for side in sides):
         return "a result was given rather than executed: there is no database to build neighbors from"
     if database.dialect not in SCRATCH_DIALECTS:
-        return (f"no scratch copy for {database.dialect}: neighbors are built in memory, in SQLite or DuckDB, and a "
-                f"{database.dialect} copy would have to be created on the server, which the search never does (it "
-                "never writes to the evaluated database or its server, and the case's read-only role could not)")
+        engine = ENGINE_NAMES.get(database.dialect, database.dialect)
+        return (f"no scratch copy on {engine}: neighbors are built in memory in SQLite or DuckDB, and a copy on "
+                f"{engine} would have to be created on the server, which the search never does: it never writes to "
+                "the evaluated database or its server, and the case's read-only role could not")
     for label, side in (("actual", sides[0]), ("expected", sides[1])):
         if side.parsed.ast is not None and _random(side.parsed.ast):
             return f"the {label} query calls a non-deterministic function: its result is not a function of the data"
@@ -476,7 +482,12 @@ def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
 
 def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scope: str) -> Report:
     """Put the search's outcome into the report (``metrics.diagnostics``, ``evidence.neighborhood``,
-    explanations, warnings) and apply the case's ``verdict_scope``; a report without a search is returned unchanged."""
+    explanations, warnings) and apply the case's ``verdict_scope``; a report without a search is returned unchanged.
+
+    The counterexample's own ``severity`` is Layer 3's on the counterexample whatever the scope (the counterexample
+    is a fact about a database, the scope only decides what it does to the verdict): it is the report's severity
+    under ``"neighborhood"``, while under ``"database"`` the report's is ``minor issue``, the case's on the
+    evaluated database, and what shows a report says which is which."""
     if neighborhood is None or report.metrics.get("diagnostics") is None:
         return report
     report.metrics["diagnostics"].update({name: neighborhood[name] for name in NEIGHBOR_METRICS})
@@ -491,15 +502,17 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
     if found is None:
         if scope == "neighborhood" and not neighborhood["neighbor_search_ran"] and report.deterministic_verdict \
                 == "pass":
-            report.warnings.append(f"verdict_scope is neighborhood but the neighbor search did not run "
-                                   f"({neighborhood['reason']}): the verdict is the evaluated database's")
+            report.warnings.append("verdict_scope is neighborhood but the neighbor search did not run, so the "
+                                   f"verdict is the evaluated database's: {neighborhood['reason']}")
         return report
-    line = (f"neighbor databases: a counterexample — {found['sentence']} (neighbor {found['neighbor']} of seed "
-            f"{found['seed']}, shrunk)")
+    # No replay handle exists beyond the configuration: the same case and configuration rebuild the same search.
+    line = (f"neighbor databases: a counterexample, shrunk by delta debugging: {found['sentence']} (the same case "
+            f"and configuration, neighbor_seed {found['seed']}, rebuild it)")
     if scope == "neighborhood":
         report.deterministic_verdict = "fail"
         report.severity = found["severity"]
         report.overall_score = overall_score(report.result_score or 0.0, report.structure_score or 0.0, False)
+        _unattributed(report)
         report.explanations = [f"fail ({found['severity']}): the results match on the evaluated database but "
                                f"not on a neighbor database of the same schema (verdict_scope neighborhood)",
                                line, *report.explanations[1:]]
@@ -507,8 +520,31 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
         report.severity = "minor issue"
         report.explanations.append(line)
         report.warnings.append("passes on the evaluated database only: a neighbor database of the same schema "
-                               "tells the two queries apart (see evidence.neighborhood)")
+                               "tells the two queries apart (metrics.diagnostics.counterexample)")
     return report
+
+
+def _unattributed(report: Report) -> None:
+    """Diagnostics of a fail that only a counterexample makes: the attribution ran on the evaluated database,
+    where the results match, so no clause is attributed (``likely_source_clause`` null, confidence 0, low
+    evidence, ambiguous when several clauses differ), in place of a pass's (confidence 1)."""
+    clauses = report.evidence.get("clauses") or []
+    update = {"confidence": 0.0, "evidence_strength": "low", "ambiguous_case": len(clauses) > 1}
+    report.metrics["diagnostics"].update(update)
+    if report.diagnostic_scores is not None:
+        report.diagnostic_scores.update(update)
+        report.diagnostic_scores["evidence"] = [
+            "no clause is attributed: the results match on the evaluated database, where the attribution and the "
+            "fix search work; the counterexample shows the difference"
+            + (f" (differing clauses: {', '.join(clauses)})" if clauses else ""),
+            *report.diagnostic_scores.get("evidence", [])]
+
+
+def failed_by_counterexample(report: Report) -> bool:
+    """Whether ``report`` is a fail that only a neighbor counterexample makes (``verdict_scope: "neighborhood"``;
+    the search runs only for a case that passes on the evaluated database)."""
+    return report.deterministic_verdict == "fail" and bool(
+        (report.metrics.get("diagnostics") or {}).get("counterexample_found"))
 
 
 def neighborhood_of(report: Report) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
 from sqlcmp_dagster.engine.execution import shown_rows
 from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
-from sqlcmp_dagster.engine.neighbors import apply_neighborhood
+from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -36,6 +36,8 @@ DIAGNOSTIC_METRICS = (*SCORES, "ordering_error_flag", "cardinality_explosion_fla
 DIAGNOSTIC_SCORE_KEYS = (*SCORES, "confidence", "ordering_error_flag", "cardinality_explosion_flag",
                          "likely_source_clause", "evidence_strength", "ambiguous_case", "suggested_fix", "evidence")
 PERFORMANCE_METRICS = ("execution_time_ratio", "resource_cost_score", "plan_complexity_score")
+#: Most rows of each table and each result of a counterexample that the text report shows (the JSON has them all).
+TEXT_COUNTEREXAMPLE_ROWS = 5
 
 
 @dataclass
@@ -222,8 +224,57 @@ def render_text(report: Report) -> str:
         rows = (report.mismatch_map or {}).get(key) or []
         if rows:
             lines.append(f"{label}: " + "; ".join(str(tuple(r)) for r in rows))
+    lines += neighbor_lines(report)
     lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def neighbor_lines(report: Report) -> list[str]:
+    """What the neighbor search says about a case, as a person reads it: a searched pass (how many neighbors,
+    cut by the clock or not), a pass not searched and why, or the counterexample's tables and both results on
+    it, a few rows of each. A fail that was not searched (the search is for passes) says nothing."""
+    found = neighborhood_of(report)
+    if not found:
+        return []
+    example = found.get("counterexample")
+    if example is not None:
+        return _counterexample_lines(report, example)
+    if not found["neighbor_search_ran"]:
+        return [f"neighbor search did not run: {found['reason']}"] if report.deterministic_verdict == "pass" else []
+    tried = f"{found['neighbors_tried']} neighbor database{'' if found['neighbors_tried'] == 1 else 's'} tried"
+    if found.get("budget_cuts"):
+        return [f"neighbor search cut by the time budget: {tried}, no counterexample"
+                + (f" ({found['reason']})" if found.get("reason") else " (see the warnings)")]
+    return [f"neighbor search: {tried}, no counterexample"]
+
+
+def _counterexample_lines(report: Report, example: dict[str, Any]) -> list[str]:
+    """A counterexample compactly: each table's rows, both results, and the severity of the difference on it
+    set apart from the report's own when the verdict is the evaluated database's."""
+    lines = [f"counterexample ({example['rows']} row{'' if example['rows'] == 1 else 's'}):"]
+    for name, table in example["tables"].items():
+        lines += _rows_lines(f"table {name}", table["columns"], table["rows"], complete=True)
+    for label, key in (("expected result", "expected_result"), ("actual result", "actual_result")):
+        result = example[key]
+        lines += _rows_lines(label, result["columns"], result["rows"], complete=len(result["rows"]) < SHOWN_ROWS)
+    difference = f"{example['severity']} under {example['comparison_mode']} comparison"
+    if failed_by_counterexample(report):
+        lines.append(f"  the difference there: {difference}")
+    else:
+        lines.append(f"  the difference there: {difference} (this case's severity under verdict_scope neighborhood; "
+                     f"under database, this report's scope, it is a {report.severity})")
+    return lines
+
+
+def _rows_lines(label: str, columns: list[str], rows: list[list[Any]], *, complete: bool) -> list[str]:
+    """``label`` with its row count (at least, when the report kept only the first rows), the column names and
+    the first :data:`TEXT_COUNTEREXAMPLE_ROWS` rows, and how many more there are."""
+    count = f"{'' if complete else 'at least '}{len(rows)} row{'' if len(rows) == 1 else 's'}"
+    lines = [f"  {label}: {count}" + (f" ({', '.join(columns)})" if rows else "")]
+    lines += [f"    {tuple(row)}" for row in rows[:TEXT_COUNTEREXAMPLE_ROWS]]
+    if len(rows) > TEXT_COUNTEREXAMPLE_ROWS:
+        lines.append(f"    ... and {len(rows) - TEXT_COUNTEREXAMPLE_ROWS} more (the JSON report has them)")
+    return lines
 
 
 def _report(validation: Validation, *, verdict: str, overall: float, severity_label: str,

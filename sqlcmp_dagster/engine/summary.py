@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbors import robustness
+from sqlcmp_dagster.engine.neighbors import NEIGHBOR_COUNTEREXAMPLE, failed_by_counterexample, robustness
 
 SEVERITIES = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
 #: BIRD's difficulty labels, in rising order (other labels follow them by name).
@@ -30,8 +30,8 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
     passed = sum(r.deterministic_verdict == "pass" for r in valid)
     vacuous = sum(is_vacuous_pass(r) for r in valid)
     severity = Counter(r.severity for r in valid)
-    attribution = Counter((r.diagnostic_scores or {}).get("likely_source_clause") or "none"
-                          for r in valid if r.deterministic_verdict == "fail" and r.blocked_reason is None)
+    attribution = Counter(likely_source_label(r) for r in valid
+                          if r.deterministic_verdict == "fail" and r.blocked_reason is None)
     blocked = Counter(r.blocked_reason for r in valid if r.blocked_reason)
     errors = Counter(e for r in valid for e in r.error_types)
     return {
@@ -56,6 +56,13 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
         "per_difficulty": _breakdown([r for r in reports if r.run_metadata.get("difficulty")],
                                      lambda r: str(r.run_metadata["difficulty"]), order=BIRD_DIFFICULTIES),
     }
+
+
+def likely_source_label(report: Report) -> str:
+    """A fail's likely source clause as summaries count it: ``neighbor_counterexample`` for a fail that only a
+    neighbor counterexample makes (no clause is attributed there), ``none`` when the attribution found none."""
+    source = (report.diagnostic_scores or {}).get("likely_source_clause")
+    return source or (NEIGHBOR_COUNTEREXAMPLE if failed_by_counterexample(report) else "none")
 
 
 def is_vacuous_pass(report: Report) -> bool:

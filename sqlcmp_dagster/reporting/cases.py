@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from sqlcmp_dagster.engine.atomic import atomic_path, read_utf8
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.summary import database_label
+from sqlcmp_dagster.engine.summary import database_label, likely_source_label
 
 #: The per-case table's columns, in order (the CSV header).
 CASE_COLUMNS = ("case_id", "outcome", "severity", "overall_score", "structure_score", "result_score",
@@ -58,7 +58,8 @@ def case_row(report: Report) -> dict[str, Any]:
         "overall_score": round(report.overall_score, 6),
         "structure_score": None if report.structure_score is None else round(report.structure_score, 6),
         "result_score": None if report.result_score is None else round(report.result_score, 6),
-        "likely_source_clause": diagnostics.get("likely_source_clause"),
+        "likely_source_clause": likely_source_label(report) if outcome(report) == "fail" and not report.blocked_reason
+        else diagnostics.get("likely_source_clause"),
         "confidence": diagnostics.get("confidence"),
         "database": database_label(report.run_metadata.get("database")),
         "hardness": report.run_metadata.get("hardness"),
