@@ -27,6 +27,7 @@ from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.summary import robust_line
 from sqlcmp_dagster.reporting.cases import outcome
 from sqlcmp_dagster.event_log import local_instance
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
@@ -97,6 +98,8 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     assert (metadata["robust_passes"].value, metadata["passes_with_counterexample"].value) == (
         value["robust_passes"], value["passes_with_counterexample"])
     assert metadata["robust_pass_rate"].value == pytest.approx(value["robust_pass_rate"])
+    assert metadata["passes_not_searched"].value == value["passes_not_searched"]
+    assert metadata["robustness"].value == robust_line(value)  # the rate in words, with the passes not searched
 
 
 def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:

@@ -117,6 +117,25 @@ def test_a_fail_made_by_a_counterexample_is_labelled_not_dressed_as_a_pass(compa
     assert "none" not in summary["attribution_counts"] and sum(summary["attribution_counts"].values()) == 2
 
 
+def test_summaries_count_passes_not_searched_with_their_reasons(company: Path) -> None:
+    mixed = summarize([compare(company, BOUNDARY), compare(company, ROBUST),
+                       compare(company, ROBUST, neighbor_count=0), compare(company, FAILING)])
+    assert (mixed["passed"], mixed["neighbor_searches"], mixed["passes_not_searched"]) == (3, 2, 1)
+    assert mixed["passes_not_searched_reasons"] == {"neighbor_count is 0": 1}
+    assert mixed["neighbor_searches_cut"] == 0
+    text = render_summary(mixed)
+    assert "robust pass rate 25.0% beside pass rate 75.0%" in text
+    assert "; 1 pass not searched counts as not robust (neighbor_count is 0: 1 pass)" in text
+    cut = summarize([compare(company, SLOW, neighbor_time_budget_ms=300)])
+    assert cut["neighbor_searches"] == cut["neighbor_searches_cut"] == 1 and cut["passes_not_searched"] == 0
+    assert "(1 passes searched, 1 of them cut by the time budget, " in render_summary(cut)
+    unsearched = summarize([compare(company, ROBUST, neighbor_count=0),
+                            compare(company, BOUNDARY, neighbor_count=0)])
+    assert unsearched["robust_pass_rate"] is None and unsearched["passes_not_searched"] == 2
+    assert "robust pass rate n/a: did not run (neighbor_count is 0: 2 passes)" in render_summary(unsearched)
+    assert "robust pass rate" not in render_summary(summarize([compare(company, FAILING)]))
+
+
 def test_postgresql_says_readably_why_the_search_did_not_run(pg_service: tuple[str, str]) -> None:
     from conftest import pg_schema
 
@@ -128,6 +147,7 @@ def test_postgresql_says_readably_why_the_search_did_not_run(pg_service: tuple[s
     warning = next(w for w in report.warnings if w.startswith("verdict_scope is neighborhood"))
     assert warning.endswith(reason) and "(" not in warning
     assert f"neighbor search did not run: {reason}" in render_text(report)
+    assert "robust pass rate n/a: did not run (no scratch copy on PostgreSQL" in render_summary(summarize([report]))
 
 
 def test_cli_neighbor_seed_and_the_neighbors_cap(company: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -140,3 +160,18 @@ def test_cli_neighbor_seed_and_the_neighbors_cap(company: Path, capsys: pytest.C
     help_text = " ".join(capsys.readouterr().out.split())
     assert "at most this many neighbor databases per passing case" in help_text
     assert "stops at the first counterexample" in help_text and "--neighbor-seed" in help_text
+
+
+def test_html_report_shows_the_robust_pass_rate_and_the_counterexample(company: Path, tmp_path: Path) -> None:
+    reports = tmp_path / "reports.jsonl"
+    reports.write_text("".join(r.model_dump_json() + "\n" for r in (compare(company, BOUNDARY),
+                                                                      compare(company, ROBUST))), encoding="utf-8")
+    page = tmp_path / "report.html"
+    assert main(["report", str(reports), "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    figure = html.split('id="robust-pass-rate"', 1)[1].split("</div>", 1)[0]
+    assert "<b>50.0%</b>robust pass rate" in figure
+    assert "robust pass rate 50.0% beside pass rate 100.0%" in html
+    assert "Counterexample: a database the schema allows on which the results differ" in html
+    assert "<caption>Table emp (" in html and "<caption>Expected result (" in html
+    assert "neighbor databases tried, no counterexample" in html

@@ -9,11 +9,11 @@ import polars as pl
 
 from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
 from sqlcmp_dagster.engine.records import reports_from_frame
-from sqlcmp_dagster.engine.summary import summarize
+from sqlcmp_dagster.engine.summary import robust_line, summarize
 
 #: The robust figures of a summary (``engine.neighbors.robustness``), shown as numeric metadata.
 ROBUST_FIGURES = ("robust_pass_rate", "robust_passes", "passes_with_counterexample", "neighbor_searches",
-                  "vacuous_passes_resolved")
+                  "neighbor_searches_cut", "passes_not_searched", "vacuous_passes_resolved")
 
 
 @dg.asset(io_manager_key=CASE_STORE, group_name="evaluation", kinds={"polars"},
@@ -28,6 +28,8 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
                                             else float("nan")),
         # the neighbor search's figures beside the pass rate, each a number for the Plots tab
         **{name: number(summary[name]) for name in ROBUST_FIGURES},
+        # the same in words: the passes not searched and why, "n/a: did not run (...)" for a NaN rate
+        **({"robustness": dg.MetadataValue.text(line)} if (line := robust_line(summary)) else {}),
         "cases": summary["cases"],
         "vacuous_passes": summary["vacuous_passes"],
         "invalid_cases": summary["invalid_cases"],

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -561,15 +562,23 @@ def robustness(valid: list[Report], vacuous_pass: Callable[[Report], bool]) -> d
     """Summary figures of the neighbor search over valid reports: ``robust_passes`` (passes whose search ran
     and found no counterexample, and passes whose canonical trees are equal, robust without a search),
     ``robust_pass_rate`` beside the pass rate (None when no pass was searched or proven),
-    ``passes_with_counterexample``, ``neighbor_searches`` (passes searched) and ``vacuous_passes_resolved``
-    (passes on two empty results whose search compared non-empty results on some neighbor)."""
+    ``passes_with_counterexample``, ``neighbor_searches`` (passes searched), ``neighbor_searches_cut`` (of them,
+    searches the clock cut), ``passes_not_searched`` (passes neither searched nor robust by structure: not
+    robust as far as the rate knows) with ``passes_not_searched_reasons`` (reason: passes), and
+    ``vacuous_passes_resolved`` (passes on two empty results whose search compared non-empty results on some
+    neighbor)."""
     passes = [(r, neighborhood_of(r)) for r in valid if r.deterministic_verdict == "pass"]
     searched = [(r, n) for r, n in passes if n.get("neighbor_search_ran")]
     proven = sum(bool(n.get("robust_by_structure")) for _, n in passes)
     robust = sum(not n.get("counterexample_found") for _, n in searched) + proven
     vacuous = [n for r, n in searched if vacuous_pass(r)]
+    unsearched = Counter(n.get("reason") or "the report holds no neighbor search" for _, n in passes
+                         if not n.get("neighbor_search_ran") and not n.get("robust_by_structure"))
     return {"robust_passes": robust,
             "robust_pass_rate": round(robust / len(valid), 6) if valid and (searched or proven) else None,
             "passes_with_counterexample": sum(bool(n.get("counterexample_found")) for _, n in passes),
             "neighbor_searches": len(searched),
+            "neighbor_searches_cut": sum(bool(n.get("budget_cuts")) for _, n in searched),
+            "passes_not_searched": sum(unsearched.values()),
+            "passes_not_searched_reasons": dict(unsearched.most_common()),
             "vacuous_passes_resolved": sum(bool(n.get("neighbors_nonempty")) for n in vacuous)}

@@ -110,11 +110,9 @@ def render_summary(summary: dict[str, Any]) -> str:
              f"(pass rate {rate}), {summary['invalid_cases']} invalid, {summary['load_errors']} not loadable"]
     if summary["vacuous_passes"]:
         lines.append(f"vacuous passes (both results empty): {summary['vacuous_passes']} of {summary['passed']}")
-    if summary.get("robust_pass_rate") is not None:
-        lines.append(f"robust pass rate {summary['robust_pass_rate']:.1%} beside pass rate {rate}: "
-                     f"{summary['passes_with_counterexample']} passes have a counterexample on a neighbor database "
-                     f"({summary['neighbor_searches']} passes searched, {summary['vacuous_passes_resolved']} "
-                     "vacuous passes compared on non-empty neighbor results)")
+    robust = robust_line(summary)
+    if robust is not None:
+        lines.append(robust)
     lines.append("severity: " + ", ".join(f"{k} {v}" for k, v in summary["severity_counts"].items()))
     if summary["attribution_counts"]:
         lines.append("likely source: " + ", ".join(f"{k} {v}" for k, v in summary["attribution_counts"].items()))
@@ -131,3 +129,29 @@ def render_summary(summary: dict[str, Any]) -> str:
                          + (f"  ({row['invalid']} invalid)" if row["invalid"] else "")
                          for name, row in groups.items())
     return "\n".join(lines)
+
+
+def robust_line(summary: dict[str, Any]) -> str | None:
+    """The robust pass rate beside the pass rate in words, with the passes not searched and why (they count as
+    not robust); ``n/a: did not run (<reasons>)`` when no pass was searched; None when no case passed."""
+    if not summary["passed"]:
+        return None
+    reasons = summary.get("passes_not_searched_reasons") or {}
+    why = "; ".join(f"{reason}: {_passes(count)}" for reason, count in reasons.items())
+    if summary.get("robust_pass_rate") is None:
+        return f"robust pass rate n/a: did not run ({why or 'no neighbor search in the reports'})"
+    rate = "n/a" if summary["pass_rate"] is None else f"{summary['pass_rate']:.1%}"
+    cut = summary.get("neighbor_searches_cut") or 0
+    cut_words = f", {cut} of them cut by the time budget" if cut else ""
+    line = (f"robust pass rate {summary['robust_pass_rate']:.1%} beside pass rate {rate}: "
+            f"{summary['passes_with_counterexample']} passes have a counterexample on a neighbor database "
+            f"({summary['neighbor_searches']} passes searched{cut_words}, "
+            f"{summary['vacuous_passes_resolved']} vacuous passes compared on non-empty neighbor results)")
+    unsearched = summary.get("passes_not_searched") or 0
+    if unsearched:
+        line += f"; {_passes(unsearched)} not searched count{'s' if unsearched == 1 else ''} as not robust ({why})"
+    return line
+
+
+def _passes(count: int) -> str:
+    return f"{count} pass{'' if count == 1 else 'es'}"

@@ -18,8 +18,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.report import ENGINE_VERSION, explanation_lines, per_column_map
-from sqlcmp_dagster.engine.summary import SEVERITIES
+from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.report import ENGINE_VERSION, explanation_lines, neighbor_lines, per_column_map
+from sqlcmp_dagster.engine.summary import SEVERITIES, robust_line
 from sqlcmp_dagster.reporting.cases import case_row
 
 _ENVIRONMENT = Environment(loader=PackageLoader("sqlcmp_dagster.reporting", "templates"),
@@ -37,7 +38,7 @@ def write_report_html(reports: list[Report], summary: dict[str, Any], out: Path,
                                                      ("per_database", "Per database"))
                   if (rows := summary.get(key))]
     _write(out, "report.html", title=title, summary=summary, charts=charts, breakdowns=breakdowns,
-           cases=[case_view(r) for r in reports])
+           robustness=robust_line(summary), cases=[case_view(r) for r in reports])
 
 
 def write_diff_html(diff: dict[str, Any], old: list[Report], new: list[Report], out: Path, *, title: str) -> None:
@@ -72,6 +73,9 @@ def case_view(report: Report) -> dict[str, Any]:
         "warnings": report.warnings,
         "probes": evidence.get("probes") or [],
         "samples": result_samples(report),
+        "counterexample": neighborhood_of(report).get("counterexample"),
+        # a search without a counterexample in one line (searched, cut, or not run and why)
+        "neighbor_search": neighbor_lines(report),
     }
 
 
