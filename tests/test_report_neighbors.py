@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.engine.judge import build_prompt
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -139,7 +140,8 @@ def test_summaries_count_passes_not_searched_with_their_reasons(company: Path) -
 def test_postgresql_says_readably_why_the_search_did_not_run(pg_service: tuple[str, str]) -> None:
     from conftest import pg_schema
 
-    pg_schema(pg_service[1], "sqlcmp_report5", "CREATE TABLE sqlcmp_report5.t AS SELECT g AS a FROM generate_series(1, 5) g")
+    pg_schema(pg_service[1], "sqlcmp_report5",
+              "CREATE TABLE sqlcmp_report5.t AS SELECT g AS a FROM generate_series(1, 5) g")
     report = compare(pg_service[0], ("SELECT a FROM sqlcmp_report5.t WHERE a > 2",
                                      "SELECT a FROM sqlcmp_report5.t WHERE a >= 3"), verdict_scope="neighborhood")
     reason = neighborhood_of(report)["reason"]
@@ -160,6 +162,23 @@ def test_cli_neighbor_seed_and_the_neighbors_cap(company: Path, capsys: pytest.C
     help_text = " ".join(capsys.readouterr().out.split())
     assert "at most this many neighbor databases per passing case" in help_text
     assert "stops at the first counterexample" in help_text and "--neighbor-seed" in help_text
+
+
+def test_the_judge_prompt_carries_the_neighbor_evidence_and_says_what_it_is(company: Path) -> None:
+    request = CompareRequest(expected_sql=BOUNDARY[0], actual_sql=BOUNDARY[1], user_query="Who earns over 50?")
+    report = compare(company, BOUNDARY)
+    prompt = build_prompt(request, report, None, None, max_rows=3)
+    evidence = json.loads(prompt.split("Deterministic evidence (JSON): ", 1)[1].split("\n\n", 1)[0])
+    neighbors = evidence["neighbor_databases"]
+    assert neighbors["search_ran"] and neighbors["robust_pass"] is False
+    assert neighbors["counterexample"] == neighborhood_of(report)["counterexample"]["sentence"]
+    # Database-scoped equivalence stays the judge's question; the counterexample is named as another database.
+    assert "only as observed on this database" in prompt
+    assert "a counterexample there is a database the schema allows" in prompt
+    robust = build_prompt(request, compare(company, ROBUST), None, None, max_rows=3)
+    robust_evidence = json.loads(robust.split("Deterministic evidence (JSON): ", 1)[1].split("\n\n", 1)[0])
+    assert robust_evidence["neighbor_databases"]["robust_pass"] is True
+    assert robust_evidence["neighbor_databases"]["counterexample"] is None
 
 
 def test_html_report_shows_the_robust_pass_rate_and_the_counterexample(company: Path, tmp_path: Path) -> None:

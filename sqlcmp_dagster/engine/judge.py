@@ -31,7 +31,7 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Repor
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.report import explanation_lines
 
-PROMPT_VERSION = "sqlcmp-judge/2"
+PROMPT_VERSION = "sqlcmp-judge/3"
 
 _FALSE_POSITIVE_TASK = (
     "The deterministic checks PASSED this case. Look for a false positive: does the actual query only match "
@@ -162,7 +162,8 @@ def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, bu
 
 def neighbor_evidence(report: Report) -> dict[str, Any] | None:
     """What the neighbor-database search says about this case, for the judge: whether the pass is robust
-    (the search ran and found no counterexample, or the canonical trees are equal), and the counterexample's sentence when there is one."""
+    (the search ran and found no counterexample, or the canonical trees are equal), and the counterexample's
+    sentence when there is one (the prompt says what a counterexample is: another database, not this one)."""
     found = neighborhood_of(report)
     if not found:
         return None
@@ -194,8 +195,11 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
         else None
     parts = [
         f"You are the advisory judge of a text-to-SQL evaluation (prompt {PROMPT_VERSION}). The deterministic "
-        "verdict below is authoritative and will not change; your judgment is advisory. Judge equivalence only "
-        "as observed on this database, never universally.",
+        "verdict below is authoritative and will not change; your judgment is advisory. Judge equivalence "
+        "(database_scoped_equivalence_judgment) only as observed on this database, never universally. The "
+        "evidence's neighbor_databases is not about this database: a counterexample there is a database the "
+        "schema allows, built by the deterministic engine, on which both queries were run and differ; weigh it "
+        "for the user's intent and for whether a pass is an accident of this database's rows.",
         f"Task: {task}",
         f"User question: {request.user_query or '(not given)'}",
         f"Expected SQL: {expected_sql or request.expected_sql[0]}",
