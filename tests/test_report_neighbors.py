@@ -16,7 +16,7 @@ import pytest
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.judge import build_prompt
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbors import apply_neighborhood, neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.report import TEXT_COUNTEREXAMPLE_ROWS, render_text
 from sqlcmp_dagster.engine.summary import render_summary, summarize
@@ -64,6 +64,7 @@ def test_the_text_report_shows_the_counterexample_and_points_to_it(company: Path
     assert re.search(r"  expected result: \d+ rows?", text) and re.search(r"  actual result: \d+ rows?", text)
     # How to rebuild it, without a replay handle that does not exist ("neighbor 8 of seed 0").
     assert "the same case and configuration, neighbor_seed 0, rebuild it" in text and " of seed " not in text
+    assert f"a counterexample, shrunk until no single row can go: {example['sentence']}" in text and example["minimal"]
     # One severity for the case; the difference's own is named as what the other scope would give.
     assert ": PASS (minor issue)" in text.splitlines()[0]
     assert (f"the difference there: {example['severity']} under {example['comparison_mode']} comparison (this "
@@ -81,6 +82,14 @@ def test_a_long_counterexample_is_cut_in_the_text_and_says_how_much_more(company
     assert f"    {(TEXT_COUNTEREXAMPLE_ROWS - 1, f'e{TEXT_COUNTEREXAMPLE_ROWS - 1}', 50)}" in text
     assert f"{(TEXT_COUNTEREXAMPLE_ROWS, f'e{TEXT_COUNTEREXAMPLE_ROWS}', 50)}" not in text
     assert "    ... and 4 more (the JSON report has them)" in text
+
+
+
+def test_a_counterexample_the_shrinking_left_unfinished_says_so(company: Path) -> None:
+    found = copy.deepcopy(neighborhood_of(compare(company, BOUNDARY)))
+    found["counterexample"]["minimal"] = False
+    report = apply_neighborhood(compare(company, ROBUST, neighbor_count=0), found, "database")
+    assert "a counterexample, shrunk as far as its test budget allowed (not 1-minimal): " in render_text(report)
 
 
 #: The actual query is slow on a neighbor where a salary sits on 50 (never on the evaluated database).

@@ -507,8 +507,10 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
                                    f"verdict is the evaluated database's: {neighborhood['reason']}")
         return report
     # No replay handle exists beyond the configuration: the same case and configuration rebuild the same search.
-    line = (f"neighbor databases: a counterexample, shrunk by delta debugging: {found['sentence']} (the same case "
-            f"and configuration, neighbor_seed {found['seed']}, rebuild it)")
+    shrunk = "shrunk until no single row can go" if found.get("minimal") else \
+        "shrunk as far as its test budget allowed (not 1-minimal)"
+    line = (f"neighbor databases: a counterexample, {shrunk}: {found['sentence']} (the same case and configuration, "
+            f"neighbor_seed {found['seed']}, rebuild it)")
     if scope == "neighborhood":
         report.deterministic_verdict = "fail"
         report.severity = found["severity"]
