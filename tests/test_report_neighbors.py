@@ -138,7 +138,7 @@ def test_summaries_count_passes_not_searched_with_their_reasons(company: Path) -
     assert "; 1 pass not searched counts as not robust (neighbor_count is 0: 1 pass)" in text
     cut = summarize([compare(company, SLOW, neighbor_time_budget_ms=300)])
     assert cut["neighbor_searches"] == cut["neighbor_searches_cut"] == 1 and cut["passes_not_searched"] == 0
-    assert "(1 passes searched, 1 of them cut by the time budget, " in render_summary(cut)
+    assert "(1 pass searched, 1 of them cut by the time budget, " in render_summary(cut)
     unsearched = summarize([compare(company, ROBUST, neighbor_count=0),
                             compare(company, BOUNDARY, neighbor_count=0)])
     assert unsearched["robust_pass_rate"] is None and unsearched["passes_not_searched"] == 2
@@ -198,8 +198,10 @@ def test_html_report_shows_the_robust_pass_rate_and_the_counterexample(company: 
     assert main(["report", str(reports), "--html", str(page)]) == 0
     html = page.read_text(encoding="utf-8")
     figure = html.split('id="robust-pass-rate"', 1)[1].split("</div>", 1)[0]
-    assert "<b>50.0%</b>robust pass rate" in figure
+    assert "<b>50.0%</b>robust pass rate (1 of 2 valid cases pass with no counterexample" in figure
     assert "robust pass rate 50.0% beside pass rate 100.0%" in html
     assert "Counterexample: a database the schema allows on which the results differ" in html
-    assert "<caption>Table emp (" in html and "<caption>Expected result (" in html
+    assert "Table emp (" in html and "Expected result (" in html and "Actual result (" in html
+    assert "(this case's severity under verdict_scope neighborhood; on the evaluated database, this report's scope, " \
+           "it is a minor issue)" in html
     assert "neighbor databases tried, no counterexample" in html

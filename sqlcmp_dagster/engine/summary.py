@@ -143,10 +143,12 @@ def robust_line(summary: dict[str, Any]) -> str | None:
     rate = "n/a" if summary["pass_rate"] is None else f"{summary['pass_rate']:.1%}"
     cut = summary.get("neighbor_searches_cut") or 0
     cut_words = f", {cut} of them cut by the time budget" if cut else ""
+    found = summary["passes_with_counterexample"]
     line = (f"robust pass rate {summary['robust_pass_rate']:.1%} beside pass rate {rate}: "
-            f"{summary['passes_with_counterexample']} passes have a counterexample on a neighbor database "
-            f"({summary['neighbor_searches']} passes searched{cut_words}, "
-            f"{summary['vacuous_passes_resolved']} vacuous passes compared on non-empty neighbor results)")
+            f"{_passes(found)} ha{'s' if found == 1 else 've'} a counterexample on a neighbor database "
+            f"({_passes(summary['neighbor_searches'])} searched{cut_words}, "
+            f"{_passes(summary['vacuous_passes_resolved'])} on two empty results compared on non-empty neighbor "
+            "results)")
     unsearched = summary.get("passes_not_searched") or 0
     if unsearched:
         line += f"; {_passes(unsearched)} not searched count{'s' if unsearched == 1 else ''} as not robust ({why})"
