@@ -205,3 +205,9 @@ def test_html_report_shows_the_robust_pass_rate_and_the_counterexample(company: 
     assert "(this case's severity under verdict_scope neighborhood; on the evaluated database, this report's scope, " \
            "it is a minor issue)" in html
     assert "neighbor databases tried, no counterexample" in html
+    reports.write_text(compare(company, ROBUST, neighbor_count=0).model_dump_json() + "\n", encoding="utf-8")
+    assert main(["report", str(reports), "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert "<b>n/a</b>robust pass rate: the neighbor search did not run (why: below)" in html
+    assert "robust pass rate n/a: did not run (neighbor_count is 0: 1 pass)" in html
+    assert "<b>Neighbor databases:</b> neighbor search did not run: neighbor_count is 0" in html
