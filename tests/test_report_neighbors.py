@@ -120,6 +120,7 @@ def test_a_fail_made_by_a_counterexample_is_labelled_not_dressed_as_a_pass(compa
     assert scores["likely_source_clause"] is None and scores["confidence"] == 0.0
     assert scores["evidence_strength"] == "low" and report.metrics["diagnostics"]["confidence"] == 0.0
     assert scores["evidence"][0].startswith("no clause is attributed: the results match on the evaluated database")
+    assert re.search(r"\nscores: structure [\d.]+, result 1\.000 \(on the evaluated database\)\n", render_text(report))
     summary = summarize([report, compare(company, FAILING)])
     assert summary["attribution_counts"].get("neighbor_counterexample") == 1
     line = next(line for line in render_summary(summary).splitlines() if line.startswith("likely source: "))

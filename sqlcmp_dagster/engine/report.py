@@ -210,7 +210,9 @@ def render_text(report: Report) -> str:
     scores = [f"{name} {value:.3f}" for name, value in
               (("structure", report.structure_score), ("result", report.result_score)) if value is not None]
     if scores:
-        lines.append("scores: " + ", ".join(scores))
+        # A fail made by a counterexample keeps the evaluated database's scores, where the results match.
+        where = " (on the evaluated database)" if failed_by_counterexample(report) else ""
+        lines.append("scores: " + ", ".join(scores) + where)
     lines += [f"  - {line}" for line in explanation_lines(report)]
     columns = per_column_map(report).get("attributes", {})
     wrong = {name: c for name, c in columns.items() if c["status"] != "match"}
