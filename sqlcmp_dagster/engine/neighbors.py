@@ -6,9 +6,10 @@ queries touch (``neighbor_generation``), each a scratch copy in memory with the 
 case itself, under the case's bounds (``max_result_rows``, ``max_result_bytes``, ``max_cell_bytes``; DuckDB
 neighbors in the case's memory-bounded DuckDB process): a query that fails on a neighbor is named in the
 report's warnings, and that neighbor is skipped. Results are compared by the case's own Layer 3
-(:func:`compare_results`, same mode, tolerances and NULL mode). A difference that reproduces, that neither query produces on its own by chance (re-run, rows
-inserted in the other order, a LIMIT cut inside a tie) is shrunk by delta debugging to a minimal
-counterexample. A difference that does come from chance is reported as non-determinism, never as a
+(:func:`compare_results`, same mode, tolerances and NULL mode). A difference that reproduces, that neither
+query produces on its own by chance (re-run, rows inserted in the other order, a LIMIT cut inside a tie), is
+shrunk by delta debugging and then row by row to a 1-minimal counterexample (``minimal`` says whether the test
+budget let it get there). A difference that does come from chance is reported as non-determinism, never as a
 counterexample.
 
 Verdict policy (``verdict_scope``): with ``"database"`` (the default, as the spec requires) the verdict is
