@@ -14,14 +14,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokenizer_core import Token, TokenizerCore
-from sqlglot.tokens import TokenType
+from sqlglot.tokens import SQLGLOTC_INSTALLED, TokenType
 
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_SQL_CHARS
 
@@ -291,6 +291,10 @@ def clocked_rewrites(deadline: float) -> Iterator[None]:
         _CLOCK.reset(running)
 
 
+#: What a compiled sqlglot call returns (tokens, statements or text), handed on by :meth:`_Clocked._after`.
+_Output = TypeVar("_Output")
+
+
 class _Clocked:
     """sqlglot's tokenizing, parsing and generation, checking a deadline as they go.
 
@@ -300,6 +304,12 @@ class _Clocked:
     over, or nodes it prints; the canonical rewrites do the same per node (:func:`_tick`). The tree that is
     canonicalized is a second parse of the same tokens rather than a copy of the first, because sqlglot's copy
     cannot be clocked and costs more than the parse. Without a deadline, sqlglot runs as it is.
+
+    The compiled build (``sqlglotc``, :data:`_COMPILED`) refuses Python subclasses of its classes, and its loops
+    run no Python code a clock could hook into (nor do they let a signal handler or another thread run). There
+    each of these calls runs whole and the clock is read after it, as it is between and inside the rewrites
+    (all Python): a cut comes at most one call late, and a call is bounded by ``max_sql_chars`` (the slowest
+    shapes known, 20,000 characters, take 0.04-0.13 s per call compiled, see BENCHMARKS.md).
     """
 
     def __init__(self, deadline: float | None) -> None:
@@ -313,19 +323,24 @@ class _Clocked:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise _ParseCut()
 
+    def _after(self, output: _Output) -> _Output:
+        """``output`` of a compiled call that ran whole, once the clock says there is time left."""
+        self.check()
+        return output
+
     def tick(self) -> None:
         self.ticks += 1
         if not self.ticks % _CHECK_EVERY:
             self.check()
 
     def tokenize(self, sql: str, dialect: str | None) -> list[Token]:
-        """``sql``'s tokens in ``dialect``; clocked when there is a deadline and the tokenizer is sqlglot's
-        Python one (a compiled tokenizer, ``sqlglotc``, cannot be subclassed and runs as it is)."""
+        """``sql``'s tokens in ``dialect``, clocked when there is a deadline."""
         engine = sqlglot.Dialect.get_or_raise(dialect)
-        clocked = _clocked_tokenizer() if self.deadline is not None else None
-        if clocked is None:
+        if self.deadline is None:
             return engine.tokenize(sql)
-        core = clocked(engine.tokenizer()._core, self)
+        if _COMPILED:
+            return self._after(engine.tokenize(sql))
+        core = _clocked_tokenizer()(engine.tokenizer()._core, self)
         try:
             tokens: list[Token] = core.tokenize(sql)
         except TokenError as error:  # the tokenizer wraps whatever its loop raised, the cut included
@@ -348,6 +363,8 @@ class _Clocked:
     def _parsed(self) -> list[exp.Expression | None]:
         self.check()
         engine = sqlglot.Dialect.get_or_raise(self._dialect)
+        if _COMPILED:
+            return self._after(engine.parser().parse(self._tokens, self._sql))
         parser_class, _ = _clocked_classes(type(engine))
         parser = parser_class(dialect=engine)
         parser.sqlcmp_clock = self
@@ -359,6 +376,8 @@ class _Clocked:
         if self.deadline is None:
             return _canonical_text(tree, dialect) if canonical else tree.sql(dialect=dialect, copy=False)
         self.check()
+        if _COMPILED:
+            return self._after(_canonical_text(tree, dialect) if canonical else tree.sql(dialect=dialect, copy=False))
         engine = sqlglot.Dialect.get_or_raise(dialect)
         _, generator_class = _clocked_classes(type(engine))
         generator = generator_class(dialect=engine, **({"normalize_functions": "lower"} if canonical else {}))
@@ -367,6 +386,9 @@ class _Clocked:
         return lowercase_keywords(text, dialect) if canonical and dialect is not None else text
 
 
+#: sqlglot's tokenizer, parser and generator are the mypyc-compiled build (``sqlglotc``), which :class:`_Clocked`
+#: cannot subclass (sqlglot's own flag: sqlglotc overlays compiled modules on sqlglot's and has no module itself).
+_COMPILED: bool = SQLGLOTC_INSTALLED
 #: Tokens made or advanced over (or nodes printed) between two looks at the clock.
 _CHECK_EVERY = 256
 #: The deadline of the :func:`parse` running in this thread (or task), if it has one.
@@ -391,17 +413,14 @@ def _text(node: exp.Expression) -> str:
 
 @functools.cache
 def _clocked_tokenizer() -> Any:
-    """A subclass of sqlglot's tokenizer core that ticks its clock once per token made, and a function that
-    turns a dialect's core into it; None when the core is compiled (``sqlglotc``) and cannot be subclassed."""
-    try:
-        class ClockedTokenizerCore(TokenizerCore):  # type: ignore[misc]
-            __slots__ = ("sqlcmp_clock",)
+    """A subclass of sqlglot's (Python) tokenizer core that ticks its clock once per token made, and a function
+    that turns a dialect's core into it."""
+    class ClockedTokenizerCore(TokenizerCore):  # type: ignore[misc]
+        __slots__ = ("sqlcmp_clock",)
 
-            def _add(self, token_type: TokenType, text: str | None = None) -> None:
-                TokenizerCore._add(self, token_type, text)
-                self.sqlcmp_clock.tick()
-    except TypeError:
-        return None
+        def _add(self, token_type: TokenType, text: str | None = None) -> None:
+            TokenizerCore._add(self, token_type, text)
+            self.sqlcmp_clock.tick()
 
     def clocked(core: TokenizerCore, clock: _Clocked) -> TokenizerCore:
         twin = ClockedTokenizerCore.__new__(ClockedTokenizerCore)
