@@ -280,7 +280,10 @@ async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, bud
 def apply_judgment(report: Report, outcome: JudgeOutcome) -> Report:
     """The report with the advisory judgment added: ``deterministic_verdict`` and every deterministic field
     stay as they were, whatever the judgment says."""
-    updated = report.model_copy(deep=True)
+    # Only these three containers change (top-level keys and items added): copies of them, not of the whole
+    # report (a deep copy of every report was about 15% of case_reports' time with the judge off).
+    updated = report.model_copy(update={"run_metadata": dict(report.run_metadata), "warnings": list(report.warnings),
+                                        "metrics": dict(report.metrics)})
     updated.run_metadata["judge"] = {**outcome.metadata, "skipped": outcome.skipped}
     updated.warnings = [*updated.warnings, *outcome.warnings]
     judgment = outcome.judgment
