@@ -9,7 +9,8 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import dagster as dg
@@ -175,11 +176,11 @@ def validation_of(row: dict[str, Any]) -> Validation:
     includes the LIMIT tie re-checks run there, as the library's does, so that the diagnostics step's share of
     case_timeout_ms and the report's timings count them.
 
-    Each layer downstream of ``executions`` reads the same record; it is decoded once per process
-    (:func:`_decoded`) and each call gets its own shell: its own timings, warnings and sides (a layer may set
+    Each layer downstream of ``executions`` reads the same record; it is decoded at most once per process
+    (:data:`RECORDS`) and each call gets its own shell: its own timings, warnings and sides (a layer may set
     a side's execution), sharing what the layers only read (ASTs, canonical trees, shapes, result sets), as
     the library's layers share one validation."""
-    base = _decoded(row["validation"], tuple(row["relations"] or ()))
+    base = RECORDS.validation(row["validation"], tuple(row["relations"] or ()))
     validation = dataclasses.replace(base, actual=dataclasses.replace(base.actual),
                                      expected=[dataclasses.replace(side) for side in base.expected],
                                      warnings=list(base.warnings), timings=dict(base.timings))
@@ -188,18 +189,45 @@ def validation_of(row: dict[str, Any]) -> Validation:
     return validation
 
 
-@functools.lru_cache(maxsize=4096)
-def _decoded(text: str, relations: tuple[bytes, ...]) -> Validation:
-    """A Layer 1 record decoded, keyed by its content (so a hit is always the same case in the same state), with
-    the canonical tree and shape of every side that layers 2-4 compare (executed, parsed) built now: a restored
-    side has no tree, and rebuilding it in each layer was a tenth of the pipeline's own time. Never mutated:
-    :func:`validation_of` hands out shells. At most 4,096 records (two per case in a run: parsed and executed)
-    are kept; a larger run decodes again, which is only slower."""
-    validation = validation_from_record(text, list(relations))
-    for side in (validation.actual, *validation.expected):
-        if side.executed_ok and side.parsed.ast is not None:
-            side.shape(validation.dialect)
-    return validation
+class _Records:
+    """The Layer 1 records this process wrote or read, by content (so a hit is always the same case in the same
+    state), as validations with the canonical tree and shape of every side that layers 2-4 compare (executed,
+    parsed) built: a restored side has no tree, and rebuilding it in each layer was a tenth of the pipeline's own
+    time. Never mutated: :func:`validation_of` hands out shells.
+
+    The layer that writes a record keeps the validation it wrote it from (:meth:`keep`), so the layers after it in
+    the same process never decode it (decoding every case's record twice was a tenth of the pipeline's own time
+    again); a step in another process decodes it once. At most ``size`` records (two per case in a run: parsed
+    and executed) are kept; a larger run decodes again, which is only slower."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._kept: OrderedDict[tuple[str, tuple[bytes, ...]], Validation] = OrderedDict()
+
+    def validation(self, text: str, relations: tuple[bytes, ...]) -> Validation:
+        """The validation of a stored record, decoded unless this process holds it."""
+        kept = self._kept.get((text, relations))
+        if kept is not None:
+            self._kept.move_to_end((text, relations))
+            return kept
+        return self.keep(text, relations, validation_from_record(text, list(relations)))
+
+    def keep(self, text: str, relations: Sequence[bytes], validation: Validation) -> Validation:
+        """Hold ``validation`` as the one ``text`` and ``relations`` (its record) stand for; the caller gives it
+        away and must not change it after."""
+        for side in (validation.actual, *validation.expected):
+            if side.executed_ok and side.parsed.ast is not None:
+                side.shape(validation.dialect)
+        self._kept[(text, tuple(relations))] = validation
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return validation
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+
+RECORDS = _Records(4096)
 
 
 def to_json(value: Any) -> str:

@@ -4,7 +4,7 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
+from sqlcmp_dagster.assets.common import RECORDS, layer_asset, per_case, validation_of
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.pipeline import execute_layer
 from sqlcmp_dagster.engine.records import validation_record
@@ -21,6 +21,7 @@ def executions(parsed_cases: pl.DataFrame, database: DatabaseResource) -> pl.Dat
         adapter, error = database.open(validation.request)
         execute_layer(validation, adapter, error)
         text, frames = validation_record(validation)
+        RECORDS.keep(text, frames, validation)  # the next layers in this process need not decode it
         actual = validation.actual.execution
         return {"validation": text, "relations": frames,
                 "execution_success_actual": actual.success if actual else None,

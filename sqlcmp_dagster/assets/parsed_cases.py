@@ -5,7 +5,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from sqlcmp_dagster.assets.common import cases_partitions, layer_asset, per_case
+from sqlcmp_dagster.assets.common import RECORDS, cases_partitions, layer_asset, per_case
 from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.pipeline import parse_layer, resolve_dialect
@@ -30,6 +30,7 @@ def parsed_cases(context: dg.AssetExecutionContext, cases: CaseSuiteResource,
         adapter, _ = database.open(request)
         validation = parse_layer(request, resolve_dialect(request, adapter))
         text, frames = validation_record(validation)
+        RECORDS.keep(text, frames, validation)  # the next layers in this process need not decode it
         return {"case_hash": case_version(by_id[row["case_id"]], database.fingerprint(request)),
                 "dialect": validation.dialect, "validation": text, "relations": frames,
                 "parse_success_actual": validation.actual.parsed.success,
