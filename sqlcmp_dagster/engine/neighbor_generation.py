@@ -772,11 +772,17 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
     A key that holds one of the queries' literals keeps it instead, and its parent gets a row with that key (a
     copy of one of its rows, inserted before the child): the row built to satisfy a WHERE stays in."""
     out = []
+    # Each key's parent values (a list, in the parents' order, for the random choice, and a set to look them up),
+    # read once instead of once per row; forgotten when a parent row is added.
+    known: dict[int, tuple[list[tuple[Any, ...]], set[tuple[Any, ...]]]] = {}
     for row in rows:
-        for key in table.foreign_keys:
+        for index, key in enumerate(table.foreign_keys):
             values = tuple(row[i] for i in key.columns)
-            parents = [tuple(p[i] for i in key.parent_columns) for p in built.get(key.parent, [])]
-            if None in values or values in parents or not parents:
+            if index not in known:
+                listed = [tuple(p[i] for i in key.parent_columns) for p in built.get(key.parent, [])]
+                known[index] = (listed, set(listed))
+            parents, present = known[index]
+            if None in values or values in present or not parents:
                 continue
             literal = len(key.columns) == 1 and any(
                 values[0] == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), []))
@@ -784,6 +790,9 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
                 parent = schema.tables[key.parent]
                 built[key.parent].append(_copy(parent, rng.choice(built[key.parent]),
                                                dict(zip(key.parent_columns, values)), built[key.parent]))
+                for other, other_key in enumerate(table.foreign_keys):
+                    if other_key.parent == key.parent:
+                        known.pop(other, None)
                 continue
             row = _with(row, dict(zip(key.columns, rng.choice(parents))))
         out.append(row)
