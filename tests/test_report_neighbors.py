@@ -63,7 +63,7 @@ def test_the_text_report_shows_the_counterexample_and_points_to_it(company: Path
         assert f"    {tuple(row)}" in text
     assert re.search(r"  expected result: \d+ rows?", text) and re.search(r"  actual result: \d+ rows?", text)
     # How to rebuild it, without a replay handle that does not exist ("neighbor 8 of seed 0").
-    assert "the same case and configuration, neighbor_seed 0, rebuild it" in text and " of seed " not in text
+    assert "rerunning the same case with the same configuration, neighbor_seed 0, rebuilds it" in text and " of seed " not in text
     assert f"a counterexample, shrunk until no single row can go: {example['sentence']}" in text and example["minimal"]
     # One severity for the case; the difference's own is named as what the other scope would give.
     assert ": PASS (minor issue)" in text.splitlines()[0]

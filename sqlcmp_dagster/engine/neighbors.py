@@ -510,8 +510,8 @@ def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scop
     # No replay handle exists beyond the configuration: the same case and configuration rebuild the same search.
     shrunk = "shrunk until no single row can go" if found.get("minimal") else \
         "shrunk as far as its test budget allowed (not 1-minimal)"
-    line = (f"neighbor databases: a counterexample, {shrunk}: {found['sentence']} (the same case and configuration, "
-            f"neighbor_seed {found['seed']}, rebuild it)")
+    line = (f"neighbor databases: a counterexample, {shrunk}: {found['sentence']} (rerunning the same case with "
+            f"the same configuration, neighbor_seed {found['seed']}, rebuilds it)")
     if scope == "neighborhood":
         report.deterministic_verdict = "fail"
         report.severity = found["severity"]
