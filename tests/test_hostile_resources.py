@@ -242,6 +242,19 @@ SLOW_PARSES = {"chain": "SELECT " + "+".join(["1"] * 9_990),
                                                          + ")" for i in range(100))}
 
 
+def _fastest_parse_s(sql: str) -> float:
+    """The fastest of three unclocked parses of ``sql`` in this run, after a collection: a single timing may
+    include a full garbage collection or a first call's set-up (the nested query's parse took 70 ms or 250 ms
+    with sqlglotc), which would give the clocked parse a budget it fits in."""
+    timings = []
+    for _ in range(3):
+        gc.collect()
+        started = time.monotonic()
+        assert parse(sql, "sqlite").success
+        timings.append(time.monotonic() - started)
+    return min(timings)
+
+
 @pytest.mark.parametrize("shape", SLOW_PARSES)
 def test_parse_is_cut_at_the_case_budget(sample_db: Path, shape: str) -> None:
     """Issue 11 item 8: within max_sql_chars a parse still ran its course (4 s for 20,000 characters of
@@ -250,9 +263,7 @@ def test_parse_is_cut_at_the_case_budget(sample_db: Path, shape: str) -> None:
     sqlglotc the compiled tokenizer, parser and generator each run whole and the clock is read after each call;
     the next test checks sqlglot's Python build beside it)."""
     huge = SLOW_PARSES[shape]
-    started = time.monotonic()
-    assert parse(huge, "sqlite").success  # unclocked, in this run: the budget is a third of it on any machine
-    budget_ms = max(1, int((time.monotonic() - started) * 1000 / 3))
+    budget_ms = max(1, int(_fastest_parse_s(huge) * 1000 / 3))  # a third of it on any machine
     config = EvalConfig(case_timeout_ms=budget_ms)
     started = time.monotonic()
     report = compare(CompareRequest(expected_sql="SELECT 1", actual_sql=huge, config=config),
