@@ -150,8 +150,7 @@ def sample(database: ExecutionAdapter, schema: Schema, tables: list[str], deadli
         left = int((deadline - time.monotonic()) * 1000)
         if left <= 0:
             return f"the time ran out before table {table.name} was sampled"
-        quoted = '"' + table.name.replace('"', '""') + '"'
-        rows = database.execute(f"SELECT * FROM {quoted} LIMIT {int(schema.sample_rows)}",
+        rows = database.execute(f"SELECT * FROM {_quoted(table.name)} LIMIT {int(schema.sample_rows)}",
                                 timeout_ms=min(timeout_ms, left), max_rows=schema.sample_rows)
         if not rows.success or rows.relation is None:
             return f"cannot sample table {table.name}: {rows.error.message if rows.error else 'no result'}"
@@ -207,6 +206,15 @@ def _read_duckdb(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) 
     return Schema(tables, index_ddl, _resolve_keys(tables), sample_rows, dialect="duckdb")
 
 
+def _quoted(name: str) -> str:
+    """``name`` as a double-quoted SQL identifier (an embedded quote doubled), as SQLite and DuckDB read it.
+
+    >>> print(_quoted('a"b'))
+    "a""b"
+    """
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _untagged(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Rows as SQLite stores them. The adapter returns a column that mixes numbers and text as tagged text
     (``n:1.0``, ``s:a``, see ``execution.tagged_text``); such a column is decoded back so that a neighbor holds the
@@ -230,7 +238,7 @@ def _untag(value: str) -> Any:
 
 
 def _describe(connection: sqlite3.Connection, name: str, ddl: str) -> Table:
-    quoted = '"' + name.replace('"', '""') + '"'
+    quoted = _quoted(name)
     info = connection.execute(f"PRAGMA table_info({quoted})").fetchall()
     columns = [Column(row[1], row[2] or "", bool(row[3]), bool(row[5])) for row in info]
     positions = {c.name.lower(): i for i, c in enumerate(columns)}
@@ -240,7 +248,7 @@ def _describe(connection: sqlite3.Connection, name: str, ddl: str) -> Table:
         unique_sets.append(keys)
     for index in connection.execute(f"PRAGMA index_list({quoted})").fetchall():
         if index[2]:  # unique
-            index_name = '"' + index[1].replace('"', '""') + '"'
+            index_name = _quoted(index[1])
             cols = tuple(positions.get((r[2] or "").lower(), -1)
                          for r in connection.execute(f"PRAGMA index_info({index_name})").fetchall())
             if cols and -1 not in cols and cols not in unique_sets:
@@ -375,7 +383,7 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
     positions: dict[str, dict[int, int]] = {}
     for table in tables:
         spec = schema.tables[table]
-        insert = (f'INSERT INTO "{spec.name.replace(chr(34), chr(34) * 2)}" VALUES '
+        insert = (f'INSERT INTO {_quoted(spec.name)} VALUES '
                   f'({", ".join("?" * len(spec.columns))})')
         kept = accepted.setdefault(table, [])
         if writer.batch is not None and rows.get(table) and writer.batch(spec, rows[table]):
@@ -406,7 +414,7 @@ def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Row
     rows: Rows = {}
     for table in tables:
         spec = schema.tables[table]
-        result = place.adapter.execute(f'SELECT * FROM "{spec.name.replace(chr(34), chr(34) * 2)}"')
+        result = place.adapter.execute(f'SELECT * FROM {_quoted(spec.name)}')
         rows[table] = _untagged([tuple(r) for r in result.relation.frame.iter_rows()]) \
             if result.success and result.relation is not None and result.relation.width == len(spec.columns) \
             else inserted.get(table, [])
@@ -450,7 +458,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
             if place.created:
                 connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order
                 for table in tables:
-                    connection.execute(f'DELETE FROM "{table.replace(chr(34), chr(34) * 2)}"')
+                    connection.execute(f'DELETE FROM {_quoted(table)}')
                 if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
                     connection.execute("DELETE FROM sqlite_sequence")
                 connection.commit()
@@ -464,7 +472,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
     def batch(table: Table, rows: list[tuple[Any, ...]]) -> bool:
         """Every row in one INSERT (a statement either inserts all or nothing in DuckDB)."""
         values = ", ".join("(" + ", ".join("?" * len(table.columns)) + ")" for _ in rows)
-        return process.build(f'INSERT INTO "{table.name.replace(chr(34), chr(34) * 2)}" VALUES {values}',
+        return process.build(f'INSERT INTO {_quoted(table.name)} VALUES {values}',
                              [v for row in rows for v in row], max_bytes=max_bytes) is None
 
     try:
