@@ -451,7 +451,7 @@ def _sentence(total: int, run: _Run, comparison: ResultComparison) -> str:
     if actual.height == expected.height == 1 and actual.width == expected.width == 1:
         return (f"{where} the actual query returns {_value(actual.frame.row(0)[0])}, the expected "
                 f"{_value(expected.frame.row(0)[0])}")
-    sentence = f"{where} the actual query returns {_count(actual.height)}, the expected {_count(expected.height)}"
+    sentence = f"{where} the actual query returns {row_count(actual.height)}, the expected {row_count(expected.height)}"
     if actual.height != expected.height:
         return sentence
     if comparison.comparison_mode == "order-sensitive" and comparison.bag_pass:
@@ -469,7 +469,8 @@ def _value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _count(rows: int) -> str:
+def row_count(rows: int) -> str:
+    """``rows`` as a sentence counts them: ``1 row``, ``3 rows`` (neighbor sentences and the text report)."""
     return f"{rows} row{'' if rows == 1 else 's'}"
 
 

@@ -15,7 +15,8 @@ from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
 from sqlcmp_dagster.engine.execution import shown_rows
 from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
-from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of
+from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of, \
+    row_count
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -114,8 +115,7 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     s_score, r_score = structure_score(structure), result_score(result)
     label = severity(result, diagnostics["ordering_error_flag"])
     tie = ", tie-ambiguous at the LIMIT" if result.tie_ambiguous else ""
-    rows = f"{result.matched_rows} row{'' if result.matched_rows == 1 else 's'}"
-    headline = (f"pass: the results match under {mode} comparison ({rows}{tie})"
+    headline = (f"pass: the results match under {mode} comparison ({row_count(result.matched_rows)}{tie})"
                 if passed else
                 f"fail ({label}): the results differ under {mode} comparison; likely source "
                 f"{diagnostics['likely_source_clause'] or 'unknown'}: {likely_source_words(diagnostics)} "
@@ -253,7 +253,7 @@ def neighbor_lines(report: Report) -> list[str]:
 def _counterexample_lines(report: Report, example: dict[str, Any]) -> list[str]:
     """A counterexample compactly: each table's rows, both results, and the severity of the difference on it
     set apart from the report's own when the verdict is the evaluated database's."""
-    lines = [f"counterexample ({example['rows']} row{'' if example['rows'] == 1 else 's'}):"]
+    lines = [f"counterexample ({row_count(example['rows'])}):"]
     for name, table in example["tables"].items():
         lines += _rows_lines(f"table {name}", table["columns"], table["rows"], complete=True)
     for label, key in (("expected result", "expected_result"), ("actual result", "actual_result")):
@@ -271,7 +271,7 @@ def _counterexample_lines(report: Report, example: dict[str, Any]) -> list[str]:
 def _rows_lines(label: str, columns: list[str], rows: list[list[Any]], *, complete: bool) -> list[str]:
     """``label`` with its row count (at least, when the report kept only the first rows), the column names and
     the first :data:`TEXT_COUNTEREXAMPLE_ROWS` rows, and how many more there are."""
-    count = f"{'' if complete else 'at least '}{len(rows)} row{'' if len(rows) == 1 else 's'}"
+    count = f"{'' if complete else 'at least '}{row_count(len(rows))}"
     lines = [f"  {label}: {count}" + (f" ({', '.join(columns)})" if rows else "")]
     lines += [f"    {tuple(row)}" for row in rows[:TEXT_COUNTEREXAMPLE_ROWS]]
     if len(rows) > TEXT_COUNTEREXAMPLE_ROWS:
