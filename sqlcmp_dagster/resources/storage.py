@@ -149,25 +149,32 @@ def _write(path: UPath, data: bytes) -> None:
         path.write_bytes(data)
 
 
-#: Threads that encode and write one step's per-case objects. polars encodes and the kernel creates files
-#: without holding the GIL, so a few threads store a step's objects in about half the time one takes: on the
-#: 1,034 Spider dev cases' seven assets, 2.4-2.7 s against 4.4-7.1 s serially (the benchmark machine's disk
-#: takes 0.3 ms to create a file). More threads than cores are what overlap the waits on file creation.
-_WRITERS = 4
+#: Threads that encode one step's per-case objects.
+_ENCODERS = 4
 
 
 def _write_all(folder: UPath, objects: dict[UPath, pl.DataFrame]) -> None:
-    """Encode and write every case's object; on an object store all at once (fsspec's ``pipe`` sends the
-    requests concurrently, where one request after another costs a round trip each: a step of 50 cases writes
-    50 objects). Each object is still written whole or not at all; the first failure is raised."""
+    """Encode every case's object, then write them; each object is written whole or not at all and the first
+    failure is raised.
+
+    On a local disk the objects are written one after another by the calling thread once all are encoded.
+    Threads that each encode and write contend twice: files created in one directory queue on that directory's
+    lock in the kernel, and a thread back from a file system call waits for the interpreter lock while the
+    others encode (up to the 5 ms switch interval each time). On the 1,034 Spider dev cases' 7,238 objects: 3-6 s
+    with four threads encoding and writing, 2.7-4.0 s encoding on four threads and then writing from one
+    (``benchmarks/dagster_pipeline.py``; BENCHMARKS.md). On an object store the objects are sent all at once
+    (fsspec's ``pipe`` sends the requests concurrently, where one request after another costs a round trip
+    each: a step of 50 cases writes 50 objects).
+    """
     if not objects:
         return
-    with ThreadPoolExecutor(_WRITERS) as pool:
-        if _local(folder):
-            list(pool.map(lambda item: _write(item[0], _parquet_bytes(item[1])), objects.items()))
-            return
+    with ThreadPoolExecutor(_ENCODERS) as pool:
         encoded = dict(zip(objects, pool.map(_parquet_bytes, objects.values())))
-    folder.fs.pipe({path.path: data for path, data in encoded.items()})
+    if _local(folder):
+        for path, data in encoded.items():
+            _write(path, data)
+    else:
+        folder.fs.pipe({path.path: data for path, data in encoded.items()})
 
 
 def _read_all(folder: UPath, paths: list[UPath]) -> dict[UPath, bytes | Exception]:
@@ -181,10 +188,21 @@ def _read_all(folder: UPath, paths: list[UPath]) -> dict[UPath, bytes | Exceptio
 
 
 def _concat(contents: Iterable[bytes | Exception]) -> pl.DataFrame:
-    """One frame of the stored per-case Parquet objects (their columns unified: an older object may lack one)."""
-    frames = []
+    """One frame of the stored per-case Parquet objects, their columns unified (an older object may lack one).
+
+    The objects are read as one scan, which decodes them in parallel: 1,034 case reports in 0.25 s, against
+    1.0 s read one by one. A scan takes its columns from the first object and fills the ones an object lacks
+    with nulls; when a later object has a column the first lacks, or another type, they are read one by one
+    and concatenated with their types relaxed, which keeps every column.
+    """
+    buffers = []
     for content in contents:
         if isinstance(content, Exception):
             raise content
-        frames.append(pl.read_parquet(io.BytesIO(content)))
-    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={"case_id": pl.Utf8})
+        buffers.append(content)
+    if not buffers:
+        return pl.DataFrame(schema={"case_id": pl.Utf8})
+    try:
+        return pl.scan_parquet([io.BytesIO(data) for data in buffers], missing_columns="insert").collect()
+    except (pl.exceptions.PolarsError, TypeError):  # TypeError: a polars without ``missing_columns``
+        return pl.concat([pl.read_parquet(io.BytesIO(data)) for data in buffers], how="diagonal_relaxed")
