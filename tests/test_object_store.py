@@ -70,3 +70,21 @@ def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_di
     assert read[edited]["metrics"]["validation"]["normalized_sql_actual"] == "select 42"
     assert {k: v for k, v in read.items() if k != edited} == {
         k: v.model_dump(mode="json") for k, v in stored.items() if k != edited}
+
+
+def test_read_asset_unifies_the_columns_of_objects_written_by_different_versions(tmp_path: Path) -> None:
+    """Objects written before a column was added, after it, or with a wider type read back as one frame that
+    keeps every column and value, whichever object comes first."""
+    import polars as pl
+
+    folder = tmp_path / "store" / "case_reports"
+    folder.mkdir(parents=True)
+    pl.DataFrame({"case_id": ["a"], "score": [1]}).write_parquet(folder / "a.parquet")
+    pl.DataFrame({"case_id": ["b"], "score": [0.5], "note": ["new"]}).write_parquet(folder / "b.parquet")
+    pl.DataFrame({"case_id": ["c"], "score": [0]}).write_parquet(folder / "c.parquet")
+    frame = read_asset(str(tmp_path / "store"), "case_reports")
+    assert frame.sort("case_id").to_dicts() == [{"case_id": "a", "score": 1.0, "note": None},
+                                                {"case_id": "b", "score": 0.5, "note": "new"},
+                                                {"case_id": "c", "score": 0.0, "note": None}]
+    (folder / "b.parquet").unlink()
+    assert read_asset(str(tmp_path / "store"), "case_reports").schema == {"case_id": pl.Utf8, "score": pl.Int64}
