@@ -12,22 +12,24 @@ from sqlcmp_dagster.assets.common import CaseCheck, Targets, case_reports_key, c
     outcome_of, report_from_layers
 from sqlcmp_dagster.engine.judge import apply_judgment
 from sqlcmp_dagster.contracts.schemas import frame_schema
-from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.records import report_from_row, report_row, reports_from_frame
-from sqlcmp_dagster.reporting.cases import outcome
+from sqlcmp_dagster.engine.records import report_from_row, report_row
+from sqlcmp_dagster.reporting.cases import verdict_outcome
 
 SCHEMA = {"case_id": pl.Utf8, **frame_schema("case_reports"), "fault": pl.Utf8}
 
 
 def verdict_evaluations(frame: pl.DataFrame, targets: Targets) -> Iterator[dg.AssetCheckEvaluation]:
     """The ``case_verdict`` result of each case, on its partition: passed when the case passed; otherwise a
-    warning naming the outcome (fail or invalid), with the case's severity, score and first explanation."""
-    for report in reports_from_frame(frame):
-        metadata = partition_metadata(report)
+    warning naming the outcome (fail or invalid), with the case's severity, score and first explanation.
+
+    Read from the frame's columns: rebuilding each report from its row (as ``reports_from_frame`` does) cost
+    a third of a second per 1,000 cases for six fields."""
+    for row in frame.select("case_id", *_METADATA_FIELDS).iter_rows(named=True):
+        metadata = partition_metadata(row)
         yield dg.AssetCheckEvaluation(asset_key=case_reports_key, check_name="case_verdict",
                                       passed=metadata["outcome"] == "pass", severity=dg.AssetCheckSeverity.WARN,
-                                      partition=report.case_id, metadata=metadata,
-                                      target_materialization_data=targets.get(report.case_id),
+                                      partition=row["case_id"], metadata=metadata,
+                                      target_materialization_data=targets.get(row["case_id"]),
                                       description=f"{metadata['outcome']}: {metadata['headline']}")
 
 
@@ -50,9 +52,10 @@ def case_reports(context: dg.AssetExecutionContext, executions: pl.DataFrame, st
             stored = row["deterministic_report"]
             report = apply_judgment(report_from_row(stored) if stored is not None else report_from_layers(row),
                                     outcome_of(row))
+            stored_row = report_row(report)
             # each partition's own verdict, so the Partitions tab tells the cases apart
-            context.add_asset_metadata(partition_metadata(report), partition_key=report.case_id)
-            rows.append({**report_row(report), "fault": row["fault"]})
+            context.add_asset_metadata(partition_metadata(stored_row), partition_key=report.case_id)
+            rows.append({**stored_row, "fault": row["fault"]})
     return pl.DataFrame(rows, schema=SCHEMA)
 
 
@@ -86,10 +89,16 @@ def _partitions_read_once(instance: dg.DagsterInstance) -> Iterator[None]:
         del instance.get_dynamic_partitions, instance.has_dynamic_partition
 
 
-def partition_metadata(report: Report) -> dict[str, Any]:
-    """What one case's materialization shows in the UI: outcome, severity, score, likely source and hardness."""
-    return {"outcome": outcome(report), "severity": report.severity,
-            "overall_score": dg.MetadataValue.float(report.overall_score),
-            "likely_source_clause": (report.diagnostic_scores or {}).get("likely_source_clause") or "",
-            "hardness": report.run_metadata.get("hardness") or "",
-            "headline": report.explanations[0] if report.explanations else ""}
+#: The report fields :func:`partition_metadata` reads.
+_METADATA_FIELDS = ("deterministic_verdict", "validity", "severity", "overall_score", "diagnostic_scores",
+                    "run_metadata", "explanations")
+
+
+def partition_metadata(row: dict[str, Any]) -> dict[str, Any]:
+    """What one case's materialization shows in the UI: outcome, severity, score, likely source and hardness,
+    from the case's report row (``engine.records.report_row``; the stored frame's row)."""
+    return {"outcome": verdict_outcome(row["deterministic_verdict"], row["validity"]), "severity": row["severity"],
+            "overall_score": dg.MetadataValue.float(row["overall_score"]),
+            "likely_source_clause": (row["diagnostic_scores"] or {}).get("likely_source_clause") or "",
+            "hardness": row["run_metadata"].get("hardness") or "",
+            "headline": row["explanations"][0] if row["explanations"] else ""}

@@ -39,7 +39,16 @@ def read_reports(path: Path) -> list[Report]:
 
 def outcome(report: Report) -> str:
     """``pass``, ``fail`` or ``invalid`` (no expected query runs: not the query under test's error)."""
-    return report.deterministic_verdict if report.validity.get("case_valid", True) else "invalid"
+    return verdict_outcome(report.deterministic_verdict, report.validity)
+
+
+def verdict_outcome(verdict: str, validity: dict[str, Any]) -> str:
+    """:func:`outcome` from a report's two fields, e.g. a stored report row's.
+
+    >>> verdict_outcome("fail", {"case_valid": False}), verdict_outcome("fail", {})
+    ('invalid', 'fail')
+    """
+    return verdict if validity.get("case_valid", True) else "invalid"
 
 
 def is_failed(report: Report) -> bool:
