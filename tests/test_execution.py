@@ -168,3 +168,35 @@ def test_the_statement_gate_walks_a_parsed_query_once(adapter: ExecutionAdapter)
         assert gate.call_count == 2
         adapter.execute("DELETE FROM products")  # parsed anew: a new parsed query, walked again
         assert gate.call_count == 3
+
+
+class _Rows:
+    """A DBAPI cursor over given rows (``fetchmany`` only)."""
+
+    def __init__(self, rows: list[tuple[object, ...]]) -> None:
+        self.rows = rows
+
+    def fetchmany(self, size: int) -> list[tuple[object, ...]]:
+        taken, self.rows = self.rows[:size], self.rows[size:]
+        return taken
+
+
+def test_fetch_bounded_keeps_plain_rows_whole_and_cuts_and_caps_row_by_row() -> None:
+    """Round trips of plain cells (numbers, NULL, short text and bytes) are kept as they came; a round trip with
+    a cell to cut, a cut cell or the byte cap inside it is taken row by row, with the same caps, cuts and
+    counts."""
+    from sqlcmp_dagster.engine.bounds import CutText, fetch_bounded
+
+    plain = [(i, float(i), None, f"t{i:04}", b"b") for i in range(3000)]
+    fetched = fetch_bounded(_Rows(plain), 10_000, 1 << 30, 8)
+    assert fetched.rows == plain and not fetched.truncated and not fetched.warnings
+    assert all(a is b for a, b in zip(fetched.rows, plain))
+    # each row counts 8 + 8 + 8 + 5 + 1 bytes: the cap falls inside a round trip, at the 101st row
+    capped = fetch_bounded(_Rows(plain), 10_000, 100 * 30 + 10, 8)
+    assert len(capped.rows) == 101 and capped.truncated and "max_result_bytes" in capped.warnings[-1]
+    long_cells = [(1, "short"), (2, "x" * 20), (3, CutText("kept as cut")), (4, memoryview(b"\x00\xff"))]
+    cut = fetch_bounded(_Rows(long_cells), 10_000, 1 << 30, 8)
+    assert cut.rows[0] == (1, "short") and cut.rows[1][1].startswith("xxxxxxxx…[cut at 8 of 20 characters")
+    assert cut.rows[2][1] == "kept as cut" and cut.rows[3][1] == b"\x00\xff"
+    assert cut.warnings == ["2 cell(s) longer than max_cell_bytes=8 were cut (compared by prefix and digest)"]
+    assert fetch_bounded(_Rows(plain), 50, 1 << 30, 8).rows == plain[:50]

@@ -55,22 +55,55 @@ def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int, max_cell_bytes: in
     while True:
         want = min(batch, max_rows + 1 - len(rows))
         chunk = cursor.fetchmany(want)
-        for raw in chunk:
-            row = tuple(cut_cell(value, max_cell_bytes) for value in raw)
-            cells_cut += sum(a is not b or isinstance(a, (CutText, CutBytes))
-                             for a, b in zip(raw, row) if isinstance(a, (str, bytes)))
-            size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
-            rows.append(row)
-            if size > max_bytes:
-                warnings = [f"result truncated at max_result_bytes={max_bytes:,} (about {size:,} bytes in "
-                            f"{len(rows):,} rows)"]
-                return Fetched(rows, True, cut_warning(cells_cut, max_cell_bytes) + warnings)
+        plain_size = _plain_size(chunk, max_cell_bytes)
+        if plain_size is not None and size + plain_size <= max_bytes:
+            rows.extend(chunk)  # what the loop below would keep, at C speed: no cell to cut, no cap reached
+            size += plain_size
+        else:
+            for raw in chunk:
+                row = tuple(cut_cell(value, max_cell_bytes) for value in raw)
+                cells_cut += sum(a is not b or isinstance(a, (CutText, CutBytes))
+                                 for a, b in zip(raw, row) if isinstance(a, (str, bytes)))
+                size += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+                rows.append(row)
+                if size > max_bytes:
+                    warnings = [f"result truncated at max_result_bytes={max_bytes:,} (about {size:,} bytes in "
+                                f"{len(rows):,} rows)"]
+                    return Fetched(rows, True, cut_warning(cells_cut, max_cell_bytes) + warnings)
         if len(rows) > max_rows:
             warnings = [f"result truncated to max_result_rows={max_rows} rows"]
             return Fetched(rows[:max_rows], True, cut_warning(cells_cut, max_cell_bytes) + warnings)
         if len(chunk) < want:
             return Fetched(rows, False, cut_warning(cells_cut, max_cell_bytes))
         batch = max(1, min(_FETCH_ROWS, _FETCH_BYTES * len(rows) // max(size, 1)))
+
+
+#: Cell types a driver returns that :func:`cut_cell` keeps as they are when not longer than the limit (exact
+#: types: :class:`CutText` and :class:`CutBytes` are counted as cut, ``memoryview`` becomes ``bytes``).
+_PLAIN_CELLS = frozenset({int, float, type(None), str, bytes})
+_SIZED_CELLS = frozenset({str, bytes})
+
+
+def _plain_size(chunk: list[Any], max_cell_bytes: int) -> int | None:
+    """The size :func:`fetch_bounded` counts for ``chunk`` when every row is a tuple of plain cells none of
+    which :func:`cut_cell` would change (then the rows are kept as they came); None otherwise.
+
+    Computed with C-level iteration (``map``, ``compress``): the per-cell Python loop cost a fifth of executing
+    Spider's small queries.
+    """
+    if not chunk:
+        return 0
+    if set(map(type, chunk)) != {tuple}:
+        return None
+    cells = list(itertools.chain.from_iterable(chunk))
+    kinds = set(map(type, cells))
+    if not kinds <= _PLAIN_CELLS:
+        return None
+    lengths = list(map(len, itertools.compress(cells, map(_SIZED_CELLS.__contains__, map(type, cells))))) \
+        if kinds & _SIZED_CELLS else []
+    if lengths and max(lengths) > max_cell_bytes:
+        return None
+    return sum(lengths) + 8 * (len(cells) - len(lengths))
 
 
 def cut_cell(value: Any, limit: int) -> Any:
