@@ -200,3 +200,41 @@ def test_fetch_bounded_keeps_plain_rows_whole_and_cuts_and_caps_row_by_row() -> 
     assert cut.rows[2][1] == "kept as cut" and cut.rows[3][1] == b"\x00\xff"
     assert cut.warnings == ["2 cell(s) longer than max_cell_bytes=8 were cut (compared by prefix and digest)"]
     assert fetch_bounded(_Rows(plain), 50, 1 << 30, 8).rows == plain[:50]
+
+
+def test_a_kept_sqlite_connection_carries_nothing_to_the_next_query(sample_db: Path, tmp_path: Path) -> None:
+    """One sandboxed connection serves query after query; no query's length limit, transaction or interrupt
+    reaches the next one, and a database file replaced at its path is read anew."""
+    database = tmp_path / "own.sqlite"  # replaced below: not the session's sample database
+    database.write_bytes(sample_db.read_bytes())
+    adapter = ExecutionAdapter(str(database), timeout_ms=2_000)
+    opened = []
+    open_sandboxed = adapter._sqlite_open
+    assert open_sandboxed is not None
+    adapter._sqlite_open = lambda: opened.append(1) or open_sandboxed()  # type: ignore[func-returns-value]
+    for _ in range(50):
+        assert adapter.execute("SELECT count(*) FROM products").success
+    assert len(opened) == 1
+    long_value = "SELECT length(hex(zeroblob(3000)))"
+    too_long = adapter.execute(long_value, max_cell_bytes=1_000)
+    assert too_long.error is not None and "max_cell_bytes=1,000" in too_long.error.message
+    assert adapter.execute(long_value).success
+    forged = adapter.execute("SAVEPOINT sqlcmp_left_open", parsed=parse("SELECT 1", "sqlite"))
+    assert forged.error is not None and forged.error.category == "unsafe_statement"
+    assert adapter.execute("SELECT count(*) FROM products").success
+    assert not any(connection.in_transaction for connection in adapter._sqlite_idle)
+    runaway = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
+    assert adapter.execute(runaway, timeout_ms=100).error.category == "timeout"  # type: ignore[union-attr]
+    assert adapter.execute("SELECT count(*) FROM products").success
+    assert len(opened) == 1
+    copy = tmp_path / "copy.sqlite"
+    copy.write_bytes(sample_db.read_bytes())
+    with sqlite3.connect(copy) as writer:
+        writer.execute("DELETE FROM products WHERE product_id > 2")
+    writer.close()
+    kept = adapter.execute("SELECT count(*) FROM products").relation
+    copy.replace(database)
+    replaced = adapter.execute("SELECT count(*) FROM products").relation
+    assert kept is not None and replaced is not None
+    assert kept.frame.item() == 12 and replaced.frame.item() == 2 and len(opened) == 2
+    adapter.close()

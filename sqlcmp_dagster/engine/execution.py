@@ -6,15 +6,18 @@ but a single read-only query calling nothing on the engine's deny list before th
 then opened so that it cannot do harm anyway: SQLite read-only (``mode=ro``, ``query_only``) with a length limit
 per value; DuckDB read-only without external access (no files, URLs or extensions) with its configuration
 locked; PostgreSQL in a READ ONLY transaction, and only under a role that is neither superuser nor able to read
-server files or signal other backends (unless the operator opts in). Each call runs on its own connection in a
-transaction that is rolled back, is interrupted by a watchdog at its timeout, and stops fetching at
-``max_result_rows`` rows or ``max_result_bytes`` bytes; a cell longer than ``max_cell_bytes`` is cut.
+server files or signal other backends (unless the operator opts in). Each call runs on a connection of its own
+while it runs (on SQLite one the adapter keeps for the next call: its sandbox is set when it opens and no query
+can change it) in a transaction that is rolled back, is interrupted by a watchdog at its timeout, and stops
+fetching at ``max_result_rows`` rows or ``max_result_bytes`` bytes; a cell longer than ``max_cell_bytes`` is
+cut.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -29,7 +32,7 @@ from urllib.parse import quote
 
 import polars as pl
 import sqlalchemy as sa
-from sqlalchemy.pool import NullPool, StaticPool
+from sqlalchemy.pool import NullPool
 
 from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
 from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
@@ -243,7 +246,12 @@ class ExecutionAdapter:
         self._sqlite_path: Path | None = None
         self._duckdb_database: str | None = None
         self._duckdb_idle: list[DuckdbProcess] = []
-        self._duckdb_lock = threading.Lock()
+        self._idle_lock = threading.Lock()
+        # SQLite: how a sandboxed connection opens, and those opened by this process that no query holds.
+        self._sqlite_open: Callable[[], sqlite3.Connection] | None = None
+        self._sqlite_idle: list[sqlite3.Connection] = []
+        self._sqlite_kept_for: tuple[int, tuple[int, int] | None] = (os.getpid(), None)  # see _borrow_sqlite
+        self._sqlite_length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
         self.neighbor_process = neighbor_process
         if neighbor_process is not None:
             self.identifier = target
@@ -252,12 +260,11 @@ class ExecutionAdapter:
             self.engine = sa.create_engine("duckdb:///:memory:", poolclass=NullPool,
                                            connect_args={"config": dict(DUCKDB_SANDBOX)})
         elif scratch is not None:
-            # One connection for every query of the search (StaticPool): its sandbox is set when it opens and
-            # no query can change it; each query still gets its own deadline, length limit and rolled-back
-            # transaction (:meth:`_session`), and its statement is closed before the next neighbor is built.
+            # One connection for every query of the search, as for a SQLite file (:meth:`_sqlite_session`); its
+            # statement is closed before the next neighbor is built.
             self.identifier = target
-            self.engine = sa.create_engine("sqlite+pysqlite://", creator=lambda: sqlite_memory_read_only(scratch),
-                                           poolclass=StaticPool)
+            self._sqlite_open = lambda: sqlite_memory_read_only(scratch)
+            self.engine = sa.create_engine("sqlite+pysqlite://", creator=self._sqlite_open, poolclass=NullPool)
         else:
             self.engine = self._open(target)
         backend = self.engine.dialect.name
@@ -303,9 +310,8 @@ class ExecutionAdapter:
                 raise FileNotFoundError(f"SQLite database not found: {path}")
             self._sqlite_path = path
             self.identifier = f"sqlite:///{path}"
-            return sa.create_engine(
-                "sqlite+pysqlite://", creator=lambda: sqlite_read_only(path), poolclass=NullPool
-            )
+            self._sqlite_open = lambda: sqlite_read_only(path)
+            return sa.create_engine("sqlite+pysqlite://", creator=self._sqlite_open, poolclass=NullPool)
         return sa.create_engine(target, poolclass=NullPool)
 
     def execute(
@@ -341,7 +347,7 @@ class ExecutionAdapter:
             with self._session(timeout, max_cell_bytes) as connection:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
                 # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
-                raw = connection.connection
+                raw = connection
                 query, shape = _strip_terminator(sql), None
                 if self.dialect == "postgres":
                     shape = _postgres_shape(raw, query)
@@ -405,13 +411,13 @@ class ExecutionAdapter:
         """One of this adapter's idle DuckDB processes (a new one when none is idle), the caller's until
         :meth:`return_duckdb_process`: each query borrows one, and so does a neighbor search, which builds its
         neighbors in it (a process already started spares the search a process start)."""
-        with self._duckdb_lock:
+        with self._idle_lock:
             return self._duckdb_idle.pop() if self._duckdb_idle else DuckdbProcess()
 
     def return_duckdb_process(self, process: DuckdbProcess) -> None:
         """Give back a borrowed process; one that was killed or died is dropped."""
         if process.alive:
-            with self._duckdb_lock:
+            with self._idle_lock:
                 self._duckdb_idle.append(process)
 
     def explain(self, sql: str) -> Plan | None:
@@ -428,7 +434,12 @@ class ExecutionAdapter:
             return None
         try:
             with self._session(self.timeout_ms) as connection:
-                rows = connection.exec_driver_sql(prefix + _strip_terminator(sql)).fetchall()
+                cursor = connection.cursor()
+                try:
+                    cursor.execute(prefix + _strip_terminator(sql))
+                    rows = cursor.fetchall()
+                finally:
+                    cursor.close()
         except (sa.exc.SQLAlchemyError, *self._driver_errors):
             return None
         if self.dialect == "sqlite":
@@ -447,17 +458,25 @@ class ExecutionAdapter:
         return hashlib.sha256(self.identifier.encode()).hexdigest()[:16]
 
     def close(self) -> None:
-        with self._duckdb_lock:
+        with self._idle_lock:
             processes, self._duckdb_idle = self._duckdb_idle, []
+            connections, self._sqlite_idle = self._sqlite_idle, []
         for process in processes:
             process.stop()
+        if self._sqlite_kept_for[0] == os.getpid():
+            for connection in connections:
+                connection.close()
         self.engine.dispose()
 
     @contextmanager
-    def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> Iterator[sa.Connection]:
-        """A fresh connection in a read-only transaction that is always rolled back, with the engine's own
-        interruption armed: SQLite's progress handler and watchdog, PostgreSQL's statement_timeout,
+    def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> Iterator[Any]:
+        """A DBAPI connection of its own in a read-only transaction that is always rolled back, with the engine's
+        own interruption armed: SQLite's progress handler and watchdog, PostgreSQL's statement_timeout,
         DuckDB's watchdog. On SQLite, no value may grow past ``max_cell_bytes`` (when given)."""
+        if self._sqlite_open is not None:
+            with self._sqlite_session(timeout_ms, max_cell_bytes) as driver:
+                yield driver
+            return
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
             if isinstance(driver, sqlite3.Connection):
@@ -474,9 +493,63 @@ class ExecutionAdapter:
                     if self.dialect == "postgres":
                         connection.exec_driver_sql("SET TRANSACTION READ ONLY")
                         connection.exec_driver_sql(f"SET LOCAL statement_timeout = {int(timeout_ms)}")
-                    yield connection
+                    yield connection.connection
                 finally:
                     transaction.rollback()
+
+    @contextmanager
+    def _sqlite_session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[sqlite3.Connection]:
+        """:meth:`_session` on a SQLite file or neighbor: one of this adapter's sandboxed connections, kept for
+        the next query once rolled back. Opening one and SQLAlchemy's checkout per query were a third of the
+        adapter's cost on Spider's small queries. Nothing a query may do outlives it on the connection: the
+        sandbox (``mode=ro``, ``query_only``, the authorizer) is set when it opens and the authorizer denies
+        every pragma that sets something, ``ATTACH`` and temporary objects; the length limit is set for each
+        query, the progress handler and watchdog are undone after it; the rollback ends any transaction or
+        savepoint it opened, and a connection whose rollback fails is closed, not kept."""
+        connection = self._borrow_sqlite()
+        kept = False
+        try:
+            connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes or self._sqlite_length)
+            with sqlite_deadline(connection, timeout_ms):
+                try:
+                    yield connection
+                finally:
+                    connection.rollback()
+                    kept = True
+        finally:
+            if kept:
+                with self._idle_lock:
+                    self._sqlite_idle.append(connection)
+            else:
+                connection.close()
+
+    def _borrow_sqlite(self) -> sqlite3.Connection:
+        """An idle sandboxed connection, or a new one. Connections are kept for one process and one file: a
+        forked child opens its own (a SQLite connection must not cross a fork), and a file replaced at its path
+        (a new inode, which a kept connection would go on reading) closes the kept ones."""
+        assert self._sqlite_open is not None
+        now = (os.getpid(), _file_identity(self._sqlite_path) if self._sqlite_path is not None else None)
+        with self._idle_lock:
+            stale: list[sqlite3.Connection] = []
+            if now != self._sqlite_kept_for:
+                stale = self._sqlite_idle if now[0] == self._sqlite_kept_for[0] else []
+                self._sqlite_idle, self._sqlite_kept_for = [], now
+            connection = self._sqlite_idle.pop() if self._sqlite_idle else None
+        for old in stale:
+            old.close()
+        if connection is None:
+            connection = self._sqlite_open()
+            self._sqlite_length = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        return connection
+
+
+def _file_identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode at ``path``, or None when nothing is there (opening it then fails as it would)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
 
 
 def shown_rows(rows: Iterable[Sequence[Any]], limit: int = SAMPLE_CELL_CHARS) -> list[list[Any]]:
