@@ -86,14 +86,10 @@ def diagnose(
     duplicates: Duplicates = Duplicates(),
 ) -> dict[str, Any]:
     """All twelve diagnostic metrics plus ``likely_source_clause``, ``suggested_fix``, ``probes`` (every
-    transplant executed) and the evidence sentences."""
-    column_map = per_column_mismatch_map(result)
+    transplant executed) and the evidence sentences (for a pass: :func:`diagnose_pass`)."""
     if result.mode_pass:
-        return {**{name: 0.0 for name in SCORES}, "ordering_error_flag": False,
-                "cardinality_explosion_flag": False, "per_column_mismatch_map": column_map,
-                "likely_source_clause": None, "confidence": 1.0, "evidence_strength": "high",
-                "ambiguous_case": False, "suggested_fix": None, "probes": [], "evidence": []}
-
+        return diagnose_pass(result)
+    column_map = per_column_mismatch_map(result)
     ordering_flag = result.bag_pass and not result.mode_pass
     signals = _Signals(structure, expected, actual, result, duplicates)
     raw = signals.scores()
@@ -157,6 +153,15 @@ def diagnose(
         "probes": [t.record() for t in search.transplants] if search is not None else [],
         "evidence": evidence,
     }
+
+
+def diagnose_pass(result: ResultComparison) -> dict[str, Any]:
+    """:func:`diagnose` of a passing result: no error to locate, so nothing but the comparison is read (no
+    trees, duplicate counts or fix search)."""
+    return {**{name: 0.0 for name in SCORES}, "ordering_error_flag": False, "cardinality_explosion_flag": False,
+            "per_column_mismatch_map": per_column_mismatch_map(result), "likely_source_clause": None,
+            "confidence": 1.0, "evidence_strength": "high", "ambiguous_case": False, "suggested_fix": None,
+            "probes": [], "evidence": []}
 
 
 def likely_source_words(diagnostics: dict[str, Any]) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose
+from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose, diagnose_pass
 from sqlcmp_dagster.engine.judge import JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
     resolve_database
@@ -308,7 +308,9 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     expected_shape = expected_side.shape(dialect)
     probe_ms = [0.0]
     budget_ms = remaining_timeout(validation)  # the search's whole budget: at most what the case has left
-    expected_tree = _transplantable(expected_side)
+    # A pass is diagnosed from its comparison alone: the trees a fix is transplanted between (two copies) and the
+    # duplicate counts (polars' n_unique) are made for a failure only, the only case run() is called for.
+    expected_tree = None if result.mode_pass else _transplantable(expected_side)
     expected_ties: list[Relation | None] = []  # the expected query's own tie at its cut, computed once
 
     def execute(tree: exp.Expression, timeout_ms: int) -> Execution:
@@ -320,7 +322,7 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
         return execution
 
     def run(tree: exp.Expression, timeout_ms: int) -> Outcome:
-        assert database is not None and expected_side.relation is not None
+        assert database is not None and expected_side.relation is not None and expected_tree is not None
         started = time.perf_counter()
         execution = execute(tree, timeout_ms)
         if not execution.success or execution.relation is None:
@@ -345,13 +347,13 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
 
     can_probe = (config.enable_counterfactual_probes and database is not None
                  and not validation.actual.pre_materialized and not expected_side.pre_materialized)
-    diagnostics = diagnose(structure, expected_shape, validation.actual.shape(dialect), result,
-                           expected_tree=expected_tree,
-                           actual_tree=_transplantable(validation.actual),
-                           run=run if can_probe and budget_ms is not None else None, dialect=dialect,
-                           budget_ms=budget_ms or 0,
-                           duplicates=Duplicates(_duplicate_rows(expected_side.relation),
-                                                 _duplicate_rows(validation.actual.relation)))
+    diagnostics = diagnose_pass(result) if expected_tree is None else \
+        diagnose(structure, expected_shape, validation.actual.shape(dialect), result,
+                 expected_tree=expected_tree, actual_tree=_transplantable(validation.actual),
+                 run=run if can_probe and budget_ms is not None else None, dialect=dialect,
+                 budget_ms=budget_ms or 0,
+                 duplicates=Duplicates(_duplicate_rows(expected_side.relation),
+                                       _duplicate_rows(validation.actual.relation)))
     warnings = []
     if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
         warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
