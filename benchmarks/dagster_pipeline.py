@@ -1,8 +1,10 @@
 """The Dagster pipeline's overhead: a suite through every layer asset and the summary in one run, against the
 engine alone over the same cases in one process (1 thread), on the local instance (SQLite run/event storage
 as ``sqlcmp demo`` configures it: ``sqlcmp_dagster.event_log``), with ``--stock`` also on Dagster's stock
-SQLite event log, and with ``--pg-url`` on PostgreSQL run/event storage; and one case-sensor tick over
-unchanged cases.
+SQLite event log, and with ``--pg-url`` on PostgreSQL run/event storage (``sqlcmp_dagster.event_log_postgres``;
+with ``--stock`` also Dagster's own PostgreSQL event log); and one case-sensor tick over unchanged cases.
+``--pg-url`` names a server and a user that may create databases: each PostgreSQL part runs in a new database,
+dropped afterwards.
 
     python benchmarks/dagster_pipeline.py --suite suite.jsonl --db-dir DIR [--pg-url URL] [--stock]
         [--sensor-cases 10000] [--profile DIR]
@@ -28,6 +30,7 @@ the shares).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import json
 import os
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from common import peak_mib
@@ -70,7 +74,7 @@ def part(name: str, folder: Path, db_dir: Path, work: Path, pg_url: str | None) 
                 "peak_mib": peak_mib(), "cases": len(reports),
                 "passed": sum(r.deterministic_verdict == "pass" for r in reports)}
     with _instance(name, pg_url, work) as instance:
-        if name in ("dagster", "dagster-stock", "dagster-pg"):
+        if name in ("dagster", "dagster-stock", "dagster-pg", "dagster-pg-stock"):
             events = _count_event_time(instance)
             store = _count_store_time()
             started, cpu = time.perf_counter(), time.process_time()
@@ -104,11 +108,33 @@ def _instance(name: str, pg_url: str | None, work: Path):  # noqa: ANN202 (a con
         home = work / "dagster_home"
         home.mkdir()
         return dg.instance_for_test(temp_dir=str(home), overrides=local_instance(str(home / "history" / "runs")))
-    if name != "dagster-pg":
+    if not name.startswith("dagster-pg"):
         return dg.instance_for_test()
-    import dagster_postgres  # noqa: F401 (fails early without the postgres extra)
+    return _pg_instance(pg_url, stock=name == "dagster-pg-stock")
 
-    return dg.instance_for_test(overrides={"storage": {"postgres": {"postgres_url": pg_url}}})
+
+@contextlib.contextmanager
+def _pg_instance(server_url: str, stock: bool):  # noqa: ANN202 (yields a DagsterInstance)
+    """An instance whose storage is a new database on the PostgreSQL server of ``server_url`` (its user may create
+    databases), dropped afterwards: this project's batched event log, or with ``stock`` Dagster's own."""
+    import dagster as dg
+    import sqlalchemy as sa
+
+    from sqlcmp_dagster.event_log_postgres import postgres_instance
+
+    name = f"sqlcmp_bench_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(server_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f"CREATE DATABASE {name}"))
+    url = sa.make_url(server_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        overrides = {"storage": {"postgres": {"postgres_url": url}}} if stock else postgres_instance(url)
+        with dg.instance_for_test(overrides=overrides) as instance:
+            yield instance
+    finally:
+        with admin.connect() as connection:
+            connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        admin.dispose()
 
 
 def _count_event_time(instance) -> dict[str, float]:  # noqa: ANN001 (dagster's instance)
@@ -177,7 +203,8 @@ def main() -> None:
     parser.add_argument("--stock", action="store_true", help="also run on Dagster's stock SQLite event log, "
                         "one event at a time (the per-event path this project's local instance replaces)")
     parser.add_argument("--profile", type=Path, help="write a cProfile of each Dagster part here")
-    parser.add_argument("--part", choices=("engine", "dagster", "dagster-stock", "dagster-pg", "sensor"))
+    parser.add_argument("--part", choices=("engine", "dagster", "dagster-stock", "dagster-pg", "dagster-pg-stock",
+                                           "sensor"))
     parser.add_argument("--folder", type=Path)
     args = parser.parse_args()
     if args.part:
@@ -212,7 +239,8 @@ def main() -> None:
         build_sample_database(sensor_db / f"{SAMPLE_DB_ID}.sqlite")
         figures = {}
         names = ["engine", "dagster", *(["dagster-stock"] if args.stock else []),
-                 *(["dagster-pg"] if args.pg_url else []), "sensor"]
+                 *(["dagster-pg"] if args.pg_url else []), *(["dagster-pg-stock"] if args.pg_url and args.stock else []),
+                 "sensor"]
         for name in names:
             where, databases = (sensor_folder, sensor_db) if name == "sensor" else (folder, db_dir)
             command = [sys.executable, __file__, "--part", name, "--folder", str(where), "--db-dir", str(databases)]
@@ -229,7 +257,9 @@ def main() -> None:
           f"(CPU {engine['cpu_seconds']:.1f} s), "
           f"peak {engine['peak_mib']:.0f} MiB, passed {engine['passed']}; load {engine['load']}")
     for name, label in (("dagster", "local instance (SQLite, batched event log)"),
-                        ("dagster-stock", "Dagster's stock SQLite event log"), ("dagster-pg", "PostgreSQL storage")):
+                        ("dagster-stock", "Dagster's stock SQLite event log"),
+                        ("dagster-pg", "PostgreSQL storage (batched event log)"),
+                        ("dagster-pg-stock", "PostgreSQL storage, Dagster's stock event log")):
         if name in figures:
             f = figures[name]
             print(f"{f['cases']} cases, all assets + summary in {f['runs']} run, {label}: {f['seconds']:.1f} s "

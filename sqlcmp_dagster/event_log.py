@@ -28,6 +28,9 @@ index and the most recent run shards), remembers which tables exist, and commits
 few, never the database's consistency (SQLite's guarantee for WAL mode), which is the right trade for a
 local instance's history.
 
+The same batching runs on PostgreSQL in :mod:`sqlcmp_dagster.event_log_postgres` (:class:`BatchedEvents` is
+what the two share).
+
 Use it in ``$DAGSTER_HOME/dagster.yaml`` (``sqlcmp demo`` writes this; ``LOCAL_INSTANCE`` is the same as
 overrides for ``dg.instance_for_test``)::
 
@@ -66,16 +69,92 @@ EVENT_BATCH_SIZE = "1000"
 _OPEN_SHARDS = 4
 
 
-class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
+class BatchedEvents:
+    """What both batched storages do: a step's asset events and a run's per-partition check results stored as
+    batches (the module docstring says how). A storage class puts it before Dagster's storage among its bases
+    and implements :meth:`_insert_events`; ``super()`` here is that Dagster storage."""
+
+    def _init_batches(self) -> None:
+        #: Per-partition check results not yet stored (see the module docstring).
+        self._held_checks: list[EventLogEntry] = []
+        self._held_pid = os.getpid()
+
+    def _insert_events(self, events: Sequence[EventLogEntry]) -> list[int]:
+        """Insert ``events`` (one run's) as one batch; return their ids, in their order."""
+        raise NotImplementedError
+
+    def wipe(self) -> None:
+        self._held_checks.clear()
+        super().wipe()  # type: ignore[misc]
+
+    def dispose(self) -> None:
+        self._store_held_checks()
+        super().dispose()  # type: ignore[misc]
+
+    def store_event(self, event: EventLogEntry) -> None:
+        """Store ``event``; a per-partition check result is held and stored with the run's next event."""
+        if _per_partition_check_result(event):
+            if self._held_checks and self._held_checks[0].run_id != event.run_id:
+                self._store_held_checks()
+            self._held_checks.append(event)
+            if len(self._held_checks) >= int(EVENT_BATCH_SIZE):
+                self._store_held_checks()
+            return
+        self._store_held_checks()
+        super().store_event(event)  # type: ignore[misc]
+
+    def _store_held_checks(self) -> None:
+        """Store the held check results of one run as a batch: one insert, then one transaction on the index
+        that updates each result's planned row, as Dagster's per-event path does (which also inserts a row
+        where none was planned: those few go through it)."""
+        events, self._held_checks = self._held_checks, []
+        if not events or self._held_pid != os.getpid():  # a forked child does not store its parent's results
+            self._held_pid = os.getpid()
+            return
+        ids = self._insert_events(events)
+        table = AssetCheckExecutionsTable.c
+        with self.index_transaction() as conn:  # type: ignore[attr-defined]
+            planned = {(row.asset_key, row.check_name, row.partition) for row in conn.execute(
+                sa.select(table.asset_key, table.check_name, table.partition).where(
+                    table.run_id == events[0].run_id,
+                    table.partition.in_(sorted({_check_of(event).partition for event in events}))))}
+            rows = [_check_row(event, event_id) for event, event_id in zip(events, ids, strict=True)]
+            found = [(row["b_asset_key"], row["b_check_name"], row["b_partition"]) in planned for row in rows]
+            if any(found):
+                conn.execute(AssetCheckExecutionsTable.update().where(
+                    table.asset_key == sa.bindparam("b_asset_key"), table.check_name == sa.bindparam("b_check_name"),
+                    table.run_id == sa.bindparam("b_run_id"), table.partition == sa.bindparam("b_partition"),
+                ).values(execution_status=sa.bindparam("b_status"), evaluation_event=sa.bindparam("b_event"),
+                         evaluation_event_timestamp=sa.bindparam("b_timestamp"),
+                         evaluation_event_storage_id=sa.bindparam("b_event_id"),
+                         materialization_event_storage_id=sa.bindparam("b_materialization_id")),
+                    [row for row, planned_row in zip(rows, found) if planned_row])
+        for planned_row, event, event_id in zip(found, events, ids, strict=True):
+            if not planned_row:
+                self.store_asset_check_event(event, event_id)  # type: ignore[attr-defined]
+
+    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
+        self._store_held_checks()
+        events = [event for event in events if not event.get_dagster_event().is_asset_failed_to_materialize]
+        kinds = {event.get_dagster_event().event_type for event in events}
+        if not events or kinds not in _BATCHED or len({event.run_id for event in events}) != 1:
+            super().store_event_batch(events)  # type: ignore[misc]
+            return
+        ids = self._insert_events(events)
+        with self.index_transaction() as conn:  # type: ignore[attr-defined]
+            self._store_asset_event_tags(conn, events, ids)  # type: ignore[attr-defined]
+            # the asset's row keeps its latest event, which is the batch's last
+            self._store_asset_event(conn, events[-1], ids[-1])  # type: ignore[attr-defined]
+
+
+class BatchedSqliteEventLogStorage(BatchedEvents, SqliteEventLogStorage):
     """SQLite event log storage that writes a batch of asset events in one transaction per shard."""
 
     def __init__(self, base_dir: str, inst_data: Any = None) -> None:
         self._engines: OrderedDict[str, Engine] = OrderedDict()
         self._engines_pid = os.getpid()
         self._tables: set[str] = set()
-        #: Per-partition check results not yet stored (see the module docstring).
-        self._held_checks: list[EventLogEntry] = []
-        self._held_pid = os.getpid()
+        self._init_batches()
         super().__init__(base_dir, inst_data=inst_data)
 
     @classmethod
@@ -118,12 +197,10 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
         return table_name in self._tables
 
     def wipe(self) -> None:
-        self._held_checks.clear()
         self._close_engines()  # the run shards' files are deleted
         super().wipe()
 
     def dispose(self) -> None:
-        self._store_held_checks()
         super().dispose()
         self._close_engines()
 
@@ -133,83 +210,23 @@ class BatchedSqliteEventLogStorage(SqliteEventLogStorage):
                 engine.dispose()
             self._engines.clear()
 
-    def store_event(self, event: EventLogEntry) -> None:
-        """Store ``event``; a per-partition check result is held and stored with the run's next event."""
-        if _per_partition_check_result(event):
-            if self._held_checks and self._held_checks[0].run_id != event.run_id:
-                self._store_held_checks()
-            self._held_checks.append(event)
-            if len(self._held_checks) >= int(EVENT_BATCH_SIZE):
-                self._store_held_checks()
-            return
-        self._store_held_checks()
-        super().store_event(event)
+    def _insert_events(self, events: Sequence[EventLogEntry]) -> list[int]:
+        """Insert ``events`` into their run's shard, then into the index; their ids are the index's.
 
-    def _store_held_checks(self) -> None:
-        """Store the held check results of one run as a batch: one insert into the run's shard, one transaction
-        on the index that inserts them and updates each result's planned row, as Dagster's per-event path does
-        (which also inserts a row where none was planned: those few go through it)."""
-        events, self._held_checks = self._held_checks, []
-        if not events or self._held_pid != os.getpid():  # a forked child does not store its parent's results
-            self._held_pid = os.getpid()
-            return
-        table = AssetCheckExecutionsTable.c
-        rows = self._insert_into_run(events)
-        with self.index_transaction() as conn:
-            ids = _insert_rows(conn, rows)
-            planned = {(row.asset_key, row.check_name, row.partition) for row in conn.execute(
-                sa.select(table.asset_key, table.check_name, table.partition).where(
-                    table.run_id == events[0].run_id,
-                    table.partition.in_(sorted({_check_of(event).partition for event in events}))))}
-            rows = [_check_row(event, event_id) for event, event_id in zip(events, ids, strict=True)]
-            found = [(row["b_asset_key"], row["b_check_name"], row["b_partition"]) in planned for row in rows]
-            if any(found):
-                conn.execute(AssetCheckExecutionsTable.update().where(
-                    table.asset_key == sa.bindparam("b_asset_key"), table.check_name == sa.bindparam("b_check_name"),
-                    table.run_id == sa.bindparam("b_run_id"), table.partition == sa.bindparam("b_partition"),
-                ).values(execution_status=sa.bindparam("b_status"), evaluation_event=sa.bindparam("b_event"),
-                         evaluation_event_timestamp=sa.bindparam("b_timestamp"),
-                         evaluation_event_storage_id=sa.bindparam("b_event_id"),
-                         materialization_event_storage_id=sa.bindparam("b_materialization_id")),
-                    [row for row, planned_row in zip(rows, found) if planned_row])
-        for planned_row, event, event_id in zip(found, events, ids, strict=True):
-            if not planned_row:
-                self.store_asset_check_event(event, event_id)
-
-    def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
-        self._store_held_checks()
-        events = [event for event in events if not event.get_dagster_event().is_asset_failed_to_materialize]
-        kinds = {event.get_dagster_event().event_type for event in events}
-        if not events or kinds not in _BATCHED or len({event.run_id for event in events}) != 1:
-            super().store_event_batch(events)
-            return
-        rows = self._insert_into_run(events)
-        with self.index_transaction() as conn:
-            ids = _insert_rows(conn, rows)
-            self._store_asset_event_tags(conn, events, ids)
-            # the asset's row keeps its latest event, which is the batch's last
-            self._store_asset_event(conn, events[-1], ids[-1])
-
-    def _insert_into_run(self, events: Sequence[EventLogEntry]) -> list[dict[str, Any]]:
-        """Insert ``events`` into their run's shard; return their rows, for the index."""
+        One prepared statement executed over the rows (``executemany``) in each database, where Dagster's
+        ``prepare_insert_event_batch`` builds one multi-row ``VALUES`` statement that SQLAlchemy compiles with
+        seven bind parameters per event (about a second of a 1,000-case run, twice). The ids are read back in
+        the inserting transaction: ``event_logs.id`` is SQLite's rowid, each new row takes the largest id plus
+        one, and the transaction holds the write lock from its first insert, so the rows just inserted hold the
+        largest ids, in order.
+        """
         rows = [self._event_to_row(event) for event in events]
         with self.run_connection(events[0].run_id) as conn:
             conn.execute(SqlEventLogStorageTable.insert(), rows)
-        return rows
-
-
-def _insert_rows(conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
-    """Insert event ``rows`` in the open transaction ``conn``; return their ids, in the order of ``rows``.
-
-    One prepared statement executed over the rows (``executemany``). Dagster's ``prepare_insert_event_batch``
-    builds one multi-row ``VALUES`` statement instead, which SQLAlchemy compiles with seven bind parameters per
-    event: about a second of a 1,000-case run, twice. The ids are read back in the same transaction:
-    ``event_logs.id`` is SQLite's rowid, each new row takes the largest id plus one, and the transaction
-    holds the write lock from its first insert, so the rows just inserted hold the largest ids, in order.
-    """
-    conn.execute(SqlEventLogStorageTable.insert(), rows)
-    column = SqlEventLogStorageTable.c.id
-    return sorted(row[0] for row in conn.execute(sa.select(column).order_by(column.desc()).limit(len(rows))))
+        column = SqlEventLogStorageTable.c.id
+        with self.index_transaction() as conn:
+            conn.execute(SqlEventLogStorageTable.insert(), rows)
+            return sorted(row[0] for row in conn.execute(sa.select(column).order_by(column.desc()).limit(len(rows))))
 
 
 def _per_partition_check_result(event: EventLogEntry) -> bool:

@@ -218,3 +218,27 @@ def bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     filesystem.mkdir(name)
     yield name
     filesystem.rm(name, recursive=True)
+
+
+@pytest.fixture
+def fresh_pg_database() -> Iterator[Callable[[], str]]:
+    """A factory of PostgreSQL databases of their own on the CI server (its superuser owns them, as Dagster's
+    storage needs), each a URL; all are dropped after the test."""
+    import sqlalchemy as sa
+
+    admin_url = service("SQLCMP_TEST_PG_ADMIN_URL")
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    names: list[str] = []
+
+    def create() -> str:
+        name = f"sqlcmp_test_{uuid.uuid4().hex[:10]}"
+        with admin.connect() as connection:
+            connection.execute(sa.text(f"CREATE DATABASE {name}"))
+        names.append(name)
+        return sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+    yield create
+    with admin.connect() as connection:
+        for name in names:
+            connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    admin.dispose()

@@ -1,12 +1,32 @@
-"""The local instance's batched SQLite event log stores exactly what Dagster's per-event path stores, with a
-step's partition materializations written as one batch instead of one transaction pair per event."""
+"""The batched event logs (the local instance's on SQLite, and the one on PostgreSQL) store exactly what
+Dagster's per-event path stores, with a step's partition materializations and a run's per-partition check results
+written as batches instead of one event at a time. PostgreSQL is the CI's real server on loopback."""
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import pytest
 
 from sqlcmp_dagster.event_log import BatchedSqliteEventLogStorage, enable_event_batches, local_instance
+
+#: How a test's instance is configured: ``(home, batched)`` -> ``instance_for_test`` overrides.
+Overrides = Callable[[Path, bool], dict[str, Any] | None]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> tuple[Overrides, type]:
+    """The instance settings of each storage, stock or batched, and the batched storage's class."""
+    if request.param == "sqlite":
+        return (lambda home, batched: local_instance(str(home / "history" / "runs")) if batched else None,
+                BatchedSqliteEventLogStorage)
+    pytest.importorskip("dagster_postgres")
+    from sqlcmp_dagster.event_log_postgres import BatchedPostgresEventLogStorage, postgres_instance
+
+    create = request.getfixturevalue("fresh_pg_database")
+    return (lambda home, batched: postgres_instance(create()) if batched else
+            {"storage": {"postgres": {"postgres_url": create()}}}, BatchedPostgresEventLogStorage)
 
 KEYS = [f"case{i:03d}" for i in range(20)]
 parts = dg.DynamicPartitionsDefinition(name="cases")
@@ -19,10 +39,9 @@ def layer(context: dg.AssetExecutionContext) -> int:
     return len(context.partition_keys)
 
 
-def _materialize(home: Path, batched: bool) -> dict[str, object]:
+def _materialize(home: Path, overrides: dict[str, Any] | None) -> dict[str, object]:
     """Materialize every partition in one run and read back what the instance recorded."""
     home.mkdir()
-    overrides = local_instance(str(home / "history" / "runs")) if batched else None
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
         calls = {"event": 0, "batch": 0}
         storage = instance.event_log_storage
@@ -51,14 +70,15 @@ def _materialize(home: Path, batched: bool) -> dict[str, object]:
                 "run_records": len(instance.get_records_for_run(result.run_id).records)}
 
 
-def test_batched_event_log_stores_what_the_per_event_path_stores(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_batched_event_log_stores_what_the_per_event_path_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 backend: tuple[Overrides, type]) -> None:
+    overrides, storage_class = backend
     monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
     monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
-    stock = _materialize(tmp_path / "stock", batched=False)
+    stock = _materialize(tmp_path / "stock", overrides(tmp_path / "stock", False))
     enable_event_batches()
-    batched = _materialize(tmp_path / "batched", batched=True)
-    assert batched["storage"] is BatchedSqliteEventLogStorage
+    batched = _materialize(tmp_path / "batched", overrides(tmp_path / "batched", True))
+    assert batched["storage"] is storage_class
     # the same facts: one materialization per case with its own metadata, every partition materialized
     assert batched["verdicts"] == stock["verdicts"] and len(batched["verdicts"]) == len(KEYS)
     assert batched["materialized"] == stock["materialized"] == set(KEYS)
@@ -85,10 +105,9 @@ def checked(context: dg.AssetExecutionContext):  # noqa: ANN201 (a generator of 
                                       metadata={"case": key})
 
 
-def _check_results(home: Path, batched: bool) -> dict[str, object]:
+def _check_results(home: Path, overrides: dict[str, Any] | None) -> dict[str, object]:
     """Run ``checked`` over every partition and read back the check's per-partition state and history."""
     home.mkdir()
-    overrides = local_instance(str(home / "history" / "runs")) if batched else None
     with dg.instance_for_test(temp_dir=str(home), overrides=overrides) as instance:
         storage = instance.event_log_storage
         writes = {"check": 0}
@@ -113,16 +132,18 @@ def _check_results(home: Path, batched: bool) -> dict[str, object]:
                 "history": sorted((r.event.dagster_event.event_specific_data.partition, r.status.value,
                                    r.event.dagster_event.event_specific_data.metadata["case"].value)
                                   for r in history),
-                "logged": logged, "writes": writes["check"]}
+                "logged": logged, "writes": writes["check"], "storage": type(storage)}
 
 
-def test_per_partition_check_results_are_stored_as_one_batch(tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_per_partition_check_results_are_stored_as_one_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              backend: tuple[Overrides, type]) -> None:
+    overrides, storage_class = backend
     monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
     monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
-    stock = _check_results(tmp_path / "stock", batched=False)
+    stock = _check_results(tmp_path / "stock", overrides(tmp_path / "stock", False))
     enable_event_batches()
-    batched = _check_results(tmp_path / "batched", batched=True)
+    batched = _check_results(tmp_path / "batched", overrides(tmp_path / "batched", True))
+    assert batched["storage"] is storage_class
     # the same facts: each partition's latest result, the history with its metadata, the log in the same order
     assert batched["status"] == stock["status"]
     assert sorted(stock["status"].values()).count("FAILED") == 2  # case003 and case013

@@ -16,14 +16,13 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import dagster as dg
 import pytest
-import sqlalchemy as sa
+import yaml
 
 from conftest import service
 from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START
@@ -64,25 +63,18 @@ DONE = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunS
 
 
 @pytest.fixture
-def dagster_home(tmp_path: Path) -> Iterator[Path]:
-    """A DAGSTER_HOME whose dagster.yaml puts run and event-log storage in a fresh PostgreSQL database of the
-    CI server (the superuser holds Dagster's storage), dropped afterwards."""
-    admin_url = service("SQLCMP_TEST_PG_ADMIN_URL")
+def dagster_home(tmp_path: Path, fresh_pg_database: Any) -> Path:
+    """A DAGSTER_HOME whose dagster.yaml puts run, event-log and schedule storage in a fresh PostgreSQL database
+    of the CI server (dropped afterwards), with this project's batched event log, as the README's deployment."""
     pytest.importorskip("dagster_postgres")
-    name = f"sqlcmp_scale_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f"CREATE DATABASE {name}"))
     home = tmp_path / "dagster_home"
     home.mkdir()
-    url = sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    (home / "dagster.yaml").write_text(f"storage:\n  postgres:\n    postgres_url: {url}\n"
-                                       "telemetry:\n  enabled: false\n", encoding="utf-8")
+    from sqlcmp_dagster.event_log_postgres import postgres_instance
+
+    (home / "dagster.yaml").write_text(yaml.safe_dump({**postgres_instance(fresh_pg_database()),
+                                                       "telemetry": {"enabled": False}}), encoding="utf-8")
     (home / "celery.yaml").write_text(CELERY_YAML, encoding="utf-8")
-    yield home
-    with admin.connect() as connection:
-        connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-    admin.dispose()
+    return home
 
 
 @pytest.fixture
