@@ -20,20 +20,29 @@ Use it in ``$DAGSTER_HOME/dagster.yaml`` with Dagster's PostgreSQL run and sched
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from dagster._core.event_api import EventLogEntry
 from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster_postgres.event_log import PostgresEventLogStorage
-from dagster_postgres.utils import get_token_provider_from_config, pg_url_from_config
+from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
+from sqlalchemy.engine import Connection
 
 from sqlcmp_dagster.event_log import BatchedEvents
 
+#: Connections a process may open beyond the one its storage keeps (the event watcher's thread, a step's
+#: threads); an idle one is closed when returned.
+_OVERFLOW = 4
+#: A kept connection older than this is replaced (a server or proxy may drop idle connections).
+_RECYCLE_SECONDS = 3600
 
 class BatchedPostgresEventLogStorage(BatchedEvents, PostgresEventLogStorage):
     """PostgreSQL event log storage (``dagster-postgres``) that also stores a run's per-partition check results
-    as one batch, and inserts a batch of events with one prepared statement over its rows.
+    as one batch, inserts a batch of events with one prepared statement over its rows, and keeps one server
+    connection open per process (checked before use) instead of opening one per statement.
 
     Dagster's PostgreSQL storage stores each check result on its own: an insert and a ``NOTIFY``, then the
     update of its planned row, each over a new server connection (the storage holds none open). On the 1,034
@@ -42,8 +51,26 @@ class BatchedPostgresEventLogStorage(BatchedEvents, PostgresEventLogStorage):
     def __init__(self, postgres_url: str, should_autocreate_tables: bool = True, inst_data: Any = None,
                  token_provider: Any = None) -> None:
         self._init_batches()
+        self._engine_pid = os.getpid()
         super().__init__(postgres_url, should_autocreate_tables=should_autocreate_tables, inst_data=inst_data,
                          token_provider=token_provider)
+        self._engine.dispose()
+        self._engine = create_pg_engine(self.postgres_url, token_provider, isolation_level="AUTOCOMMIT",
+                                        pool_size=1, max_overflow=_OVERFLOW, pool_recycle=_RECYCLE_SECONDS,
+                                        pool_pre_ping=True)
+
+    def _connect(self) -> AbstractContextManager[Connection]:
+        """A connection from the storage's pool (Dagster's storage opens a new server connection for every
+        statement: 647 in a 1,034-case run, 9 ms each here). A forked child drops the connections it inherited
+        without closing them, which would close its parent's, and opens its own."""
+        if self._engine_pid != os.getpid():
+            self._engine.dispose(close=False)
+            self._engine_pid = os.getpid()
+        return super()._connect()
+
+    def dispose(self) -> None:
+        super().dispose()
+        self._engine.dispose()
 
     @classmethod
     def from_config_value(cls, inst_data: Any, config_value: Any) -> BatchedPostgresEventLogStorage:

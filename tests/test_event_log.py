@@ -151,3 +151,32 @@ def test_per_partition_check_results_are_stored_as_one_batch(tmp_path: Path, mon
     assert batched["logged"] == stock["logged"] == KEYS
     # ... written in one transaction, not one per result (each also planned in a row of its own, updated)
     assert stock["writes"] == len(KEYS) + 1 and batched["writes"] == 1  # + the planned results' one event
+
+
+def test_postgres_event_log_keeps_one_connection_per_process(fresh_pg_database: Callable[[], str]) -> None:
+    """Statements share one server connection, and a forked child (a Celery worker's) opens its own instead of
+    using, or closing, its parent's."""
+    import os
+
+    import sqlalchemy as sa
+
+    pytest.importorskip("dagster_postgres")
+    from sqlcmp_dagster.event_log_postgres import BatchedPostgresEventLogStorage
+
+    storage = BatchedPostgresEventLogStorage(fresh_pg_database())
+
+    def backend() -> int:
+        with storage._connect() as conn:
+            return conn.execute(sa.text("SELECT pg_backend_pid()")).scalar_one()
+
+    first = backend()
+    assert backend() == first
+    child = os.fork()
+    if child == 0:  # the child: a connection of its own, or exit code 1
+        try:
+            os._exit(0 if backend() != first else 1)
+        except BaseException:
+            os._exit(2)
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    assert backend() == first
+    storage.dispose()
