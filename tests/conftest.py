@@ -227,7 +227,8 @@ def fresh_pg_database() -> Iterator[Callable[[], str]]:
     import sqlalchemy as sa
 
     admin_url = service("SQLCMP_TEST_PG_ADMIN_URL")
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    # A new connection for each statement: a kept one may be closed by the server while the test runs.
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     names: list[str] = []
 
     def create() -> str:
