@@ -18,6 +18,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.neighbor_scratch import Column, Rows, Schema, Table
+from sqlcmp_dagster.engine.parsing import dialect_of
 
 #: Largest group :func:`group_sizes` and :func:`ladder` build (a HAVING COUNT(*) >= 50 needs a group of 50,
 #: one of ``COUNT(col) < 200`` a group of 200 whose NULLs bring it under).
@@ -114,8 +115,9 @@ def features(tree: exp.Expression) -> dict[str, list[str]]:
     conditions (AND, OR, NOT); columns without their table qualifier, which is only an author's alias. Where two queries differ is where a neighbor must tell them apart
     (:func:`neighbor_numbers` builds the profiles aimed there first)."""
     def text(node: exp.Expression) -> str:  # without table qualifiers: aliases differ between any two authors
+        # transform() made the copy printed here: the generator need not copy it again
         return node.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n) \
-            .sql(dialect="sqlite").lower()
+            .sql(dialect=dialect_of("sqlite"), copy=False).lower()
 
     def key_pair(node: exp.Expression) -> bool:
         return isinstance(node, exp.EQ) and all(isinstance(o, exp.Column) for o in node.iter_expressions())

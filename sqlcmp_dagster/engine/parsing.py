@@ -251,7 +251,7 @@ def canonical_sql(ast: exp.Expression, dialect: str) -> str:
 
 def _canonical_text(tree: exp.Expression, dialect: str) -> str:
     # The dialect's generator may rewrite what it prints (copy=True, the default): ``tree`` stays as it is.
-    return lowercase_keywords(tree.sql(dialect=dialect, normalize_functions="lower"), dialect)
+    return lowercase_keywords(tree.sql(dialect=dialect_of(dialect), normalize_functions="lower"), dialect)
 
 
 def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) -> exp.Expression:
@@ -335,7 +335,7 @@ class _Clocked:
 
     def tokenize(self, sql: str, dialect: str | None) -> list[Token]:
         """``sql``'s tokens in ``dialect``, clocked when there is a deadline."""
-        engine = sqlglot.Dialect.get_or_raise(dialect)
+        engine = dialect_of(dialect)
         if self.deadline is None:
             return engine.tokenize(sql)
         if _COMPILED:
@@ -362,7 +362,7 @@ class _Clocked:
 
     def _parsed(self) -> list[exp.Expression | None]:
         self.check()
-        engine = sqlglot.Dialect.get_or_raise(self._dialect)
+        engine = dialect_of(self._dialect)
         if _COMPILED:
             return self._after(engine.parser().parse(self._tokens, self._sql))
         parser_class, _ = _clocked_classes(type(engine))
@@ -374,11 +374,12 @@ class _Clocked:
         """``tree``'s text in ``dialect``, canonical (functions and keywords in lower case) or as sqlglot
         prints it."""
         if self.deadline is None:
-            return _canonical_text(tree, dialect) if canonical else tree.sql(dialect=dialect, copy=False)
+            return _canonical_text(tree, dialect) if canonical else tree.sql(dialect=dialect_of(dialect), copy=False)
         self.check()
         if _COMPILED:
-            return self._after(_canonical_text(tree, dialect) if canonical else tree.sql(dialect=dialect, copy=False))
-        engine = sqlglot.Dialect.get_or_raise(dialect)
+            return self._after(_canonical_text(tree, dialect) if canonical
+                               else tree.sql(dialect=dialect_of(dialect), copy=False))
+        engine = dialect_of(dialect)
         _, generator_class = _clocked_classes(type(engine))
         generator = generator_class(dialect=engine, **({"normalize_functions": "lower"} if canonical else {}))
         generator.sqlcmp_clock = self
@@ -404,11 +405,20 @@ def _tick(*, force: bool = False) -> None:
         clock.tick()
 
 
+@functools.cache
+def dialect_of(name: str | None) -> sqlglot.Dialect:
+    """sqlglot's dialect called ``name`` (its default dialect for None), one instance each: handed a name, sqlglot
+    builds a new instance for every parse and print (3 us; about 40,000 per Spider dev run). An instance holds
+    only its settings, so one serves every thread."""
+    return sqlglot.Dialect.get_or_raise(name)
+
+
 def _text(node: exp.Expression) -> str:
     """``node.sql()`` (the default dialect, no copy), clocked within a parse's deadline: the canonical
     rewrites print operands to order them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
     clock = _CLOCK.get()
-    return node.sql(copy=False) if clock is None else clock.generate(node, None, canonical=False)
+    return node.sql(dialect=dialect_of(None), copy=False) if clock is None else \
+        clock.generate(node, None, canonical=False)
 
 
 @functools.cache
@@ -534,7 +544,7 @@ def lowercase_keywords(sql: str, dialect: str) -> str:
     keep = {TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR, TokenType.NATIONAL_STRING,
             TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.BYTE_STRING, TokenType.RAW_STRING}
     clock = _CLOCK.get()
-    tokens = clock.tokenize(sql, dialect) if clock is not None else sqlglot.Dialect.get_or_raise(dialect).tokenize(sql)
+    tokens = clock.tokenize(sql, dialect) if clock is not None else dialect_of(dialect).tokenize(sql)
     pieces: list[str] = []
     cursor = 0
     for token in tokens:
