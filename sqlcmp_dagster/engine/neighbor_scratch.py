@@ -12,6 +12,7 @@ connections opened once for the search rather than once per neighbor and per que
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import time
@@ -43,9 +44,10 @@ class Column:
     not_null: bool
     primary_key: bool
 
-    @property
+    @functools.cached_property
     def numeric(self) -> bool:
-        """Whether SQLite gives the column a numeric affinity (its values are then numbers, not text)."""
+        """Whether SQLite gives the column a numeric affinity (its values are then numbers, not text). Kept once
+        computed: generating a Spider dev run's neighbors asks about 150,000 times."""
         declared = self.declared_type.upper()
         return any(fragment in declared for fragment in _NUMERIC_TYPES) and not any(
             fragment in declared for fragment in ("CHAR", "CLOB", "TEXT", "INTERVAL"))
