@@ -133,6 +133,20 @@ class BatchedEvents:
             if not planned_row:
                 self.store_asset_check_event(event, event_id)  # type: ignore[attr-defined]
 
+    def _store_asset_check_evaluation_planned(self, event: EventLogEntry, event_id: int | None) -> None:
+        """One planned row per partition of a check's planned event, as Dagster writes them, with the event
+        serialized once: Dagster serializes it again for every row, and the event holds the run's partition
+        keys, so a run over N cases spent time in N^2 (0.8 s at 1,034 cases, 100 times that at 10,000)."""
+        planned = _check_of(event)
+        keys = planned.partitions_subset.get_partition_keys() if planned.partitions_subset else [None]
+        common = {"asset_key": planned.asset_key.to_string(), "check_name": planned.check_name,
+                  "run_id": event.run_id, "execution_status": AssetCheckExecutionRecordStatus.PLANNED.value,
+                  "evaluation_event": serialize_value(event),
+                  "evaluation_event_timestamp": self._event_insert_timestamp(event),  # type: ignore[attr-defined]
+                  "evaluation_event_storage_id": event_id}
+        with self.index_connection() as conn:  # type: ignore[attr-defined]
+            conn.execute(AssetCheckExecutionsTable.insert(), [{**common, "partition": key} for key in keys])
+
     def store_event_batch(self, events: Sequence[EventLogEntry]) -> None:
         self._store_held_checks()
         events = [event for event in events if not event.get_dagster_event().is_asset_failed_to_materialize]
