@@ -13,22 +13,24 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import ValidationError
 
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.atomic import atomic_path
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
-from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.pipeline import Evaluator, compare
-from sqlcmp_dagster.engine.report import render_text
-from sqlcmp_dagster.engine.report import ENGINE_VERSION
-from sqlcmp_dagster.engine.summary import render_summary, summarize
+from sqlcmp_dagster.engine.workers import start_server
 from sqlcmp_dagster.progress import Progress
-from sqlcmp_dagster.reporting.cases import ReportsFileError, find_report, is_failed, read_reports, write_csv
+
+if TYPE_CHECKING:
+    from sqlcmp_dagster.engine.execution import ExecutionAdapter
+    from sqlcmp_dagster.engine.judge import JudgeConfig
+    from sqlcmp_dagster.engine.pipeline import Evaluator
+
+# The engine (polars, sqlglot, SQLAlchemy: about 0.4 s) is imported inside the commands that use it, so that
+# ``evaluate --workers N`` starts its worker processes' server before paying for it (see main).
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INVALID = 0, 1, 2, 3
 EXIT_CODES = """exit status:
@@ -46,6 +48,8 @@ class UsageError(Exception):
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    if getattr(args, "workers", 1) > 1:
+        start_server()  # it imports the engine for the workers on one core while this process does on the other
     try:
         code = int(args.handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe is reported here, not as a traceback at exit
@@ -65,7 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(prog="sqlcmp", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
                                      formatter_class=formatter)
-    parser.add_argument("--version", action="version", version=f"sqlcmp {ENGINE_VERSION}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
@@ -157,6 +161,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Version(argparse.Action):
+    """``--version``: the engine's version is read only when asked (it is known where the engine is imported)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from sqlcmp_dagster.engine.report import ENGINE_VERSION
+
+        print(f"sqlcmp {ENGINE_VERSION}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
 def _output_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--html", type=Path, help="also write a self-contained HTML report here")
     parser.add_argument("--csv", type=Path, help="also write the per-case table as CSV here")
@@ -190,6 +205,8 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
 
 def _judge(args: argparse.Namespace) -> JudgeConfig | None:
     """The judge configuration from --judge-config and the --judge-* flags, or None when no judge is asked."""
+    from sqlcmp_dagster.engine.judge import JudgeConfig
+
     options: dict[str, Any] = _options_file(args.judge_config, "--judge-config") if args.judge_config else {}
     if args.judge_model:
         options["model"] = args.judge_model
@@ -232,6 +249,9 @@ def _options_file(path: Path, flag: str) -> dict[str, Any]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.engine.pipeline import compare
+    from sqlcmp_dagster.engine.report import render_text
+
     options = _config_overrides(args)
     try:
         request = CompareRequest(case_id="cli", user_query=args.user_query, expected_sql=args.expected_sql,
@@ -253,6 +273,9 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.engine.pipeline import Evaluator
+    from sqlcmp_dagster.engine.summary import render_summary, summarize
+
     if not args.suite.is_file():
         raise UsageError(f"suite not found: {args.suite}")
     if args.db_dir is not None and not args.db_dir.is_dir():
@@ -284,6 +307,8 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, default_db: str | None) -> None:
     """Name on stderr every database the suite refers to that cannot be found (its cases will be invalid)."""
+    from sqlcmp_dagster.engine.execution import resolve_database
+
     missing: dict[str, int] = {}
     for case in cases:
         target = case.db or default_db
@@ -299,6 +324,8 @@ def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, de
 
 def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dict[str, Any]) -> None:
     """--summary-out, --csv and --html, each announced on stdout; --only-failed narrows the per-case outputs."""
+    from sqlcmp_dagster.reporting.cases import is_failed, write_csv
+
     if args.summary_out is not None:
         args.summary_out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     shown = [r for r in reports if is_failed(r)] if args.only_failed else reports
@@ -313,6 +340,9 @@ def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dic
 
 
 def _report(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.engine.summary import render_summary, summarize
+    from sqlcmp_dagster.reporting.cases import is_failed
+
     reports = _read_reports(args.reports)
     summary = summarize(reports)
     print(render_summary(summary))
@@ -326,6 +356,9 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.engine.report import render_text
+    from sqlcmp_dagster.reporting.cases import find_report
+
     report = find_report(_read_reports(args.reports), args.case_id)
     if report is None:
         raise UsageError(f"{args.reports} has no case {args.case_id!r}")
@@ -356,6 +389,8 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _read_reports(path: Path) -> list[Report]:
+    from sqlcmp_dagster.reporting.cases import ReportsFileError, read_reports
+
     try:
         return read_reports(path)
     except ReportsFileError as error:
@@ -454,6 +489,7 @@ def _demo(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_db_dir
     from sqlcmp_dagster.definitions import build_definitions
+    from sqlcmp_dagster.engine.summary import render_summary
     from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
     storage = out_dir / "storage"
@@ -512,6 +548,8 @@ def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, wor
 
 
 def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
+    from sqlcmp_dagster.engine.execution import ExecutionAdapter
+
     _check_database_file(db)
     try:
         return ExecutionAdapter(db, allow_privileged_role=allow_privileged_role)

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,30 @@ def test_evaluate_writes_one_report_per_case_and_reports_bad_lines(
     assert summary["vacuous_passes"] == summary["per_database"]["shop"]["vacuous_passes"] == 1
     assert "3 cases: 2 passed, 1 failed (pass rate 66.7%)" in captured.out
     assert "vacuous passes (both results empty): 1 of 2" in captured.out
+
+
+def test_evaluate_starts_the_worker_server_before_the_engine_is_imported(tmp_path: Path, sample_dir: Path) -> None:
+    """With --workers the server that forks the workers imports the engine (about 0.4 s) while this process
+    imports it too, one core each; so the command's own imports must not pull the engine in before it."""
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(f'{{"case_id": "{i}", "expected_sql": "SELECT {i}", "actual_sql": "SELECT 1", '
+                             f'"db": "shop"}}\n' for i in range(3)), encoding="utf-8")
+    script = f"""
+import sys
+from sqlcmp_dagster import cli
+heavy = ("polars", "sqlglot", "sqlalchemy", "sqlcmp_dagster.engine.pipeline")
+print(sorted(m for m in heavy if m in sys.modules))
+started = cli.start_server
+cli.start_server = lambda: (print(sorted(m for m in heavy if m in sys.modules)), started())
+code = cli.main(["evaluate", {str(suite)!r}, "--db-dir", {str(sample_dir)!r}, "--out", {str(tmp_path / "r.jsonl")!r},
+                 "--workers", "2", "--quiet"])
+print(code)
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    lines = run.stdout.splitlines()
+    assert lines[:2] == ["[]", "[]"], run.stderr  # nothing heavy after the CLI's import, nor when the server starts
+    assert lines[-1] == "1"  # and the batch ran: two cases fail
+    assert len((tmp_path / "r.jsonl").read_text().splitlines()) == 3
 
 
 def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch,

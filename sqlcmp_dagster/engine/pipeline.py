@@ -10,7 +10,6 @@ end in a report.
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
 import os
 import threading
 import time
@@ -20,7 +19,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
-from multiprocessing import forkserver
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +38,7 @@ from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report,
 from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results, cut_inside_tie, tied_at_cut
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
+from sqlcmp_dagster.engine.workers import start_server
 
 
 @dataclass
@@ -598,28 +597,10 @@ def _chunks(cases: Sequence[CompareRequest], size: int) -> list[list[tuple[int, 
     return [[(i, cases[i]) for i in order[start:start + size]] for start in range(0, len(order), size)]
 
 
-#: Threads of polars in each worker process: the workers already use every core, so polars' own pool (one
-#: thread per core by default) would only oversubscribe them. polars reads this once, when it is imported.
-_WORKER_ENVIRONMENT = {"POLARS_MAX_THREADS": "1"}
-
-
 def _pool(evaluator: Evaluator, workers: int) -> ProcessPoolExecutor:
     """Worker processes forked from a server that has imported the engine once (no fork of this process's
-    threads, and no re-import per worker).
-
-    The server is started here with :data:`_WORKER_ENVIRONMENT` added to its environment (which its workers
-    inherit), so it imports polars with one thread; this process's own environment is restored right after.
-    A setting the user made in the environment wins."""
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([__name__])
-    added = {name: value for name, value in _WORKER_ENVIRONMENT.items() if name not in os.environ}
-    os.environ.update(added)
-    try:
-        forkserver.ensure_running()  # the server copies the environment when it starts; later pools reuse it
-    finally:
-        for name in added:
-            os.environ.pop(name, None)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_start_worker,
+    threads, and no re-import per worker; see :func:`~sqlcmp_dagster.engine.workers.start_server`)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=start_server(), initializer=_start_worker,
                                initargs=(evaluator,))
 
 
