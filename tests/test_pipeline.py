@@ -306,6 +306,21 @@ def test_worker_processes_give_the_serial_reports(sample_dir: Path) -> None:
     assert [_dump(r) for r in parallel] == [_dump(r) for r in serial]
 
 
+def test_worker_chunks_end_with_cheap_looking_cases_one_at_a_time() -> None:
+    """The workers should run out of work together: cheap-looking groups last, in chunks that shrink to one."""
+    cases = [CompareRequest(case_id=f"{db}{q}{i}", expected_sql=f"SELECT {q} FROM t", db=db,
+                            actual_sql=f"select  {q}  from T" if q % 2 else f"SELECT {q} + 1 FROM t")
+             for db in ("a", "b") for q in range(20) for i in range(3)]
+    chunks = pipeline._chunks(cases, 2)
+    order = [i for chunk in chunks for i, _ in chunk]
+    assert sorted(order) == list(range(len(cases)))
+    assert [pipeline._looks_cheap(cases[i]) for i in order] == [False] * 60 + [True] * 60
+    groups = [(cases[i].db, cases[i].expected_sql[0]) for i in order]
+    assert all(groups.index(g) + 3 == len(groups) - groups[::-1].index(g) for g in groups)  # answers together
+    sizes = [len(chunk) for chunk in chunks]
+    assert sizes[0] == 8 and sizes == sorted(sizes, reverse=True) and sizes[-8:] == [1] * 8
+
+
 def test_worker_processes_run_polars_on_one_thread(sample_dir: Path) -> None:
     """Two workers on two cores each with polars' default pool (a thread per core) would oversubscribe them."""
     before = dict(os.environ)

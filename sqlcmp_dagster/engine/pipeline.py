@@ -572,7 +572,7 @@ class Evaluator:
         self._adapters.clear()
 
 
-#: Cases handed to a worker process at a time: enough to amortize the hand-over, few enough to balance the load.
+#: Most cases handed to a worker process at a time: enough to amortize the hand-over (about a millisecond).
 _CHUNK = 8
 #: The evaluator of a worker process (set by the pool's initializer).
 _WORKER: Evaluator | None = None
@@ -590,11 +590,36 @@ def _work(chunk: list[tuple[int, CompareRequest]]) -> list[tuple[int, _Done]]:
     return [(index, _WORKER._deterministic(case)) for index, case in chunk]
 
 
-def _chunks(cases: Sequence[CompareRequest], size: int) -> list[list[tuple[int, CompareRequest]]]:
+def _chunks(cases: Sequence[CompareRequest], workers: int) -> list[list[tuple[int, CompareRequest]]]:
     """Cases grouped by database and expected SQL (stable), cut into chunks: a worker sees a question's
-    answers together, so its expected-result cache serves them, and it keeps few databases open."""
-    order = sorted(range(len(cases)), key=lambda i: (cases[i].db or "", tuple(cases[i].expected_sql)))
-    return [[(i, cases[i]) for i in order[start:start + size]] for start in range(0, len(order), size)]
+    answers together, so its expected-result cache serves them, and it keeps few databases open.
+
+    The workers should run out of work at nearly the same time, so the batch ends with its cheapest cases in
+    its smallest chunks: groups whose answers all look cheap (:func:`_looks_cheap`) come last, and chunks shrink
+    towards the end (a quarter of what is left per worker, at most :data:`_CHUNK`, at least one case). On
+    Spider dev one chunk of eight takes 0.08 s at the median and up to 0.5 s."""
+    def group(i: int) -> tuple[str, tuple[str, ...]]:
+        return cases[i].db or "", tuple(cases[i].expected_sql)
+
+    costly = {group(i) for i in range(len(cases)) if not _looks_cheap(cases[i])}
+    order = sorted(range(len(cases)), key=lambda i: (group(i) not in costly, group(i)))
+    chunks, start = [], 0
+    while start < len(order):
+        size = max(1, min(_CHUNK, (len(order) - start) // (workers * 4)))
+        chunks.append([(i, cases[i]) for i in order[start:start + size]])
+        start += size
+    return chunks
+
+
+def _looks_cheap(case: CompareRequest) -> bool:
+    """Whether the answer is one of its expected queries but for spacing and letter case: such a case usually
+    passes with neither the fix search (it runs on failures) nor the neighbor search (identical canonical SQL is
+    not searched). On Spider dev (SuperSQL) 361 of 1,034 cases, 5.9 ms each on average against 28.9 ms for the
+    others. A guess for scheduling only: it changes no report."""
+    def text(sql: str) -> str:
+        return " ".join(sql.split()).casefold()
+
+    return text(case.actual_sql) in {text(sql) for sql in case.expected_sql}
 
 
 def _pool(evaluator: Evaluator, workers: int) -> ProcessPoolExecutor:
@@ -620,7 +645,7 @@ def _in_processes(evaluator: Evaluator, cases: Sequence[CompareRequest], workers
         if progress is not None:
             progress(outcome[0])
 
-    pending = _chunks(cases, max(1, min(_CHUNK, len(cases) // (workers * 4))))
+    pending = _chunks(cases, workers)
     single = False
     while pending:
         lost: list[list[tuple[int, CompareRequest]]] = []
