@@ -2,8 +2,8 @@
 
 Every property runs on both implementations of Layer 3 (``path="frames"``, polars; ``path="rows"``, plain
 Python for small results), and the last one checks that the two give the same comparison, field for field.
-The frame path runs twice: as it runs on small frames, and with the exact stage that large frames take (a join
-on one hash per row, checked cell by cell: ``frames-hashed``).
+The frame path runs twice: as it runs on small frames, and as it runs on large ones (``frames-hashed``: the exact
+stage joins on one hash per row, checked cell by cell, and aggregations run on polars' streaming engine).
 """
 
 from __future__ import annotations
@@ -32,14 +32,16 @@ PATHS = pytest.mark.parametrize("path", [*get_args(ComparisonPath), "frames-hash
 
 @contextmanager
 def _hashed_from(rows: int) -> Iterator[None]:
-    """The frame path's hashed exact stage from ``rows`` rows on (large frames only, otherwise)."""
-    with mock.patch.object(results, "_HASHED_JOIN_ROWS", rows), mock.patch.object(results, "_CHECKED_PAIRS", 3):
+    """The frame path's hashed exact stage and streamed aggregations from ``rows`` rows on (large frames only,
+    otherwise)."""
+    with mock.patch.object(results, "_HASHED_JOIN_ROWS", rows), mock.patch.object(results, "_CHECKED_PAIRS", 3), \
+            mock.patch.object(results, "_STREAMED_ROWS", rows):
         yield
 
 
 def compare_results(expected: Relation, actual: Relation, *, path: str, **options: Any) -> ResultComparison:
     """:func:`results.compare_results` on ``path``; ``frames-hashed`` is the frame path with the hashed stage
-    at every size (and its check in slices of three pairs)."""
+    and the streamed aggregations at every size (and the hashed stage's check in slices of three pairs)."""
     if path == "frames-hashed":
         with _hashed_from(1):
             return results.compare_results(expected, actual, path="frames", **options)
