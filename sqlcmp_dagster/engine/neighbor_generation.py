@@ -58,11 +58,13 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
     found = Hints()
     seen: list[dict[str, list[str]]] = []
     known = {c.name.lower(): name for name, t in schema.tables.items() for c in t.columns} if schema else None
+    def string(node: exp.Expression) -> bool:
+        return isinstance(node, exp.Column) and not node.table and bool(node.this.args.get("quoted")) \
+            and known is not None and node.name.lower() not in known
+
     for tree in trees:
-        if known is not None:
-            tree = tree.transform(lambda node: exp.Literal.string(node.name) if isinstance(node, exp.Column)
-                                  and not node.table and node.this.args.get("quoted")
-                                  and node.name.lower() not in known else node)
+        if known is not None and any(string(node) for node in tree.find_all(exp.Column)):  # else no copy
+            tree = tree.transform(lambda node: exp.Literal.string(node.name) if string(node) else node)
         seen.append(features(tree))
         found.outer_tables |= {j.this.name.lower() for j in tree.find_all(exp.Join)
                                if j.side in ("LEFT", "FULL") and isinstance(j.this, exp.Table)}
