@@ -49,6 +49,9 @@ class Hints:
     subquery_compared: set[str] = field(default_factory=set)  # columns compared with a subquery's value
     differences: set[str] = field(default_factory=set)  # the :func:`features` on which the queries differ
     outer_tables: set[str] = field(default_factory=set)  # tables on the NULL-filled side of an outer join
+    # :func:`_literal_columns` per table name, computed once per search (the literals do not change after
+    # :func:`hints`): every neighbor asked for them again, several times per table.
+    fitted: dict[str, dict[int, list[Any]]] = field(default_factory=dict, compare=False, repr=False)
 
 
 def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hints:
@@ -390,8 +393,7 @@ def literal_rows(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
     """Copies of rows with every column the queries compare with a literal set at once (the literals
     themselves in the first copy, then random boundaries): a conjunction of predicates then holds on one row,
     and a ``>`` that should be ``>=`` meets its boundary there."""
-    paired = {i: _fitted(found.literals.get(c.name.lower(), []), c) for i, c in enumerate(table.columns)}
-    paired = {i: values for i, values in paired.items() if values}
+    paired = _literal_columns(table, found)
     if not rows or not paired:
         return rows
     out = list(rows)
@@ -514,9 +516,12 @@ def null_counted(schema: Schema, tables: list[str], rows: Rows, found: Hints, rn
 
 
 def _literal_columns(table: Table, found: Hints) -> dict[int, list[Any]]:
-    """The literals each column of ``table`` is compared with, fitted to its type (columns without any left out)."""
-    fitted = {i: _fitted(found.literals.get(c.name.lower(), []), c) for i, c in enumerate(table.columns)}
-    return {i: values for i, values in fitted.items() if values}
+    """The literals each column of ``table`` is compared with, fitted to its type (columns without any left out);
+    kept in ``found`` (read only)."""
+    if table.name not in found.fitted:
+        fitted = {i: _fitted(found.literals.get(c.name.lower(), []), c) for i, c in enumerate(table.columns)}
+        found.fitted[table.name] = {i: values for i, values in fitted.items() if values}
+    return found.fitted[table.name]
 
 
 def _carries(row: tuple[Any, ...], literals: dict[int, list[Any]]) -> bool:
