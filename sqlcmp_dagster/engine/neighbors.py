@@ -35,6 +35,7 @@ from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_num
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
     read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
+from sqlcmp_dagster.engine.parsing import dialect_of
 from sqlcmp_dagster.engine.results import ResultComparison, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -87,6 +88,9 @@ class _Search:
     nondeterminism: list[str] = field(default_factory=list)
     cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
     failures: list[str] = field(default_factory=list)  # queries that failed on a neighbor, for the warnings
+    # Per side (by id): the text of its query without LIMIT and with its ORDER BY keys appended, and how many
+    # keys (:func:`_keyed_uncut`), built once per search instead of once per neighbor with a tie to look at.
+    keyed_uncut: dict[int, tuple[str, int] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from sqlcmp_dagster.engine.pipeline import resolve_mode
@@ -207,11 +211,16 @@ class _Search:
         query re-run without LIMIT, its ORDER BY keys added as columns, has equal keys on both sides of the cut
         (keys need not be projected, unlike Layer 3's tie check)."""
         _, shape = self.semantics[id(side)]
-        keyed = _keyed_uncut(side.parsed.ast) if shape.limit is not None and side.parsed.ast is not None else None
-        if keyed is None:
+        if id(side) not in self.keyed_uncut:
+            keyed = _keyed_uncut(side.parsed.ast) if shape.limit is not None and side.parsed.ast is not None \
+                else None
+            self.keyed_uncut[id(side)] = None if keyed is None else \
+                (keyed[0].sql(dialect=dialect_of(self.validation.dialect), copy=False), keyed[1])
+        keyed_text = self.keyed_uncut[id(side)]
+        if keyed_text is None:
             return False
-        tree, width = keyed
-        uncut = self.execute(side, tree.sql(dialect=self.validation.dialect))
+        sql, width = keyed_text
+        uncut = self.execute(side, sql)
         cut = (shape.offset or 0) + (shape.limit or 0)
         if uncut is None or uncut.height <= cut or cut == 0:
             return False
