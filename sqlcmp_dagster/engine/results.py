@@ -43,7 +43,7 @@ _SMALL_FRAME = 10_000
 #: From this many rows on each side the exact multiset stage joins on one hash per row (:func:`_hashed_join`).
 _HASHED_JOIN_ROWS = _SMALL_FRAME
 #: Pairs of that join checked cell by cell per slice (bounds the memory the check holds).
-_CHECKED_PAIRS = 1 << 17
+_CHECKED_PAIRS = 1 << 16
 #: From this many rows on, a frame's aggregations run on polars' streaming engine (:func:`_aggregate`).
 _STREAMED_ROWS = _SMALL_FRAME
 #: A row pairing as one path represents it (see :func:`choose_mapping`).
@@ -610,11 +610,14 @@ def _hashed_join(e: pl.DataFrame, a: pl.DataFrame, keys: list[str]) -> pl.DataFr
     # join's own either way, and nothing below depends on it (figures are sums and maxima, sets of rows)
     pairs = left.lazy().join(right.lazy(), on="__hash", how="inner").drop("__hash").collect(engine="streaming")
     del left, right
-    for start in range(0, pairs.height, _CHECKED_PAIRS):  # a slice of two gathered columns at a time, not frames
-        chunk = pairs.slice(start, _CHECKED_PAIRS)
-        for key in keys:
-            if not e[key].gather(chunk["__at"]).eq_missing(a[key].gather(chunk["__at_right"])).all():
-                return None
+    # a slice of pairs at a time (bounded memory), every key's two gathers and comparison in one query: polars
+    # gathers the columns in parallel, where one eager gather after another ran on one thread (the 1M bag's check
+    # alone: 0.58-0.65 s -> 0.28-0.30 s)
+    equal = pl.all_horizontal([pl.lit(e[key]).gather(pl.col("__at")).eq_missing(
+        pl.lit(a[key]).gather(pl.col("__at_right"))).all() for key in keys])
+    for start in range(0, pairs.height, _CHECKED_PAIRS):
+        if not pairs.slice(start, _CHECKED_PAIRS).lazy().select(equal).collect().item():
+            return None
     return pl.DataFrame([e[_ROW].gather(pairs["__at"]), a[_ROW].gather(pairs["__at_right"]).alias(f"{_ROW}_right")])
 
 
