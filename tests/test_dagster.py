@@ -306,3 +306,36 @@ def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, samp
     assert wrong.deterministic_verdict == "fail" and wrong.ai_advisory_verdict == "pass"
     assert wrong.verdict_consistency_flag is False and wrong.metrics["ai_judge"]["confidence"] == 0.9
     assert sorted(built) == ["same", "wrong"]  # once each, for the judge's prompt; case_reports reused them
+
+
+def test_a_step_freezes_the_heap_it_started_with_and_only_its_own_freeze() -> None:
+    """Inside ``heap_frozen`` the objects alive at its start are frozen (out of the collector's full passes);
+    they are collectable again after it, also when the step's generator is closed early; a heap frozen by
+    someone else stays frozen."""
+    import gc
+
+    from sqlcmp_dagster.assets.common import heap_frozen
+
+    assert gc.get_freeze_count() == 0
+    with heap_frozen():
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+
+    def step() -> Iterator[int]:
+        with heap_frozen():
+            yield 1
+            yield 2
+
+    steps = step()
+    assert next(steps) == 1 and gc.get_freeze_count() > 0
+    steps.close()
+    assert gc.get_freeze_count() == 0
+
+    gc.freeze()
+    try:
+        theirs = gc.get_freeze_count()
+        with heap_frozen():
+            assert gc.get_freeze_count() == theirs
+        assert gc.get_freeze_count() == theirs
+    finally:
+        gc.unfreeze()
