@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
@@ -88,3 +89,19 @@ def test_read_asset_unifies_the_columns_of_objects_written_by_different_versions
                                                 {"case_id": "c", "score": 0.0, "note": None}]
     (folder / "b.parquet").unlink()
     assert read_asset(str(tmp_path / "store"), "case_reports").schema == {"case_id": pl.Utf8, "score": pl.Int64}
+
+
+def test_local_objects_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    """A local write replaces each object whole; a failure stops at that object, raises, and leaves no partial
+    file behind (the objects before it are written, the ones after it untouched)."""
+    from sqlcmp_dagster.engine.atomic import write_all_atomically
+
+    (tmp_path / "b.parquet").mkdir()  # cannot be replaced by a file
+    (tmp_path / "c.parquet").write_bytes(b"old")
+    with pytest.raises(OSError):
+        write_all_atomically(tmp_path, {"a.parquet": b"new a", "b.parquet": b"new b", "c.parquet": b"new c"})
+    assert (tmp_path / "a.parquet").read_bytes() == b"new a"
+    assert (tmp_path / "c.parquet").read_bytes() == b"old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet", "c.parquet"]
+    write_all_atomically(tmp_path, {"c.parquet": b"newer c"})
+    assert (tmp_path / "c.parquet").read_bytes() == b"newer c"

@@ -28,7 +28,7 @@ from dagster import DagsterInvariantViolationError
 from pydantic import PrivateAttr
 from upath import UPath
 
-from sqlcmp_dagster.engine.atomic import atomic_path
+from sqlcmp_dagster.engine.atomic import atomic_path, write_all_atomically
 
 
 class PartitionedParquetIOManager(dg.ConfigurableIOManager):
@@ -171,8 +171,7 @@ def _write_all(folder: UPath, objects: dict[UPath, pl.DataFrame]) -> None:
     with ThreadPoolExecutor(_ENCODERS) as pool:
         encoded = dict(zip(objects, pool.map(_parquet_bytes, objects.values())))
     if _local(folder):
-        for path, data in encoded.items():
-            _write(path, data)
+        write_all_atomically(Path(folder.path), {path.name: data for path, data in encoded.items()})
     else:
         folder.fs.pipe({path.path: data for path, data in encoded.items()})
 
