@@ -514,7 +514,7 @@ def _demo(args: argparse.Namespace) -> int:
     print(f"sample database: {sample_db_dir() / (SAMPLE_DB_ID + '.sqlite')}")
     print(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s)")
     print(render_summary(summary))
-    print(f"reports: {reports_file} (per-case Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
+    print(f"reports: {reports_file} (as Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
     print(f"open these results in the Dagster UI:\n  {ui}")
     return EXIT_PASS
 

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from conftest import JUDGE_PASS
@@ -116,7 +117,9 @@ def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypa
     # Both bundled suite files: 33 cases plus the one whose expected query is broken on purpose.
     assert (summary["cases"], summary["passed"], summary["invalid_cases"]) == (34, 11, 1)
     assert len((tmp_path / "demo" / "reports.jsonl").read_text().splitlines()) == 34
-    assert (tmp_path / "demo" / "storage" / "case_reports" / "fail_filter.parquet").is_file()
+    stored = pl.scan_parquet(tmp_path / "demo" / "storage" / "case_reports" / "*.parquet").collect()
+    assert sorted(stored["case_id"]) == sorted(json.loads(line)["case_id"] for line in
+                                               (tmp_path / "demo" / "reports.jsonl").read_text().splitlines())
 
 
 def test_compare_with_a_judge_server(sample_db: Path, serve: Any, capsys: pytest.CaptureFixture[str],

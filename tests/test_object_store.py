@@ -10,15 +10,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+import polars as pl
 import pytest
 
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.local import sensor_tick
-from sqlcmp_dagster.resources.storage import read_asset
+from sqlcmp_dagster.resources.storage import _store_batch, _stored_rows, read_asset
 
 LAYERS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics", "judgments",
           "case_reports")
@@ -60,7 +62,7 @@ def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_di
         assert {path for path in after if after[path] != before[path]} == {
             f"{bucket}/store/{layer}/{edited}.parquet" for layer in LAYERS}
 
-    reader = ("import json, sys; from sqlcmp_dagster.resources.storage import read_asset; "
+    reader = ("import json, sys; from sqlcmp_dagster.resources.storage import _store_batch, _stored_rows, read_asset; "
               "from sqlcmp_dagster.engine.records import reports_from_frame; "
               "print(json.dumps({r.case_id: r.model_dump(mode='json') "
               "for r in reports_from_frame(read_asset(sys.argv[1], 'case_reports'))}))")
@@ -105,3 +107,87 @@ def test_local_objects_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet", "c.parquet"]
     write_all_atomically(tmp_path, {"c.parquet": b"newer c"})
     assert (tmp_path / "c.parquet").read_bytes() == b"newer c"
+
+
+def _cases(frame: pl.DataFrame) -> list[str]:
+    return sorted(frame["case_id"].to_list())
+
+
+def test_a_local_step_stores_one_object_and_each_case_stays_in_exactly_one(tmp_path: Path) -> None:
+    """A step's cases go into one object; storing some of them again moves their rows into a new object and
+    out of the old one, so the folder read as a table (``*.parquet``) holds each case once, with its newest
+    row; an object left with no case is removed."""
+    folder = tmp_path / "store" / "diagnostics"
+    _store_batch(folder, pl.DataFrame({"case_id": ["a", "b", "c"], "run": [1, 1, 1]}))
+    assert len(list(folder.glob("*.parquet"))) == 1
+    _store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
+    table = pl.scan_parquet(folder / "*.parquet").collect()
+    assert len(list(folder.glob("*.parquet"))) == 2
+    assert dict(table.select("case_id", "run").iter_rows()) == {"a": 1, "b": 2, "c": 1}
+    assert table.height == 3
+    _store_batch(folder, pl.DataFrame({"case_id": ["a", "c"], "run": [3, 3]}))
+    assert len(list(folder.glob("*.parquet"))) == 2  # the first object held nothing more and is gone
+    table = read_asset(str(tmp_path / "store"), "diagnostics")
+    assert dict(table.select("case_id", "run").iter_rows()) == {"a": 3, "b": 2, "c": 3}
+
+
+def test_a_local_store_of_cases_own_objects_is_read_and_taken_over(tmp_path: Path) -> None:
+    """A store written when each case had its own object: read as before, and a step that stores some of those
+    cases removes their own objects."""
+    folder = tmp_path / "store" / "case_reports"
+    folder.mkdir(parents=True)
+    for case in ("a", "b"):
+        pl.DataFrame({"case_id": [case], "run": [0]}).write_parquet(folder / f"{case}.parquet")
+    assert _cases(read_asset(str(tmp_path / "store"), "case_reports")) == ["a", "b"]
+    _store_batch(folder, pl.DataFrame({"case_id": ["b", "c"], "run": [1, 1]}))
+    assert (folder / "a.parquet").is_file() and not (folder / "b.parquet").exists()
+    table = pl.scan_parquet(folder / "*.parquet").collect()
+    assert dict(table.select("case_id", "run").iter_rows()) == {"a": 0, "b": 1, "c": 1} and table.height == 3
+    assert _cases(_stored_rows(folder, {"a", "c"})) == ["a", "c"]
+
+
+def test_a_reader_between_a_writers_two_writes_takes_the_newer_row(tmp_path: Path) -> None:
+    """A writer stores its new object before it rewrites the old one; a reader in between finds a case in two
+    objects and takes the newer."""
+    folder = tmp_path / "store" / "executions"
+    _store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
+    [old] = folder.glob("*.parquet")
+    kept = old.read_bytes()
+    _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
+    old.write_bytes(kept)  # as it was before the second writer rewrote it
+    rows = dict(_stored_rows(folder, None).select("case_id", "run").iter_rows())
+    assert rows == {"a": 2, "b": 1}
+    assert dict(_stored_rows(folder, {"a"}).select("case_id", "run").iter_rows()) == {"a": 2}
+
+
+def _store_in_child(folder: str, cases: list[str], run: int, ready: Any, go: Any) -> None:
+    ready.set()
+    go.wait(60)
+    for case in cases:  # one step per case, many turns on the lock
+        _store_batch(Path(folder), pl.DataFrame({"case_id": [case], "run": [run]}))
+
+
+def test_writers_in_two_processes_take_turns(tmp_path: Path) -> None:
+    """Two processes re-store disjoint cases of one object at once: every case ends in exactly one object,
+    with its new row (without the lock, one writer's rewrite of the shared object brings back the rows the
+    other one moved out)."""
+    import multiprocessing
+
+    folder = tmp_path / "store" / "judgments"
+    cases = [f"c{i}" for i in range(100)]
+    _store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    ready = [context.Event() for _ in range(2)]
+    children = [context.Process(target=_store_in_child, args=(str(folder), cases[i::2], i + 1, ready[i], go))
+                for i in (0, 1)]
+    for child in children:
+        child.start()
+    assert all(event.wait(120) for event in ready)
+    go.set()  # both start storing at once
+    for child in children:
+        child.join(120)
+        assert child.exitcode == 0
+    table = pl.scan_parquet(folder / "*.parquet").collect()
+    assert table.height == len(cases)
+    assert dict(table.select("case_id", "run").iter_rows()) == {case: i % 2 + 1 for i, case in enumerate(cases)}

@@ -1,11 +1,17 @@
-"""Per-partition Parquet storage on any fsspec filesystem: one object per (asset, case), so re-materializing a
-case rewrites only its own objects.
+"""Per-partition Parquet storage on a local disk or any fsspec filesystem, in which every case's rows are in
+exactly one object of its asset's folder, so that ``<asset>/*.parquet`` reads as the asset's table.
+
+On a local disk a step stores one object for all its cases and removes their rows from older objects (see
+:func:`_store_batch`): re-materializing a case rewrites the object it was in, without it, and adds one. On an
+object store, where writers cannot take turns, each (asset, case) is an object of its own, so re-materializing a
+case rewrites only its own objects. Readers take both layouts (a local store written before holds cases' own
+objects).
 
 The store is named by a URL (``s3://bucket/prefix``, ``gs://bucket/prefix``, ``file:///...``) or a local path,
 through ``universal_pathlib``; credentials and endpoints come from the filesystem's usual configuration (for
 S3: ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL_S3``) or ``storage_options``.
-A partitioned asset's output is one polars frame with a ``case_id`` column covering every partition of the run;
-it is split by case on write and concatenated on read. An unpartitioned output (the summary) is stored as JSON.
+A partitioned asset's output is one polars frame with a ``case_id`` column covering every partition of the run.
+An unpartitioned output (the summary) is stored as JSON.
 
 Within one process and one run, a layer's frame is also kept in memory after it is stored, and the layers
 downstream of it in the same run get that frame instead of reading its objects back (on a 1,000-case run,
@@ -15,8 +21,11 @@ five layers). A step in another process, or a later run, reads the store.
 
 from __future__ import annotations
 
+import fcntl
 import io
 import json
+import time
+import uuid
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -32,8 +41,9 @@ from sqlcmp_dagster.engine.atomic import atomic_path, write_all_atomically
 
 
 class PartitionedParquetIOManager(dg.ConfigurableIOManager):
-    """Stores ``<base_path>/<asset>/<case_id>.parquet``. On a local disk a write goes to a temporary name and is
-    renamed; on an object store each object is written whole by one request, which is already atomic."""
+    """Stores ``<base_path>/<asset>/*.parquet`` (see the module docstring). On a local disk a write goes to a
+    temporary name and is renamed; on an object store each object is written whole by one request, which is
+    already atomic."""
 
     base_path: str
     storage_options: dict[str, Any] = {}
@@ -48,18 +58,17 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             return
         assert isinstance(obj, pl.DataFrame), "partitioned assets return a polars DataFrame"
         expected = set(context.asset_partition_keys)
-        objects: dict[UPath, pl.DataFrame] = {}
-        written = set()
-        for (case_id,), part in obj.group_by("case_id", maintain_order=True):
-            if case_id not in expected:
-                raise ValueError(f"{context.asset_key.to_user_string()}: row for case {case_id!r} is outside "
-                                 "this run's partitions")
-            objects[folder / f"{_file_name(str(case_id))}.parquet"] = part
-            written.add(case_id)
-        missing = expected - written
-        if missing:
+        written = set(obj["case_id"].unique().to_list())
+        if outside := written - expected:
+            raise ValueError(f"{context.asset_key.to_user_string()}: row for case {sorted(outside)[0]!r} is "
+                             "outside this run's partitions")
+        if missing := expected - written:
             raise ValueError(f"{context.asset_key.to_user_string()}: no row for cases {sorted(missing)[:5]}")
-        _write_all(folder, objects)
+        if _local(folder):
+            _store_batch(Path(folder.path), obj)
+        else:
+            _write_all(folder, {folder / f"{_file_name(str(case_id))}.parquet": part
+                                for (case_id,), part in obj.group_by("case_id", maintain_order=True)})
         self._remember(context.run_id, tuple(context.asset_key.path), obj)
         context.add_output_metadata({"rows": obj.height})
 
@@ -70,13 +79,19 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         kept = self._recall(_run_of(context), tuple(context.asset_key.path), context.asset_partition_keys)
         if kept is not None:
             return kept
-        paths = {key: folder / f"{_file_name(key)}.parquet" for key in context.asset_partition_keys}
-        contents = _read_all(folder, list(paths.values()))
-        missing = [key for key, path in paths.items() if isinstance(contents[path], FileNotFoundError)]
+        keys = context.asset_partition_keys
+        if _local(folder):
+            frame = _stored_rows(Path(folder.path), set(keys))
+            missing = sorted(set(keys) - set(frame["case_id"].to_list()))
+        else:
+            paths = {key: folder / f"{_file_name(key)}.parquet" for key in keys}
+            contents = _read_all(folder, list(paths.values()))
+            missing = [key for key, path in paths.items() if isinstance(contents[path], FileNotFoundError)]
+            frame = _concat([] if missing else contents.values())
         if missing:
             raise FileNotFoundError(f"{context.asset_key.to_user_string()} has no stored row for cases "
                                     f"{missing[:5]}: materialize them first")
-        return _concat(contents.values())
+        return _in_order(frame, keys)
 
     def _remember(self, run_id: str, asset: tuple[str, ...], frame: pl.DataFrame) -> None:
         if run_id != self._written_run:  # only the current run's frames are kept
@@ -90,11 +105,16 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         frame = self._written.get(asset) if run_id is not None and run_id == self._written_run else None
         if frame is None:
             return None
-        if frame["case_id"].to_list() == keys:
-            return frame
-        order = pl.DataFrame({"case_id": keys, "_order": range(len(keys))})
-        chosen = frame.join(order, on="case_id").sort("_order").drop("_order")
+        chosen = _in_order(frame, keys)
         return chosen if chosen.height == len(keys) else None
+
+
+def _in_order(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """The rows of ``frame`` whose case is one of ``keys``, in the order of ``keys``."""
+    if frame["case_id"].to_list() == keys:
+        return frame
+    order = pl.DataFrame({"case_id": keys, "_order": range(len(keys))})
+    return frame.join(order, on="case_id").sort("_order").drop("_order")
 
 
 def _run_of(context: dg.InputContext) -> str | None:
@@ -115,12 +135,92 @@ def read_asset(base_path: str, asset: str, storage_options: dict[str, Any] | Non
     """Every stored row of a partitioned ``asset`` (e.g. ``case_reports``) from the store at ``base_path``: what
     a process outside Dagster reads (``engine.records.reports_from_frame`` turns report rows into reports)."""
     folder = asset_folder(base_path, asset, storage_options)
+    if _local(folder):
+        return _stored_rows(Path(folder.path), None)
     return _concat(_read_all(folder, sorted(folder.glob("*.parquet"))).values())
 
 
 def _file_name(case_id: str) -> str:
     """A file name for any case id (ids may hold '/', spaces or dots): safe characters kept, others escaped."""
     return "".join(c if c.isalnum() or c in "-_" else f"~{ord(c):x}~" for c in case_id)
+
+
+#: Name prefix of a local store's objects that hold a step's cases (a case's own object is named by
+#: :func:`_file_name`, which cannot start a name so: it escapes a character as ``~<hex digits>~``).
+_BATCH = "~batch-"
+
+
+def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
+    """Store a step's rows on a local disk: one object for all its cases, and no other object keeps a row of
+    them.
+
+    A step's cases go into one new object named by the time it is written; every older object holding one of
+    them is rewritten without it (or removed when nothing is left), so that each case's rows are in exactly one
+    object and ``SELECT ... FROM '<asset>/*.parquet'`` counts each case once. One object per (asset, case) cost
+    a Parquet footer and a file creation per case, most of each object and of the store's time (7,238 objects
+    for the 1,034 Spider dev cases; BENCHMARKS.md). Writers of one asset take turns on ``.lock`` in its folder
+    (processes of one machine); the new object is written before the old ones are rewritten, so a reader in
+    between sees a case twice, never not at all, and :func:`_stored_rows` takes the newest. A write reads the
+    case ids of every object of the asset: cheap while a store has few objects, as runs of many cases keep it
+    (a run of every case empties and removes all the older objects).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    cases = frame["case_id"].unique()
+    with open(folder / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        name = f"{_BATCH}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
+        older = [path for path in folder.glob("*.parquet") if path.name != name]
+        write_all_atomically(folder, {name: _parquet_bytes(frame)})
+        own = {f"{_file_name(str(case))}.parquet" for case in cases.to_list()}
+        for path in older:
+            if not path.name.startswith(_BATCH):
+                if path.name in own:  # a case's own object, from before objects held a step's cases
+                    path.unlink(missing_ok=True)
+                continue
+            held = pl.read_parquet(path, columns=["case_id"])["case_id"]
+            if not held.is_in(cases.implode()).any():
+                continue
+            rest = pl.read_parquet(path).filter(~pl.col("case_id").is_in(cases.implode()))
+            if rest.height:
+                write_all_atomically(folder, {path.name: _parquet_bytes(rest)})
+            else:
+                path.unlink(missing_ok=True)
+
+
+def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
+    """The stored rows of a local store's asset folder, of the cases in ``keys`` (all with None): objects
+    holding a step's cases, newest first, then cases' own objects; a case found in two objects (a writer between
+    its two writes, see :func:`_store_batch`) is taken from the newer."""
+    if not folder.is_dir():
+        return _concat([])
+    frames: list[pl.DataFrame] = []
+    taken: set[str] = set()
+    for path in sorted(folder.glob(f"{_BATCH}*.parquet"), reverse=True):
+        try:
+            held = set(pl.read_parquet(path, columns=["case_id"])["case_id"].to_list())
+            wanted = (held if keys is None else held & keys) - taken
+            if wanted:
+                frame = pl.read_parquet(path)
+                frames.append(frame if wanted == held else frame.filter(pl.col("case_id").is_in(list(wanted))))
+        except FileNotFoundError:  # emptied and removed by a writer since the listing
+            continue
+        taken |= wanted
+    if keys is None:
+        skipped = {f"{_file_name(case)}.parquet" for case in taken}
+        own = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith(_BATCH) and p.name not in skipped)
+    else:
+        own = [folder / f"{_file_name(key)}.parquet" for key in sorted(keys - taken)]
+    contents = []
+    for path in own:
+        try:
+            contents.append(path.read_bytes())
+        except FileNotFoundError:
+            continue
+    if contents:
+        frames.append(_concat(contents))
+    if len(frames) == 1:
+        return frames[0]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else _concat([])
 
 
 def _parquet_bytes(frame: pl.DataFrame) -> bytes:
@@ -154,40 +254,28 @@ _ENCODERS = 4
 
 
 def _write_all(folder: UPath, objects: dict[UPath, pl.DataFrame]) -> None:
-    """Encode every case's object, then write them; each object is written whole or not at all and the first
-    failure is raised.
-
-    On a local disk the objects are written one after another by the calling thread once all are encoded.
-    Threads that each encode and write contend twice: files created in one directory queue on that directory's
-    lock in the kernel, and a thread back from a file system call waits for the interpreter lock while the
-    others encode (up to the 5 ms switch interval each time). On the 1,034 Spider dev cases' 7,238 objects: 3-6 s
-    with four threads encoding and writing, 2.7-4.0 s encoding on four threads and then writing from one
-    (``benchmarks/dagster_pipeline.py``; BENCHMARKS.md). On an object store the objects are sent all at once
-    (fsspec's ``pipe`` sends the requests concurrently, where one request after another costs a round trip
-    each: a step of 50 cases writes 50 objects).
-    """
+    """Encode every case's object on an object store, then send them all at once (fsspec's ``pipe`` sends the
+    requests concurrently, where one request after another costs a round trip each: a step of 50 cases writes
+    50 objects); each object is written whole or not at all and the first failure is raised."""
     if not objects:
         return
     with ThreadPoolExecutor(_ENCODERS) as pool:
         encoded = dict(zip(objects, pool.map(_parquet_bytes, objects.values())))
-    if _local(folder):
-        write_all_atomically(Path(folder.path), {path.name: data for path, data in encoded.items()})
-    else:
-        folder.fs.pipe({path.path: data for path, data in encoded.items()})
+    folder.fs.pipe({path.path: data for path, data in encoded.items()})
 
 
 def _read_all(folder: UPath, paths: list[UPath]) -> dict[UPath, bytes | Exception]:
-    """The content of every path, or the error reading it (``FileNotFoundError`` for a missing one); on an object
-    store fetched concurrently by fsspec's ``cat`` (one GET each instead of an existence check and a GET, one
-    after another)."""
-    if _local(folder) or not paths:
-        return {path: path.read_bytes() if path.exists() else FileNotFoundError(path.path) for path in paths}
+    """The content of every path on an object store, or the error reading it (``FileNotFoundError`` for a
+    missing one), fetched concurrently by fsspec's ``cat`` (one GET each instead of an existence check and a
+    GET, one after another)."""
+    if not paths:
+        return {}
     contents = folder.fs.cat([path.path for path in paths], on_error="return")
     return {path: contents[path.path] for path in paths}
 
 
 def _concat(contents: Iterable[bytes | Exception]) -> pl.DataFrame:
-    """One frame of the stored per-case Parquet objects, their columns unified (an older object may lack one).
+    """One frame of stored Parquet objects, their columns unified (an older object may lack one).
 
     The objects are read as one scan, which decodes them in parallel: 1,034 case reports in 0.25 s, against
     1.0 s read one by one. A scan takes its columns from the first object and fills the ones an object lacks
