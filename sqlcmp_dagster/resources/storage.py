@@ -21,7 +21,6 @@ five layers). A step in another process, or a later run, reads the store.
 
 from __future__ import annotations
 
-import fcntl
 import io
 import json
 import time
@@ -34,6 +33,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 from dagster import DagsterInvariantViolationError
+from filelock import FileLock
 from pydantic import PrivateAttr
 from upath import UPath
 
@@ -60,7 +60,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         expected = set(context.asset_partition_keys)
         written = set(obj["case_id"].unique().to_list())
         if outside := written - expected:
-            raise ValueError(f"{context.asset_key.to_user_string()}: row for case {sorted(outside)[0]!r} is "
+            raise ValueError(f"{context.asset_key.to_user_string()}: row for case {min(outside)!r} is "
                              "outside this run's partitions")
         if missing := expected - written:
             raise ValueError(f"{context.asset_key.to_user_string()}: no row for cases {sorted(missing)[:5]}")
@@ -159,15 +159,14 @@ def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
     object and ``SELECT ... FROM '<asset>/*.parquet'`` counts each case once. One object per (asset, case) cost
     a Parquet footer and a file creation per case, most of each object and of the store's time (7,238 objects
     for the 1,034 Spider dev cases; BENCHMARKS.md). Writers of one asset take turns on ``.lock`` in its folder
-    (processes of one machine); the new object is written before the old ones are rewritten, so a reader in
-    between sees a case twice, never not at all, and :func:`_stored_rows` takes the newest. A write reads the
-    case ids of every object of the asset: cheap while a store has few objects, as runs of many cases keep it
-    (a run of every case empties and removes all the older objects).
+    (``filelock``: processes of one machine); the new object is written before the old ones are rewritten, so a
+    reader in between sees a case twice, never not at all, and :func:`_stored_rows` takes the newest. A write
+    reads the case ids of every object of the asset: cheap while a store has few objects, as runs of many cases
+    keep it (a run of every case empties and removes all the older objects).
     """
     folder.mkdir(parents=True, exist_ok=True)
     cases = frame["case_id"].unique()
-    with open(folder / ".lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with FileLock(folder / ".lock"):
         name = f"{_BATCH}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
         older = [path for path in folder.glob("*.parquet") if path.name != name]
         write_all_atomically(folder, {name: _parquet_bytes(frame)})
