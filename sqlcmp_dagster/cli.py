@@ -521,15 +521,13 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _export_reports(folder: Path, out: Path) -> None:
     """Every stored case report as one JSONL file, in case-id order."""
-    import polars as pl
-
     from sqlcmp_dagster.engine.records import reports_from_frame
+    from sqlcmp_dagster.resources.storage import read_asset
 
-    frames = [pl.read_parquet(p) for p in sorted(folder.glob("*.parquet"))]
+    frame = read_asset(str(folder.parent), folder.name).sort("case_id")
     with out.open("w", encoding="utf-8") as handle:
-        for frame in frames:
-            for report in reports_from_frame(frame):
-                handle.write(report.model_dump_json() + "\n")
+        for report in reports_from_frame(frame):
+            handle.write(report.model_dump_json() + "\n")
 
 
 def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int, *,

@@ -62,7 +62,7 @@ def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_di
         assert {path for path in after if after[path] != before[path]} == {
             f"{bucket}/store/{layer}/{edited}.parquet" for layer in LAYERS}
 
-    reader = ("import json, sys; from sqlcmp_dagster.resources.storage import _store_batch, _stored_rows, read_asset; "
+    reader = ("import json, sys; from sqlcmp_dagster.resources.storage import read_asset; "
               "from sqlcmp_dagster.engine.records import reports_from_frame; "
               "print(json.dumps({r.case_id: r.model_dump(mode='json') "
               "for r in reports_from_frame(read_asset(sys.argv[1], 'case_reports'))}))")
@@ -146,18 +146,86 @@ def test_a_local_store_of_cases_own_objects_is_read_and_taken_over(tmp_path: Pat
     assert _cases(_stored_rows(folder, {"a", "c"})) == ["a", "c"]
 
 
-def test_a_reader_between_a_writers_two_writes_takes_the_newer_row(tmp_path: Path) -> None:
-    """A writer stores its new object before it rewrites the old one; a reader in between finds a case in two
-    objects and takes the newer."""
+def test_a_write_that_stopped_halfway_is_repaired_by_the_next_and_read_meanwhile(tmp_path: Path) -> None:
+    """A write that stopped after its new object and before rewriting the old one leaves a case in two objects:
+    readers take the newer row, and the next write of the folder, of any case, removes the older one."""
     folder = tmp_path / "store" / "executions"
     _store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
     [old] = folder.glob("*.parquet")
     kept = old.read_bytes()
     _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
-    old.write_bytes(kept)  # as it was before the second writer rewrote it
-    rows = dict(_stored_rows(folder, None).select("case_id", "run").iter_rows())
-    assert rows == {"a": 2, "b": 1}
+    old.write_bytes(kept)  # as if the second write had stopped before rewriting it
+    assert pl.scan_parquet(folder / "*.parquet").collect().height == 3
+    assert dict(_stored_rows(folder, None).select("case_id", "run").iter_rows()) == {"a": 2, "b": 1}
     assert dict(_stored_rows(folder, {"a"}).select("case_id", "run").iter_rows()) == {"a": 2}
+    _store_batch(folder, pl.DataFrame({"case_id": ["c"], "run": [3]}))
+    table = pl.scan_parquet(folder / "*.parquet").collect()
+    assert dict(table.select("case_id", "run").iter_rows()) == {"a": 2, "b": 1, "c": 3} and table.height == 3
+
+
+def test_an_object_is_named_after_the_newest_even_when_the_clock_is_behind(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest row wins by the objects' order, which a clock set back does not invert."""
+    folder = tmp_path / "store" / "judgments"
+    _store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
+    clock = time.time_ns() - 3_600 * 10**9
+    monkeypatch.setattr(time, "time_ns", lambda: clock)
+    _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
+    names = sorted(p.name for p in folder.glob("*.parquet"))
+    assert pl.read_parquet(folder / names[-1])["run"].to_list() == [2]
+    assert dict(read_asset(str(tmp_path / "store"), "judgments").select("case_id", "run").iter_rows()) == \
+        {"a": 2, "b": 1}
+
+
+def test_one_case_runs_do_not_pile_up_objects(tmp_path: Path) -> None:
+    """A store fed one case at a time is merged into one object past a bound; no row is lost or doubled."""
+    folder = tmp_path / "store" / "diagnostics"
+    _store_batch(folder, pl.DataFrame({"case_id": [f"c{i}" for i in range(30)], "run": [0] * 30}))
+    for i in range(40):
+        _store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "run": [i]}))
+    assert len(list(folder.glob("*.parquet"))) <= 17
+    table = pl.scan_parquet(folder / "*.parquet").collect()
+    assert table.height == 70 and table["case_id"].n_unique() == 70
+
+
+def test_an_unreadable_object_is_named(tmp_path: Path) -> None:
+    folder = tmp_path / "store" / "case_reports"
+    _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [1]}))
+    [stored] = folder.glob("*.parquet")
+    stored.write_bytes(b"")
+    with pytest.raises(ValueError, match=f"{stored.name}: not a readable Parquet object"):
+        read_asset(str(tmp_path / "store"), "case_reports")
+    with pytest.raises(ValueError, match=f"{stored.name}: not a readable Parquet object"):
+        _store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
+
+
+def test_a_reader_during_writes_sees_every_case_once(tmp_path: Path) -> None:
+    """Readers take turns with writers: while cases are stored again one at a time, every read holds every
+    case exactly once."""
+    import threading
+
+    folder = tmp_path / "store" / "structural_diffs"
+    cases = [f"c{i}" for i in range(20)]
+    _store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
+    done = threading.Event()
+
+    def write() -> None:
+        for round_ in range(1, 3):
+            for case in cases:
+                _store_batch(folder, pl.DataFrame({"case_id": [case], "run": [round_]}))
+                time.sleep(0.02)  # as steps do, between their writes: the reader's turn
+        done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    reads = 0
+    while not done.is_set() or reads == 0:
+        assert sorted(read_asset(str(tmp_path / "store"), "structural_diffs")["case_id"]) == sorted(cases)
+        assert _cases(_stored_rows(folder, {"c3", "c17"})) == ["c17", "c3"]
+        reads += 1
+        time.sleep(0.02)
+    writer.join()
+    assert reads > 1
 
 
 def _store_in_child(folder: str, cases: list[str], run: int, ready: Any, go: Any) -> None:

@@ -2,10 +2,10 @@
 exactly one object of its asset's folder, so that ``<asset>/*.parquet`` reads as the asset's table.
 
 On a local disk a step stores one object for all its cases and removes their rows from older objects (see
-:func:`_store_batch`): re-materializing a case rewrites the object it was in, without it, and adds one. On an
-object store, where writers cannot take turns, each (asset, case) is an object of its own, so re-materializing a
-case rewrites only its own objects. Readers take both layouts (a local store written before holds cases' own
-objects).
+:func:`_store_batch`): re-materializing a case rewrites the object it was in, without it, and adds one; writers
+and this module's readers of a folder take turns on a lock file. On an object store, where writers cannot take
+turns, each (asset, case) is an object of its own, so re-materializing a case rewrites only its own objects.
+Readers take both layouts (a local store written before holds cases' own objects).
 
 The store is named by a URL (``s3://bucket/prefix``, ``gs://bucket/prefix``, ``file:///...``) or a local path,
 through ``universal_pathlib``; credentials and endpoints come from the filesystem's usual configuration (for
@@ -24,9 +24,9 @@ from __future__ import annotations
 import io
 import json
 import time
-import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -59,9 +59,10 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         assert isinstance(obj, pl.DataFrame), "partitioned assets return a polars DataFrame"
         expected = set(context.asset_partition_keys)
         written = set(obj["case_id"].unique().to_list())
-        if outside := written - expected:
-            raise ValueError(f"{context.asset_key.to_user_string()}: row for case {min(outside)!r} is "
-                             "outside this run's partitions")
+        if written - expected:
+            outside = next(case for case in obj["case_id"].to_list() if case not in expected)
+            raise ValueError(f"{context.asset_key.to_user_string()}: row for case {outside!r} is outside this "
+                             "run's partitions")
         if missing := expected - written:
             raise ValueError(f"{context.asset_key.to_user_string()}: no row for cases {sorted(missing)[:5]}")
         if _local(folder):
@@ -145,76 +146,136 @@ def _file_name(case_id: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else f"~{ord(c):x}~" for c in case_id)
 
 
-#: Name prefix of a local store's objects that hold a step's cases (a case's own object is named by
-#: :func:`_file_name`, which cannot start a name so: it escapes a character as ``~<hex digits>~``).
+#: Name prefix of a local store's objects that hold a step's cases, followed by a 20-digit stamp that orders
+#: them (a case's own object is named by :func:`_file_name`, which cannot start a name so: it escapes a
+#: character as ``~<hex digits>~``).
 _BATCH = "~batch-"
+#: Objects of steps' cases a local asset folder may hold before a write merges them into one: every write and
+#: read looks at each object, and a store fed by one-case runs would otherwise gain an object per run.
+_MAX_BATCHES = 16
 
 
 def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
-    """Store a step's rows on a local disk: one object for all its cases, and no other object keeps a row of
-    them.
+    """Store a step's rows on a local disk: one new object for all its cases, after which no other object holds
+    a row of them.
 
-    A step's cases go into one new object named by the time it is written; every older object holding one of
-    them is rewritten without it (or removed when nothing is left), so that each case's rows are in exactly one
-    object and ``SELECT ... FROM '<asset>/*.parquet'`` counts each case once. One object per (asset, case) cost
-    a Parquet footer and a file creation per case, most of each object and of the store's time (7,238 objects
-    for the 1,034 Spider dev cases; BENCHMARKS.md). Writers of one asset take turns on ``.lock`` in its folder
-    (``filelock``: processes of one machine); the new object is written before the old ones are rewritten, so a
-    reader in between sees a case twice, never not at all, and :func:`_stored_rows` takes the newest. A write
-    reads the case ids of every object of the asset: cheap while a store has few objects, as runs of many cases
-    keep it (a run of every case empties and removes all the older objects).
+    One object per (asset, case) cost a Parquet footer and a file creation per case, most of each object and of
+    the store's time (7,238 objects for the 1,034 Spider dev cases; BENCHMARKS.md). Now the step's object is
+    written, and then every older object holding one of its cases is rewritten without it, or removed when
+    nothing is left (:func:`_settle`), so that each case's rows are in exactly one object and
+    ``SELECT ... FROM '<asset>/*.parquet'`` counts each case once, with its newest row. Writers and this
+    module's readers of one folder take turns on its ``.lock`` (``filelock``: processes of one machine); a
+    reader that takes no turn (a DuckDB glob) during a write may see a re-stored case twice or not at all.
     """
     folder.mkdir(parents=True, exist_ok=True)
-    cases = frame["case_id"].unique()
     with FileLock(folder / ".lock"):
-        name = f"{_BATCH}{time.time_ns():020d}-{uuid.uuid4().hex[:8]}.parquet"
-        older = [path for path in folder.glob("*.parquet") if path.name != name]
+        batches = sorted(folder.glob(f"{_BATCH}*.parquet"))
+        name = _next_name(batches)
         write_all_atomically(folder, {name: _parquet_bytes(frame)})
-        own = {f"{_file_name(str(case))}.parquet" for case in cases.to_list()}
-        for path in older:
-            if not path.name.startswith(_BATCH):
-                if path.name in own:  # a case's own object, from before objects held a step's cases
-                    path.unlink(missing_ok=True)
-                continue
-            held = pl.read_parquet(path, columns=["case_id"])["case_id"]
-            if not held.is_in(cases.implode()).any():
-                continue
-            rest = pl.read_parquet(path).filter(~pl.col("case_id").is_in(cases.implode()))
-            if rest.height:
-                write_all_atomically(folder, {path.name: _parquet_bytes(rest)})
-            else:
-                path.unlink(missing_ok=True)
+        _settle(folder, [*batches, folder / name])
+
+
+def _next_name(batches: list[Path]) -> str:
+    """A name that sorts after every one of ``batches`` (oldest first): the clock's time, or one past the
+    newest stamp when the clock is behind it."""
+    stamp = time.time_ns()
+    if batches:
+        stamp = max(stamp, int(batches[-1].name[len(_BATCH):].split("-")[0].split(".")[0]) + 1)
+    return f"{_BATCH}{stamp:020d}.parquet"
+
+
+def _settle(folder: Path, batches: list[Path]) -> None:
+    """Make each case's rows be in exactly one object of ``folder``, whose objects of steps' cases are
+    ``batches`` (oldest first): going from the newest, an object loses the cases a newer one holds (rewritten
+    without them, or removed when nothing is left), and a case's own object goes when an object of steps holds
+    the case. This also repairs what a write that stopped between its two writes left. Past
+    :data:`_MAX_BATCHES` objects, all of them are merged into one (written first, then the others removed)."""
+    seen: set[str] = set()
+    kept: list[Path] = []
+    for path in reversed(batches):
+        held = _case_ids(path)
+        stale = held & seen
+        if stale == held:
+            path.unlink()
+        elif stale:
+            rest = _read(path).filter(~pl.col("case_id").is_in(list(stale)))
+            write_all_atomically(folder, {path.name: _parquet_bytes(rest)})
+            kept.append(path)
+        else:
+            kept.append(path)
+        seen |= held
+    own = {p.name: p for p in folder.glob("*.parquet") if not p.name.startswith(_BATCH)}
+    for case in seen if own else ():
+        if (path := own.get(f"{_file_name(case)}.parquet")) is not None:
+            path.unlink()
+    if len(kept) > _MAX_BATCHES:
+        merged = pl.concat([_read(path) for path in reversed(kept)], how="diagonal_relaxed")
+        write_all_atomically(folder, {_next_name(sorted(kept)): _parquet_bytes(merged)})
+        for path in kept:
+            path.unlink()
+
+
+def _case_ids(path: Path) -> set[str]:
+    try:
+        return set(pl.read_parquet(path, columns=["case_id"])["case_id"].to_list())
+    except pl.exceptions.PolarsError as error:
+        raise _unreadable(path, error) from error
+
+
+def _read(path: Path) -> pl.DataFrame:
+    try:
+        return pl.read_parquet(path)
+    except pl.exceptions.PolarsError as error:
+        raise _unreadable(path, error) from error
+
+
+def _unreadable(path: Path, error: Exception) -> ValueError:
+    return ValueError(f"{path}: not a readable Parquet object of the case store ({error}); restore it, or "
+                      "remove it and materialize again the cases it held")
+
+
+@contextmanager
+def _turn(folder: Path) -> Iterator[None]:
+    """The folder's lock, held while this module reads it (see :func:`_store_batch`); a folder this process may
+    not create the lock file in (a read-only copy of a store) is read without it."""
+    lock = FileLock(folder / ".lock")
+    try:
+        lock.acquire()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
-    """The stored rows of a local store's asset folder, of the cases in ``keys`` (all with None): objects
-    holding a step's cases, newest first, then cases' own objects; a case found in two objects (a writer between
-    its two writes, see :func:`_store_batch`) is taken from the newer."""
+    """The stored rows of a local store's asset folder, of the cases in ``keys`` (all with None), read in the
+    folder's turn (see :func:`_store_batch`): objects of steps' cases, newest first, then cases' own objects.
+    A case found in two objects (left by a write that stopped halfway, until the next write settles it) is
+    taken from the newer."""
     if not folder.is_dir():
         return _concat([])
     frames: list[pl.DataFrame] = []
     taken: set[str] = set()
-    for path in sorted(folder.glob(f"{_BATCH}*.parquet"), reverse=True):
-        try:
-            held = set(pl.read_parquet(path, columns=["case_id"])["case_id"].to_list())
+    with _turn(folder):
+        for path in sorted(folder.glob(f"{_BATCH}*.parquet"), reverse=True):
+            held = _case_ids(path)
             wanted = (held if keys is None else held & keys) - taken
             if wanted:
-                frame = pl.read_parquet(path)
+                frame = _read(path)
                 frames.append(frame if wanted == held else frame.filter(pl.col("case_id").is_in(list(wanted))))
-        except FileNotFoundError:  # emptied and removed by a writer since the listing
-            continue
-        taken |= wanted
-    if keys is None:
-        skipped = {f"{_file_name(case)}.parquet" for case in taken}
-        own = sorted(p for p in folder.glob("*.parquet") if not p.name.startswith(_BATCH) and p.name not in skipped)
-    else:
-        own = [folder / f"{_file_name(key)}.parquet" for key in sorted(keys - taken)]
-    contents = []
-    for path in own:
-        try:
-            contents.append(path.read_bytes())
-        except FileNotFoundError:
-            continue
+                taken |= wanted
+            if keys is not None and taken >= keys:
+                break
+        if keys is None:
+            skipped = {f"{_file_name(case)}.parquet" for case in taken}
+            own = sorted(p for p in folder.glob("*.parquet")
+                         if not p.name.startswith(_BATCH) and p.name not in skipped)
+        else:
+            own = [folder / f"{_file_name(key)}.parquet" for key in sorted(keys - taken)]
+        contents = [path.read_bytes() for path in own if path.is_file()]
     if contents:
         frames.append(_concat(contents))
     if len(frames) == 1:
@@ -223,12 +284,11 @@ def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
 
 
 def _parquet_bytes(frame: pl.DataFrame) -> bytes:
-    """One case's rows as Parquet, LZ4-compressed and without column statistics.
+    """Stored rows as Parquet, LZ4-compressed and without column statistics.
 
-    Every object holds one case, so min/max statistics can skip nothing a reader's path glob does not already
-    skip, yet they were most of each object: a case's stored result relations (binary values) were written
-    whole as the column's minimum and maximum, about 70 KB per ``executions`` object on Spider dev where the
-    data is 5 KB. Without them, and with LZ4 instead of zstd, writing the 1,034 Spider dev cases' seven assets
+    Statistics were most of each object when an object held one case: a case's stored result relations (binary
+    values) were written whole as the column's minimum and maximum, about 70 KB per ``executions`` object on
+    Spider dev where the data is 5 KB; the readers here read whole objects, which statistics do not shorten. Without them, and with LZ4 instead of zstd, writing the 1,034 Spider dev cases' seven assets
     takes 2.2 s instead of 5.6 s of encoding (BENCHMARKS.md). DuckDB and polars read these objects as before.
     """
     buffer = io.BytesIO()
