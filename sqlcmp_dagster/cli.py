@@ -524,7 +524,7 @@ def _export_reports(folder: Path, out: Path) -> None:
     from sqlcmp_dagster.engine.records import reports_from_frame
     from sqlcmp_dagster.resources.storage import read_asset
 
-    frame = read_asset(str(folder.parent), folder.name).sort("case_id")
+    frame = read_asset(str(folder.parent), folder.name).sort("case_id", maintain_order=True)
     with out.open("w", encoding="utf-8") as handle:
         for report in reports_from_frame(frame):
             handle.write(report.model_dump_json() + "\n")

@@ -20,7 +20,7 @@ from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.local import sensor_tick
-from sqlcmp_dagster.resources.storage import _store_batch, _stored_rows, read_asset
+from sqlcmp_dagster.resources.storage import _BATCH, _store_batch, _stored_rows, read_asset
 
 LAYERS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics", "judgments",
           "case_reports")
@@ -186,6 +186,24 @@ def test_one_case_runs_do_not_pile_up_objects(tmp_path: Path) -> None:
     assert len(list(folder.glob("*.parquet"))) <= 17
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert table.height == 70 and table["case_id"].n_unique() == 70
+
+
+def test_merging_leaves_objects_of_other_columns_as_they_are(tmp_path: Path) -> None:
+    """Objects an earlier version wrote with other column types are not merged into the newest (whose types
+    would be unified with theirs); every write still succeeds and each case keeps its own types."""
+    folder = tmp_path / "store" / "diagnostics"
+    for i in range(3):
+        _store_batch(folder, pl.DataFrame({"case_id": [f"old{i}"], "x": [["a"]]}))  # another version's type
+    (folder / f"{_BATCH}99999999999999999999 (copy).parquet").write_bytes(b"")  # a stray name, passed over
+    (folder / f"{_BATCH}99999999999999999999 (copy).parquet").unlink()
+    for i in range(20):
+        _store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "x": [i]}))
+    assert _stored_rows(folder, {"n0"}).schema["x"] == pl.Int64
+    assert _stored_rows(folder, {"old0"}).schema["x"] == pl.List(pl.Utf8)
+    assert len(list(folder.glob("*.parquet"))) <= 17 + 3
+    stored = [case for path in folder.glob("*.parquet")
+              for case in pl.read_parquet(path, columns=["case_id"])["case_id"]]
+    assert sorted(stored) == sorted([f"old{i}" for i in range(3)] + [f"n{i}" for i in range(20)])
 
 
 def test_an_unreadable_object_is_named(tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import re
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -150,6 +152,7 @@ def _file_name(case_id: str) -> str:
 #: them (a case's own object is named by :func:`_file_name`, which cannot start a name so: it escapes a
 #: character as ``~<hex digits>~``).
 _BATCH = "~batch-"
+_STAMP = re.compile(rf"{re.escape(_BATCH)}(\d{{20}})")
 #: Objects of steps' cases a local asset folder may hold before a write merges them into one: every write and
 #: read looks at each object, and a store fed by one-case runs would otherwise gain an object per run.
 _MAX_BATCHES = 16
@@ -176,12 +179,10 @@ def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
 
 
 def _next_name(batches: list[Path]) -> str:
-    """A name that sorts after every one of ``batches`` (oldest first): the clock's time, or one past the
-    newest stamp when the clock is behind it."""
-    stamp = time.time_ns()
-    if batches:
-        stamp = max(stamp, int(batches[-1].name[len(_BATCH):].split("-")[0].split(".")[0]) + 1)
-    return f"{_BATCH}{stamp:020d}.parquet"
+    """A name that sorts after every one of ``batches``: the clock's time, or one past the newest stamp when the
+    clock is behind it (a name without a stamp, e.g. a copy someone made, is passed over)."""
+    stamps = [int(match[1]) for path in batches if (match := _STAMP.match(path.name))]
+    return f"{_BATCH}{max([time.time_ns(), *(stamp + 1 for stamp in stamps)]):020d}.parquet"
 
 
 def _settle(folder: Path, batches: list[Path]) -> None:
@@ -189,7 +190,9 @@ def _settle(folder: Path, batches: list[Path]) -> None:
     ``batches`` (oldest first): going from the newest, an object loses the cases a newer one holds (rewritten
     without them, or removed when nothing is left), and a case's own object goes when an object of steps holds
     the case. This also repairs what a write that stopped between its two writes left. Past
-    :data:`_MAX_BATCHES` objects, all of them are merged into one (written first, then the others removed)."""
+    :data:`_MAX_BATCHES` objects, those with the newest object's columns and types are merged into one (written
+    first, then the others removed; objects an earlier version wrote with other columns keep them until their
+    cases are stored again, rather than have their types unified with the newest)."""
     seen: set[str] = set()
     kept: list[Path] = []
     for path in reversed(batches):
@@ -209,15 +212,24 @@ def _settle(folder: Path, batches: list[Path]) -> None:
         if (path := own.get(f"{_file_name(case)}.parquet")) is not None:
             path.unlink()
     if len(kept) > _MAX_BATCHES:
-        merged = pl.concat([_read(path) for path in reversed(kept)], how="diagonal_relaxed")
-        write_all_atomically(folder, {_next_name(sorted(kept)): _parquet_bytes(merged)})
-        for path in kept:
-            path.unlink()
+        newest = _schema(kept[0])
+        alike = [path for path in reversed(kept) if _schema(path) == newest]
+        if len(alike) > 1:
+            write_all_atomically(folder, {_next_name(kept): _parquet_bytes(pl.concat([_read(p) for p in alike]))})
+            for path in alike:
+                path.unlink()
 
 
 def _case_ids(path: Path) -> set[str]:
     try:
         return set(pl.read_parquet(path, columns=["case_id"])["case_id"].to_list())
+    except pl.exceptions.PolarsError as error:
+        raise _unreadable(path, error) from error
+
+
+def _schema(path: Path) -> pl.Schema:
+    try:
+        return pl.read_parquet_schema(path)
     except pl.exceptions.PolarsError as error:
         raise _unreadable(path, error) from error
 
@@ -237,17 +249,12 @@ def _unreadable(path: Path, error: Exception) -> ValueError:
 @contextmanager
 def _turn(folder: Path) -> Iterator[None]:
     """The folder's lock, held while this module reads it (see :func:`_store_batch`); a folder this process may
-    not create the lock file in (a read-only copy of a store) is read without it."""
-    lock = FileLock(folder / ".lock")
-    try:
-        lock.acquire()
-    except OSError:
+    not write to (a read-only copy of a store, which no one writes through it either) is read without it."""
+    if not os.access(folder, os.W_OK):
         yield
         return
-    try:
+    with FileLock(folder / ".lock"):
         yield
-    finally:
-        lock.release()
 
 
 def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
@@ -288,8 +295,9 @@ def _parquet_bytes(frame: pl.DataFrame) -> bytes:
 
     Statistics were most of each object when an object held one case: a case's stored result relations (binary
     values) were written whole as the column's minimum and maximum, about 70 KB per ``executions`` object on
-    Spider dev where the data is 5 KB; the readers here read whole objects, which statistics do not shorten. Without them, and with LZ4 instead of zstd, writing the 1,034 Spider dev cases' seven assets
-    takes 2.2 s instead of 5.6 s of encoding (BENCHMARKS.md). DuckDB and polars read these objects as before.
+    Spider dev where the data is 5 KB; the readers here read whole objects, which statistics do not shorten.
+    Without them, and with LZ4 instead of zstd, writing the 1,034 Spider dev cases' seven assets as objects of
+    their own took 2.2 s instead of 5.6 s of encoding (BENCHMARKS.md). DuckDB and polars read them as before.
     """
     buffer = io.BytesIO()
     frame.write_parquet(buffer, compression="lz4", statistics=False)
