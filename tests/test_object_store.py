@@ -94,18 +94,23 @@ def test_read_asset_unifies_the_columns_of_objects_written_by_different_versions
 
 
 def test_local_objects_are_written_whole_or_not_at_all(tmp_path: Path) -> None:
-    """A local write replaces each object whole; a failure stops at that object, raises, and leaves no partial
-    file behind (the objects before it are written, the ones after it untouched)."""
-    from sqlcmp_dagster.engine.atomic import write_all_atomically
+    """A local write replaces an object whole; a failure raises and leaves no partial file behind, the objects
+    around it untouched."""
+    from sqlcmp_dagster.engine.atomic import atomic_path
+
+    def put(name: str, data: bytes) -> None:
+        with atomic_path(tmp_path / name) as partial:
+            partial.write_bytes(data)
 
     (tmp_path / "b.parquet").mkdir()  # cannot be replaced by a file
     (tmp_path / "c.parquet").write_bytes(b"old")
+    put("a.parquet", b"new a")
     with pytest.raises(OSError):
-        write_all_atomically(tmp_path, {"a.parquet": b"new a", "b.parquet": b"new b", "c.parquet": b"new c"})
+        put("b.parquet", b"new b")
     assert (tmp_path / "a.parquet").read_bytes() == b"new a"
     assert (tmp_path / "c.parquet").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.parquet", "b.parquet", "c.parquet"]
-    write_all_atomically(tmp_path, {"c.parquet": b"newer c"})
+    put("c.parquet", b"newer c")
     assert (tmp_path / "c.parquet").read_bytes() == b"newer c"
 
 

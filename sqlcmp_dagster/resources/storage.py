@@ -39,7 +39,7 @@ from filelock import FileLock
 from pydantic import PrivateAttr
 from upath import UPath
 
-from sqlcmp_dagster.engine.atomic import atomic_path, write_all_atomically
+from sqlcmp_dagster.engine.atomic import atomic_path
 
 
 class PartitionedParquetIOManager(dg.ConfigurableIOManager):
@@ -174,7 +174,7 @@ def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
     with FileLock(folder / ".lock"):
         batches = sorted(folder.glob(f"{_BATCH}*.parquet"))
         name = _next_name(batches)
-        write_all_atomically(folder, {name: _parquet_bytes(frame)})
+        _put(folder / name, frame)
         _settle(folder, [*batches, folder / name])
 
 
@@ -202,7 +202,7 @@ def _settle(folder: Path, batches: list[Path]) -> None:
             path.unlink()
         elif stale:
             rest = _read(path).filter(~pl.col("case_id").is_in(list(stale)))
-            write_all_atomically(folder, {path.name: _parquet_bytes(rest)})
+            _put(path, rest)
             kept.append(path)
         else:
             kept.append(path)
@@ -215,9 +215,15 @@ def _settle(folder: Path, batches: list[Path]) -> None:
         newest = _schema(kept[0])
         alike = [path for path in reversed(kept) if _schema(path) == newest]
         if len(alike) > 1:
-            write_all_atomically(folder, {_next_name(kept): _parquet_bytes(pl.concat([_read(p) for p in alike]))})
+            _put(folder / _next_name(kept), pl.concat([_read(p) for p in alike]))
             for path in alike:
                 path.unlink()
+
+
+def _put(path: Path, frame: pl.DataFrame) -> None:
+    """Write ``frame`` as the local object ``path``, whole or not at all (:func:`atomic_path`)."""
+    with atomic_path(path) as partial:
+        partial.write_bytes(_parquet_bytes(frame))
 
 
 def _case_ids(path: Path) -> set[str]:
