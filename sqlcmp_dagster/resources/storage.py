@@ -173,9 +173,9 @@ def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".lock"):
         batches = sorted(folder.glob(f"{_BATCH}*.parquet"))
-        name = _next_name(batches)
-        _put(folder / name, frame)
-        _settle(folder, [*batches, folder / name])
+        newest = folder / _next_name(batches)
+        _put(newest, frame)
+        _settle(folder, batches, newest, set(frame["case_id"].to_list()))
 
 
 def _next_name(batches: list[Path]) -> str:
@@ -185,16 +185,16 @@ def _next_name(batches: list[Path]) -> str:
     return f"{_BATCH}{max([time.time_ns(), *(stamp + 1 for stamp in stamps)]):020d}.parquet"
 
 
-def _settle(folder: Path, batches: list[Path]) -> None:
+def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[str]) -> None:
     """Make each case's rows be in exactly one object of ``folder``, whose objects of steps' cases are
-    ``batches`` (oldest first): going from the newest, an object loses the cases a newer one holds (rewritten
-    without them, or removed when nothing is left), and a case's own object goes when an object of steps holds
-    the case. This also repairs what a write that stopped between its two writes left. Past
+    ``batches`` (oldest first) and the one just written, ``newest``, holding ``newest_cases``: going from the
+    newest, an object loses the cases a newer one holds (rewritten without them, or removed when nothing is
+    left), and a case's own object goes when an object of steps holds the case. This also repairs what a write that stopped between its two writes left. Past
     :data:`_MAX_BATCHES` objects, those with the newest object's columns and types are merged into one (written
     first, then the others removed; objects an earlier version wrote with other columns keep them until their
     cases are stored again, rather than have their types unified with the newest)."""
-    seen: set[str] = set()
-    kept: list[Path] = []
+    seen = set(newest_cases)
+    kept = [newest]
     for path in reversed(batches):
         held = _case_ids(path)
         stale = held & seen
@@ -212,8 +212,8 @@ def _settle(folder: Path, batches: list[Path]) -> None:
         if (path := own.get(f"{_file_name(case)}.parquet")) is not None:
             path.unlink()
     if len(kept) > _MAX_BATCHES:
-        newest = _schema(kept[0])
-        alike = [path for path in reversed(kept) if _schema(path) == newest]
+        schema = _schema(newest)
+        alike = [path for path in reversed(kept) if _schema(path) == schema]
         if len(alike) > 1:
             _put(folder / _next_name(kept), pl.concat([_read(p) for p in alike]))
             for path in alike:
@@ -274,10 +274,10 @@ def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
     taken: set[str] = set()
     with _turn(folder):
         for path in sorted(folder.glob(f"{_BATCH}*.parquet"), reverse=True):
-            held = _case_ids(path)
+            frame = _read(path)
+            held = set(frame["case_id"].to_list())
             wanted = (held if keys is None else held & keys) - taken
             if wanted:
-                frame = _read(path)
                 frames.append(frame if wanted == held else frame.filter(pl.col("case_id").is_in(list(wanted))))
                 taken |= wanted
             if keys is not None and taken >= keys:
