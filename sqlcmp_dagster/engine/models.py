@@ -218,13 +218,22 @@ def binary_text(value: bytes) -> str:
     return "\\x" + value.hex()
 
 
+#: Types :func:`json_safe` returns as they are, told apart without a call: most of a report's values.
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def json_safe(value: Any) -> Any:
-    """``value`` with every ``bytes``/``bytearray``/``memoryview`` inside dicts, lists and tuples as
-    :func:`binary_text`."""
+    r"""``value`` with every ``bytes``/``bytearray``/``memoryview`` inside dicts, lists and tuples as
+    :func:`binary_text` (tuples become lists). A plain value inside a container is kept without a call: a report
+    holds about 200 values, and a call for each was 0.5 ms per report.
+
+    >>> json_safe({"a": [b"\x01", (1, "x")], "b": None})
+    {'a': ['\\x01', [1, 'x']], 'b': None}
+    """
     if isinstance(value, (bytes, bytearray, memoryview)):
         return binary_text(bytes(value))
     if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
+        return {k: v if type(v) in _PLAIN else json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
+        return [v if type(v) in _PLAIN else json_safe(v) for v in value]
     return value
