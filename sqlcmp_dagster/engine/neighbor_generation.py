@@ -894,7 +894,21 @@ def _fresh(value: Any, numeric: bool, rows: list[tuple[Any, ...]], position: int
 
 
 def _with(row: tuple[Any, ...], changes: dict[int, Any]) -> tuple[Any, ...]:
-    return tuple(changes.get(i, v) for i, v in enumerate(row))
+    """``row`` with the values at the positions ``changes`` names replaced (a position outside the row is
+    ignored). Called about 100,000 times per Spider dev run: the positions are set on a list rather than every
+    cell looked up in ``changes``.
+
+    >>> _with((1, 2, 3), {0: None, 2: "x", 7: 0})
+    (None, 2, 'x')
+    """
+    if not changes:
+        return row
+    cells = list(row)
+    width = len(cells)
+    for position, value in changes.items():
+        if 0 <= position < width:
+            cells[position] = value
+    return tuple(cells)
 
 
 def _unique(values: list[Any]) -> list[Any]:
