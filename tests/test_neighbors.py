@@ -9,15 +9,18 @@ import json
 import random
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbors import PROVEN_BY_REWRITES, neighborhood_of
+from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import render_summary, summarize
 
@@ -169,6 +172,57 @@ def test_a_pass_with_equal_canonical_trees_is_robust_without_a_search(company: P
     assert report.metrics["structure"]["normalized_sql_match"] and report.severity == "pass"
     assert not found["neighbor_search_ran"] and found["robust_by_structure"] and "canonical trees" in found["reason"]
     assert summarize([report])["robust_passes"] == 1
+
+
+@pytest.mark.parametrize(("expected", "actual"), [
+    ("SELECT name FROM emp WHERE name = 'ann'", 'SELECT name FROM emp WHERE "ann" = name'),
+    ("SELECT name FROM emp ORDER BY salary", "SELECT name FROM emp ORDER BY salary ASC"),
+    ("SELECT id FROM emp WHERE name = 'ann' OR name = 'bob'", 'SELECT id FROM emp WHERE name IN ("bob", "ann")'),
+    ("SELECT id FROM emp WHERE salary > 35 AND (dept_id = 1 OR dept_id = 3)",
+     "SELECT id FROM emp WHERE dept_id IN (3, 1) AND salary > 35"),
+])
+def test_a_pass_equal_after_meaning_preserving_rewrites_is_robust_without_a_search(
+        company: Path, expected: str, actual: str) -> None:
+    """Trees that differ only by a double-quoted string, an explicit ASC or an IN list of literals are proven
+    equal: the search is skipped, the pass counts as robust, and forcing the search finds nothing."""
+    report = compare(company, expected, actual)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and not report.metrics["structure"]["normalized_sql_match"]
+    assert not found["neighbor_search_ran"] and found["robust_by_structure"] and found["reason"] == PROVEN_BY_REWRITES
+    forced = search(compare(company, expected, actual, neighbor_skip_proven=False, neighbor_count=17))
+    assert forced["neighbor_search_ran"] and not forced["counterexample_found"]
+
+
+@pytest.mark.parametrize(("expected", "actual"), [
+    # "name" is a column: the first compares name with itself, true on every row with a name.
+    ("SELECT id FROM emp WHERE name = name", "SELECT id FROM emp WHERE name = \"name\""),
+    # "ann" is the query's own alias of salary (SQLite reads it in WHERE): salary > 20, not 'ann' > 20 (always).
+    ("SELECT salary AS ann FROM emp WHERE 'ann' > 20", 'SELECT salary AS ann FROM emp WHERE "ann" > 20'),
+    # A CTE's column named by the quoted name, and the row id every table has.
+    ("WITH w(v) AS (SELECT salary FROM emp) SELECT count(*) FROM w WHERE 'v' > 20",
+     'WITH w(v) AS (SELECT salary FROM emp) SELECT count(*) FROM w WHERE "v" > 20'),
+    ("SELECT name FROM emp WHERE 'rowid' > 0", 'SELECT name FROM emp WHERE "rowid" > 0'),
+    ("SELECT id FROM emp WHERE dept_id IN (1, 2)", "SELECT id FROM emp WHERE dept_id = 1 OR dept_id = 3"),
+    ("SELECT id FROM emp WHERE dept_id IN (SELECT id FROM dept)", "SELECT id FROM emp WHERE dept_id = 1"),
+    # A listed column carries no affinity in an IN list (SQLite): name = salary compares numbers, this text.
+    ("SELECT id FROM emp WHERE name IN (salary)", "SELECT id FROM emp WHERE name = salary"),
+])
+def test_the_rewrites_never_prove_queries_that_differ(expected: str, actual: str) -> None:
+    """A double-quoted name that resolves (a column, the query's own alias, a CTE column, the row id) stays a
+    name, and only literal IN lists become ORs: none of these pairs is proven equal."""
+    trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
+    assert trees[0] is not None and trees[1] is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", ["id", "name", "salary", "bonus", "dept_id"],
+                                 deadline=time.monotonic() + 10)
+
+
+def test_an_alias_named_like_a_string_still_gets_its_counterexample(company: Path) -> None:
+    """Equal on the database (every salary is above 20), different where one is not: the quoted alias is not
+    read as a string, so the search runs and finds the neighbor that tells the queries apart."""
+    report = compare(company, "SELECT salary AS ann FROM emp WHERE 'ann' > 20",
+                     'SELECT salary AS ann FROM emp WHERE "ann" > 20')
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["counterexample_found"]
 
 
 #: Slow only where some salary sits on the literal 50, which the original database never has and the first

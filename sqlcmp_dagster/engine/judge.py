@@ -162,7 +162,7 @@ def skip_reason(report: Report, request: CompareRequest, config: JudgeConfig, bu
 
 def neighbor_evidence(report: Report) -> dict[str, Any] | None:
     """What the neighbor-database search says about this case, for the judge: whether the pass is robust
-    (the search ran and found no counterexample, or the canonical trees are equal), and the counterexample's
+    (the search ran and found no counterexample, or the queries are proven equal), and the counterexample's
     sentence when there is one (the prompt says what a counterexample is: another database, not this one)."""
     found = neighborhood_of(report)
     if not found:

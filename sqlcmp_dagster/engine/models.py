@@ -93,7 +93,8 @@ class EvalConfig(_Strict):
     # above its work (bounded by neighbor_count and the shrink tests): hitting it is a named cut, not the norm
     neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each table the queries read (and FK parents)
     neighbor_seed: int = 0
-    # Skip the search of a pass whose canonical trees are equal: no database can tell such queries apart.
+    # Skip the search of a pass whose queries are proven equal (equal canonical trees, or equal after the
+    # rewrites of engine/equivalence.py): no database with the case's schema can tell such queries apart.
     neighbor_skip_proven: bool = True
 
     def tolerances(self, mode: ResolvedMode) -> tuple[float, float]:

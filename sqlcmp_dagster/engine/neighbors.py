@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
+from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
@@ -59,6 +60,13 @@ ENGINE_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgres": "PostgreSQL"
 #: The label (summaries, the per-case table) of a fail under ``verdict_scope: "neighborhood"`` that only a
 #: counterexample fails: the spec's ``likely_source_clause`` names a clause, and no clause is attributed there.
 NEIGHBOR_COUNTEREXAMPLE = "neighbor_counterexample"
+#: Why a pass was not searched: its queries are proven to agree on every database (``robust_by_structure``).
+PROVEN_BY_STRUCTURE = ("the canonical trees are equal: no database tells the queries apart, so the pass is robust "
+                       "without a search")
+PROVEN_BY_REWRITES = ("the canonical trees are equal once rewritten without changing what either query returns on "
+                      "this schema (an explicit ASC dropped, a double-quoted name that is no column read as the "
+                      "string SQLite reads it, an IN list of literals written as ORs): no database with this schema "
+                      "tells the queries apart, so the pass is robust without a search")
 _NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
 
 
@@ -273,8 +281,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     config = validation.request.config
     reason = _not_run_reason(validation, index, result, database)
     if reason is None and config.neighbor_skip_proven and structure.normalized_sql_match:
-        return {**_outcome(False, "the canonical trees are equal: no database tells the queries apart, so the "
-                                  "pass is robust without a search", started), "robust_by_structure": True}
+        return {**_outcome(False, PROVEN_BY_STRUCTURE, started), "robust_by_structure": True}
     if reason is None and budget_ms is None:
         reason = f"case_timeout_ms={config.case_budget_ms()} was spent before the neighbor search"
     if reason is not None:
@@ -290,6 +297,11 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     schema = read_schema(database, config.neighbor_sample_rows, min(config.query_timeout_ms, cap, budget_ms))
     if isinstance(schema, str):
         return _outcome(False, schema, started)
+    dialect = validation.dialect
+    if config.neighbor_skip_proven and proven_equivalent(
+            validation.actual.tree(dialect), validation.expected[index].tree(dialect), dialect,
+            (column.name for table in schema.tables.values() for column in table.columns), deadline=deadline):
+        return {**_outcome(False, PROVEN_BY_REWRITES, started), "robust_by_structure": True}
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
     found = hints((t for t in trees if t is not None), schema)
     tables = schema.scope(found.tables)

@@ -1,0 +1,127 @@
+"""Equivalence beyond the canonical form: rewrites that keep a query's meaning on its database, applied to both
+queries of a pass before their canonical texts are compared again.
+
+The neighbor search (:mod:`~sqlcmp_dagster.engine.neighbors`) asks whether a pass is an accident of the rows. When
+no database with the case's schema can tell the two queries apart, the answer is known without building one, and
+the search is skipped (``robust_by_structure``). Equal canonical trees prove it; so do trees that become equal
+under the rewrites here, each of which turns a query into one that returns the same result on every database
+with this schema, in the same order, so that the proof stays sound for every comparison mode:
+
+- :func:`default_ascending`: ``ORDER BY x ASC`` is ``ORDER BY x`` (ascending is the default, with the same NULL
+  placement);
+- :func:`quoted_strings` (SQLite): a double-quoted name that resolves to no column, alias or row id is the string
+  SQLite reads it as (``WHERE name = "Aberdeen"``, the commonest spelling in Spider's gold queries). Both queries
+  ran on this schema, and every neighbor has the same schema, so the name resolves the same way on all of them;
+- :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` when every listed value is a literal
+  (SQLite's own definition: the listed values carry no affinity, as literals never do).
+
+Nothing here changes ``normalized_sql`` or the structural scores: the rewrites serve only this proof.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlglot import exp
+
+from sqlcmp_dagster.engine.parsing import RewriteCut, _canonical_text, clocked_rewrites, sort_commutative
+
+#: Names SQLite resolves in every table without declaring them.
+_ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
+
+
+def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str, columns: Iterable[str],
+                      *, deadline: float) -> bool:
+    """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
+    equal text once rewritten, on a database whose columns are named ``columns`` (any table). The rewrites and
+    the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they go: past it, the
+    answer is False (the search decides instead).
+
+    >>> import sqlglot
+    >>> from sqlcmp_dagster.engine.parsing import canonical_tree
+    >>> def tree(sql): return canonical_tree(sqlglot.parse_one(sql, read="sqlite"), "sqlite")
+    >>> proven_equivalent(tree('SELECT a FROM t WHERE "x" = b ORDER BY a ASC'),
+    ...                   tree("SELECT a FROM t WHERE b = 'x' ORDER BY a"), "sqlite", ["a", "b"], deadline=9e99)
+    True
+    >>> proven_equivalent(tree('SELECT a FROM t WHERE "b" = b'), tree("SELECT a FROM t WHERE b = 'b'"), "sqlite",
+    ...                   ["a", "b"], deadline=9e99)
+    False
+    """
+    known = frozenset(name.lower() for name in columns)
+    try:
+        with clocked_rewrites(deadline):
+            texts = [_proof_text(tree, dialect, known) for tree in (actual, expected)]
+    except RewriteCut:
+        return False
+    return texts[0] == texts[1]
+
+
+def _proof_text(tree: exp.Expression, dialect: str, columns: frozenset[str]) -> str:
+    rewritten = default_ascending(tree.copy())
+    if dialect == "sqlite":
+        rewritten = in_lists(quoted_strings(rewritten, columns))
+    return _canonical_text(sort_commutative(rewritten), dialect)
+
+
+def default_ascending(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with every explicit ``ASC`` dropped, in place (sqlglot keeps ``desc=False`` for it and prints it).
+
+    >>> import sqlglot
+    >>> default_ascending(sqlglot.parse_one("SELECT a FROM t ORDER BY a ASC, b DESC")).sql()
+    'SELECT a FROM t ORDER BY a, b DESC'
+    """
+    for ordered in tree.find_all(exp.Ordered):
+        if ordered.args.get("desc") is False:
+            ordered.set("desc", None)
+    return tree
+
+
+def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Expression:
+    """``tree`` with each unqualified double-quoted name that is no column of the database (``columns``, lower
+    case), no alias or column name the query itself introduces and no row id replaced by the string literal
+    SQLite reads it as, in place. A name a query introduces is kept whoever introduces it: the rule is
+    conservative, never the other way round.
+
+    >>> import sqlglot
+    >>> quoted_strings(sqlglot.parse_one('SELECT "n" AS x FROM t WHERE "Aberdeen" = city AND "x" = 1'),
+    ...                frozenset({"city", "n"})).sql()
+    'SELECT "n" AS x FROM t WHERE \\'Aberdeen\\' = city AND "x" = 1'
+    """
+    introduced = {node.alias.lower() for node in tree.find_all(exp.Alias) if node.alias}
+    for alias in tree.find_all(exp.TableAlias):
+        introduced |= {identifier.name.lower() for identifier in (alias.this, *alias.columns) if identifier}
+    known = columns | introduced | _ROWID_NAMES
+    for column in list(tree.find_all(exp.Column)):
+        name = column.this
+        if not column.table and isinstance(name, exp.Identifier) and name.args.get("quoted") \
+                and name.name.lower() not in known:
+            replacement = exp.Literal.string(name.name)
+            if column is tree:
+                return replacement
+            column.replace(replacement)
+    return tree
+
+
+def in_lists(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with each ``x IN (v1, v2, ...)`` whose values are all literals written as ``x = v1 OR x = v2 ...``,
+    in place (parenthesized unless it is a whole WHERE or HAVING condition). SQLite defines the list form as
+    that disjunction, with values that carry no affinity; literals carry none either.
+
+    >>> import sqlglot
+    >>> in_lists(sqlglot.parse_one("SELECT 1 FROM t WHERE a IN (1, 'x') AND b IN (SELECT c FROM u)")).sql()
+    "SELECT 1 FROM t WHERE (a = 1 OR a = 'x') AND b IN (SELECT c FROM u)"
+    """
+    for node in list(tree.find_all(exp.In)):
+        values = node.expressions
+        if not values or node.args.get("query") is not None or node.args.get("unnest") is not None \
+                or node.args.get("field") is not None or not all(isinstance(v, exp.Literal) for v in values):
+            continue
+        disjunction: exp.Expression = exp.EQ(this=node.this.copy(), expression=values[0].copy())
+        for value in values[1:]:
+            disjunction = exp.Or(this=disjunction, expression=exp.EQ(this=node.this.copy(), expression=value.copy()))
+        if len(values) > 1 and not isinstance(node.parent, (exp.Where, exp.Having)):
+            disjunction = exp.Paren(this=disjunction)
+        if node is tree:
+            return disjunction
+        node.replace(disjunction)
+    return tree
