@@ -119,7 +119,7 @@ def read_schema(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -
 
 def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
     master = database.execute("SELECT type, name, tbl_name, sql FROM sqlite_master WHERE sql IS NOT NULL "
-                              "AND name NOT LIKE 'sqlite_%' ORDER BY rowid", timeout_ms=timeout_ms)
+                              "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid", timeout_ms=timeout_ms)
     if not master.success or master.relation is None:
         return f"cannot read the schema: {master.error.message if master.error else 'no result'}"
     entries = list(master.relation.frame.iter_rows())
