@@ -16,7 +16,8 @@ import pytest
 
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.equivalence import proven_equivalent
+from sqlcmp_dagster.engine import equivalence
+from sqlcmp_dagster.engine.equivalence import plain_tables, proven_equivalent
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
 from sqlcmp_dagster.engine.neighbors import PROVEN_BY_REWRITES, neighborhood_of
@@ -212,8 +213,107 @@ def test_the_rewrites_never_prove_queries_that_differ(expected: str, actual: str
     name, and only literal IN lists become ORs: none of these pairs is proven equal."""
     trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
     assert trees[0] is not None and trees[1] is not None
-    assert not proven_equivalent(trees[0], trees[1], "sqlite", ["id", "name", "salary", "bonus", "dept_id"],
-                                 deadline=time.monotonic() + 10)
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 10)
+
+
+#: The company database's tables as :func:`~sqlcmp_dagster.engine.equivalence.plain_tables` gives them.
+COMPANY_TABLES = {"dept": frozenset({"id", "name"}), "emp": frozenset({"id", "name", "salary", "bonus", "dept_id"})}
+
+
+#: Pairs each rule would prove without its limits, with a database where they agree and one where they differ
+#: (schema, rows where they agree, rows where they differ, expected, actual). Found by a review of the rules.
+UNSOUND_WITHOUT_LIMITS = [
+    # A generated column is a column (PRAGMA table_info does not list it).
+    ("CREATE TABLE t (a INTEGER, g INTEGER GENERATED ALWAYS AS (a * 2))", "INSERT INTO t (a) VALUES (7)",
+     "INSERT INTO t (a) VALUES (1)", "SELECT a FROM t WHERE 'g' > 5", 'SELECT a FROM t WHERE "g" > 5'),
+    # A view's column, a derived table's column named by its text, a VALUES column, a table function's column.
+    ("CREATE TABLE t (a INTEGER); CREATE VIEW v AS SELECT a AS x FROM t", "INSERT INTO t VALUES (7)",
+     "INSERT INTO t VALUES (1)", "SELECT count(*) FROM v WHERE 'x' > 5", 'SELECT count(*) FROM v WHERE "x" > 5'),
+    ("CREATE TABLE t (a INTEGER, b INTEGER)", "INSERT INTO t VALUES (5, 5)", "INSERT INTO t VALUES (1, 1)",
+     "SELECT count(*) FROM (SELECT a+b FROM t) WHERE 'a+b' > 5",
+     'SELECT count(*) FROM (SELECT a+b FROM t) WHERE "a+b" > 5'),
+    ("CREATE TABLE t (a INTEGER)", "INSERT INTO t VALUES (5)", "INSERT INTO t VALUES (1)",
+     "SELECT a FROM t WHERE a IN (SELECT 'column1' FROM (VALUES (1), (2)))",
+     'SELECT a FROM t WHERE a IN (SELECT "column1" FROM (VALUES (1), (2)))'),
+    ("CREATE TABLE t (id INTEGER, j TEXT)", "INSERT INTO t VALUES (1, '[7]')", "INSERT INTO t VALUES (1, '[1]')",
+     "SELECT t.id FROM t, json_each(t.j) WHERE 'value' > 5", 'SELECT t.id FROM t, json_each(t.j) WHERE "value" > 5'),
+    # A rewrite changes a derived column's name, which the outer query reads.
+    ("CREATE TABLE t (a INTEGER)", "", "INSERT INTO t VALUES (1)",
+     'SELECT count(*) FROM (SELECT a = 1 FROM t) WHERE "a = 1" = 1',
+     'SELECT count(*) FROM (SELECT a IN (1) FROM t) WHERE "a = 1" = 1'),
+    # SQLite reads "a = 1 < c" as a = (1 < c) but "a IN (1) < c" as (a IN (1)) < c: rewriting an IN that is not a
+    # whole condition as = changes what binds to what (sqlglot's tree does not follow SQLite here).
+    ("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, c INTEGER)", "INSERT INTO t VALUES (1, 1, 5)",
+     "INSERT INTO t VALUES (1, 0, 5)", 'SELECT id FROM t WHERE "a" = 1 < c', 'SELECT id FROM t WHERE "a" IN (1) < c'),
+    ("CREATE TABLE t (id INTEGER, a INTEGER, x INTEGER)", "INSERT INTO t VALUES (1, 1, 1)",
+     "INSERT INTO t VALUES (1, 2, 2)", "SELECT id FROM t WHERE a = 1 = x", "SELECT id FROM t WHERE x = a IN (1)"),
+]
+
+
+@pytest.mark.parametrize(("schema", "agree", "differ", "expected", "actual"), UNSOUND_WITHOUT_LIMITS)
+def test_queries_a_rule_would_wrongly_prove_are_not_proven(tmp_path: Path, schema: str, agree: str, differ: str,
+                                                           expected: str, actual: str) -> None:
+    """Each pair agrees on one database and differs on another with the same schema (checked here), so no proof
+    may hold: the rules apply only to queries over base tables, and IN only where it is a whole condition."""
+    results = []
+    for rows in (agree, differ):
+        connection = sqlite3.connect(":memory:")
+        connection.executescript(f"{schema}; {rows}")
+        results.append([connection.execute(sql).fetchall() for sql in (expected, actual)])
+        connection.close()
+    assert results[0][0] == results[0][1] and results[1][0] != results[1][1]
+    path = tmp_path / "db.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(f"{schema}; {agree}")
+    connection.commit()
+    connection.close()
+    database = ExecutionAdapter(str(path))
+    try:
+        read = read_schema(database, 40, 5_000)
+    finally:
+        database.close()
+    assert not isinstance(read, str)
+    tables = plain_tables({n: (t.ddl, [c.name for c in t.columns]) for n, t in read.tables.items()})
+    trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
+    assert trees[0] is not None and trees[1] is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", tables, deadline=time.monotonic() + 10)
+
+
+def test_a_table_whose_name_starts_with_sqlite_is_searched(tmp_path: Path) -> None:
+    """Only SQLite's own tables (``sqlite_`` and then anything) are left out of the schema: the underscore is
+    matched literally, so a user's table called ``sqlitex`` is read, and a pass by accident on it is found."""
+    path = tmp_path / "db.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript("CREATE TABLE sqlitex (id INTEGER PRIMARY KEY, salary INTEGER);"
+                             "INSERT INTO sqlitex VALUES (1, 40), (2, 60);")
+    connection.commit()
+    connection.close()
+    report = compare(path, "SELECT id FROM sqlitex WHERE salary > 50", "SELECT id FROM sqlitex WHERE salary >= 50")
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["counterexample_found"]
+
+
+def test_in_lists_are_rewritten_only_within_the_copy_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    """200 listed values copy the left side 200 times: proven under the default bound, not proven (the search
+    decides) under a bound of 100 copied nodes."""
+    values = range(1, 201)
+    pair = [parse(sql, "sqlite").tree for sql in (
+        f"SELECT name FROM emp WHERE salary IN ({', '.join(map(str, values))})",
+        "SELECT name FROM emp WHERE " + " OR ".join(f"salary = {v}" for v in values))]
+    assert pair[0] is not None and pair[1] is not None
+    assert proven_equivalent(pair[0], pair[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 60)
+    monkeypatch.setattr(equivalence, "MAX_COPIED_NODES", 100)
+    assert not proven_equivalent(pair[0], pair[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 60)
+
+
+def test_a_hostile_in_list_is_not_proven_rather_than_rewritten_at_length() -> None:
+    """Each listed value gets a copy of the IN's left side: a long list under a large left side would take
+    minutes and gigabytes, so past MAX_COPIED_NODES the pair is simply not proven (the search decides)."""
+    values = ", ".join(str(i) for i in range(1, 1500))
+    hostile = f"SELECT name FROM emp WHERE (SELECT count(*) FROM emp WHERE salary NOT IN ({values})) IN ({values})"
+    trees = [parse(sql, "sqlite").tree for sql in ("SELECT name FROM emp", hostile)]
+    assert trees[0] is not None and trees[1] is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 600)
 
 
 def test_an_alias_named_like_a_string_still_gets_its_counterexample(company: Path) -> None:

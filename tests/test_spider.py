@@ -20,7 +20,7 @@ from sqlcmp_dagster.cases.spider_exec import REASONS
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
-from sqlcmp_dagster.engine.equivalence import proven_equivalent
+from sqlcmp_dagster.engine.equivalence import plain_tables, proven_equivalent
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.parsing import parse
@@ -101,18 +101,19 @@ def test_passes_proven_by_the_rewrites_never_have_a_counterexample(spider_suites
     the rewrites prove equal (where the canonical trees alone do not) passes, and the neighbor search, forced,
     finds no database that tells the queries apart."""
     cases = load_suite(spider_suites["supersql"]).cases
-    columns: dict[str, list[str]] = {}
+    tables: dict[str, dict[str, frozenset[str]]] = {}
     for db in {c.db for c in cases}:
         connection = sqlite3.connect(f"file:{spider_suites['db_dir'] / db / f'{db}.sqlite'}?mode=ro", uri=True)
-        tables = [row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        columns[db] = [row[1] for table in tables for row in connection.execute(f'PRAGMA table_info("{table}")')]
+        ddl = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
+        tables[db] = plain_tables({name: (sql, [row[1] for row in connection.execute(f'PRAGMA table_info("{name}")')])
+                                   for name, sql in ddl.items()})
         connection.close()
     proven = []
     for case in cases:
         gold = [case.expected_sql] if isinstance(case.expected_sql, str) else case.expected_sql
         actual, expected = parse(case.actual_sql, "sqlite"), parse(gold[0], "sqlite")
         if actual.tree is not None and expected.tree is not None and actual.normalized_sql != expected.normalized_sql \
-                and len(gold) == 1 and proven_equivalent(actual.tree, expected.tree, "sqlite", columns[case.db],
+                and len(gold) == 1 and proven_equivalent(actual.tree, expected.tree, "sqlite", tables[case.db],
                                       deadline=time.monotonic() + 10):
             proven.append(case.model_copy(update={"config": case.config.model_copy(
                 update={"neighbor_skip_proven": False})}))

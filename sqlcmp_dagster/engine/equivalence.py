@@ -15,45 +15,106 @@ with this schema, in the same order, so that the proof stays sound for every com
 - :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` when every listed value is a literal
   (SQLite's own definition: the listed values carry no affinity, as literals never do).
 
+The rewrites are applied only to queries that read base tables alone (:func:`reads_base_tables_only`: no
+subquery, CTE, VALUES or table-valued function as a source, no view, no table with generated or hidden columns).
+There the names a query can resolve are the columns of the database's tables, its own aliases and the row id, all
+known here, and no name is derived from an expression's text (SQLite names an unaliased column of a derived table
+by its text, which a rewrite would change). An IN list is rewritten only where IN is a whole condition (under
+WHERE, HAVING, AND, OR, NOT or parentheses): elsewhere sqlglot's precedence for IN is not SQLite's. Every
+rewrite is bounded (:data:`MAX_COPIED_NODES`) and looks at the deadline; a query beyond either, or one sqlglot
+cannot rewrite, is not proven (the search decides).
+
 Nothing here changes ``normalized_sql`` or the structural scores: the rewrites serve only this proof.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _canonical_text, clocked_rewrites, sort_commutative
+from sqlcmp_dagster.engine.parsing import RewriteCut, _canonical_text, _tick, clocked_rewrites, sort_commutative
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
+#: Nodes :func:`in_lists` may copy for one query (each listed value gets a copy of the IN's left side); past
+#: it the query is not proven, so that a hostile list cannot make the rewrite quadratic in time and memory.
+MAX_COPIED_NODES = 10_000
+#: A table whose DDL declares generated columns (left out of ``PRAGMA table_info``) or is virtual (hidden columns).
+_NOT_PLAIN_DDL = re.compile(r"\bGENERATED\b|\bAS\s*\(|^\s*CREATE\s+VIRTUAL\b", re.IGNORECASE)
+#: Where an IN is a whole condition, so that its rewrite as ORs cannot change what binds to what.
+_CONDITION_PARENTS = (exp.Where, exp.Having, exp.And, exp.Or, exp.Not, exp.Paren)
 
 
-def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str, columns: Iterable[str],
-                      *, deadline: float) -> bool:
+class _NotProven(Exception):
+    """A rewrite met what it does not handle: the queries are not proven equal."""
+
+
+def plain_tables(tables: Mapping[str, tuple[str, Iterable[str]]]) -> dict[str, frozenset[str]]:
+    """The tables (lower-case name -> ``(DDL, column names)``) whose columns are exactly the declared ones:
+    no generated column, not virtual. Lower-case name -> lower-case column names.
+
+    >>> sorted(plain_tables({"t": ("CREATE TABLE t (a INT)", ["a"]),
+    ...                      "g": ("CREATE TABLE g (a INT, b INT GENERATED ALWAYS AS (a * 2))", ["a"])}))
+    ['t']
+    """
+    return {name.lower(): frozenset(c.lower() for c in columns) for name, (ddl, columns) in tables.items()
+            if not _NOT_PLAIN_DDL.search(ddl)}
+
+
+def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str,
+                      tables: Mapping[str, frozenset[str]], *, deadline: float) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
-    equal text once rewritten, on a database whose columns are named ``columns`` (any table). The rewrites and
-    the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they go: past it, the
-    answer is False (the search decides instead).
+    equal text once rewritten, on a database whose base tables are ``tables`` (:func:`plain_tables`). Both
+    queries must read only those tables (:func:`reads_base_tables_only`). The rewrites and the re-ordering of
+    operands look at ``deadline`` (a ``time.monotonic()`` instant) as they go: past it, the answer is False
+    (the search decides instead).
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
     >>> def tree(sql): return canonical_tree(sqlglot.parse_one(sql, read="sqlite"), "sqlite")
+    >>> t = {"t": frozenset({"a", "b"})}
     >>> proven_equivalent(tree('SELECT a FROM t WHERE "x" = b ORDER BY a ASC'),
-    ...                   tree("SELECT a FROM t WHERE b = 'x' ORDER BY a"), "sqlite", ["a", "b"], deadline=9e99)
+    ...                   tree("SELECT a FROM t WHERE b = 'x' ORDER BY a"), "sqlite", t, deadline=9e99)
     True
     >>> proven_equivalent(tree('SELECT a FROM t WHERE "b" = b'), tree("SELECT a FROM t WHERE b = 'b'"), "sqlite",
-    ...                   ["a", "b"], deadline=9e99)
+    ...                   t, deadline=9e99)
     False
     """
-    known = frozenset(name.lower() for name in columns)
+    if not all(reads_base_tables_only(tree, tables) for tree in (actual, expected)):
+        return False
+    columns = frozenset().union(*tables.values())
     try:
         with clocked_rewrites(deadline):
-            texts = [_proof_text(tree, dialect, known) for tree in (actual, expected)]
-    except RewriteCut:
+            texts = [_proof_text(tree, dialect, columns) for tree in (actual, expected)]
+    except (RewriteCut, _NotProven, SqlglotError, RecursionError):
         return False
     return texts[0] == texts[1]
+
+
+def reads_base_tables_only(tree: exp.Expression, tables: Mapping[str, frozenset[str]]) -> bool:
+    """Whether every source ``tree`` reads is one of ``tables`` named plainly (no schema qualifier): no subquery,
+    CTE, VALUES, table-valued function or other relation as a source, anywhere in the query.
+
+    >>> import sqlglot
+    >>> t = {"t": frozenset({"a"})}
+    >>> [reads_base_tables_only(sqlglot.parse_one(sql, read="sqlite"), t) for sql in (
+    ...     "SELECT a FROM t WHERE a IN (SELECT a FROM t)", "SELECT x FROM (SELECT a AS x FROM t)",
+    ...     "WITH w AS (SELECT a FROM t) SELECT a FROM w", "SELECT a FROM v", "SELECT value FROM t, json_each(t.a)")]
+    [True, False, False, False, False]
+    """
+    if any(True for _ in tree.find_all(exp.CTE, exp.Values, exp.Lateral, exp.Unnest)):
+        return False
+    for node in tree.find_all(exp.From, exp.Join):
+        if not isinstance(node.this, exp.Table):
+            return False
+    for table in tree.find_all(exp.Table):
+        if not isinstance(table.this, exp.Identifier) or table.args.get("db") or table.args.get("catalog") \
+                or table.name.lower() not in tables:
+            return False
+    return True
 
 
 def _proof_text(tree: exp.Expression, dialect: str, columns: frozenset[str]) -> str:
@@ -103,25 +164,34 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Express
 
 
 def in_lists(tree: exp.Expression) -> exp.Expression:
-    """``tree`` with each ``x IN (v1, v2, ...)`` whose values are all literals written as ``x = v1 OR x = v2 ...``,
-    in place (parenthesized unless it is a whole WHERE or HAVING condition). SQLite defines the list form as
-    that disjunction, with values that carry no affinity; literals carry none either.
+    """``tree`` with each ``x IN (v1, v2, ...)`` whose values are all literals, and which is a whole condition
+    (under WHERE, HAVING, AND, OR, NOT or parentheses), written as ``x = v1 OR x = v2 ...``, in place
+    (parenthesized unless it is a whole WHERE or HAVING condition). SQLite defines the list form as that
+    disjunction, with values that carry no affinity; literals carry none either. Elsewhere (``x = a IN (1)``)
+    sqlglot's precedence for IN is not SQLite's, and the IN is left as it is. Raises :class:`_NotProven` past
+    :data:`MAX_COPIED_NODES` copied nodes.
 
     >>> import sqlglot
     >>> in_lists(sqlglot.parse_one("SELECT 1 FROM t WHERE a IN (1, 'x') AND b IN (SELECT c FROM u)")).sql()
     "SELECT 1 FROM t WHERE (a = 1 OR a = 'x') AND b IN (SELECT c FROM u)"
+    >>> in_lists(sqlglot.parse_one("SELECT 1 FROM t WHERE x = a IN (1)")).sql()
+    'SELECT 1 FROM t WHERE x = a IN (1)'
     """
+    copied = 0
     for node in list(tree.find_all(exp.In)):
         values = node.expressions
         if not values or node.args.get("query") is not None or node.args.get("unnest") is not None \
-                or node.args.get("field") is not None or not all(isinstance(v, exp.Literal) for v in values):
+                or node.args.get("field") is not None or not all(isinstance(v, exp.Literal) for v in values) \
+                or not isinstance(node.parent, _CONDITION_PARENTS):
             continue
+        copied += len(values) * sum(1 for _ in node.this.walk())
+        if copied > MAX_COPIED_NODES:
+            raise _NotProven()
         disjunction: exp.Expression = exp.EQ(this=node.this.copy(), expression=values[0].copy())
         for value in values[1:]:
+            _tick()
             disjunction = exp.Or(this=disjunction, expression=exp.EQ(this=node.this.copy(), expression=value.copy()))
         if len(values) > 1 and not isinstance(node.parent, (exp.Where, exp.Having)):
             disjunction = exp.Paren(this=disjunction)
-        if node is tree:
-            return disjunction
         node.replace(disjunction)
     return tree
