@@ -20,8 +20,10 @@ from sqlcmp_dagster.cases.spider_exec import REASONS
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
-from sqlcmp_dagster.engine.equivalence import plain_tables, proven_equivalent
+from sqlcmp_dagster.engine.equivalence import proven_equivalent
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.neighbor_scratch import read_schema
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -103,11 +105,15 @@ def test_passes_proven_by_the_rewrites_never_have_a_counterexample(spider_suites
     cases = load_suite(spider_suites["supersql"]).cases
     tables: dict[str, dict[str, frozenset[str]]] = {}
     for db in {c.db for c in cases}:
-        connection = sqlite3.connect(f"file:{spider_suites['db_dir'] / db / f'{db}.sqlite'}?mode=ro", uri=True)
-        ddl = dict(connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall())
-        tables[db] = plain_tables({name: (sql, [row[1] for row in connection.execute(f'PRAGMA table_info("{name}")')])
-                                   for name, sql in ddl.items()})
-        connection.close()
+        database = ExecutionAdapter(str(spider_suites["db_dir"] / db / f"{db}.sqlite"))
+        try:
+            schema = read_schema(database, 40, 10_000)
+        finally:
+            database.close()
+        assert not isinstance(schema, str)
+        plain = schema.plain_tables()
+        assert plain is not None
+        tables[db] = plain
     proven = []
     for case in cases:
         gold = [case.expected_sql] if isinstance(case.expected_sql, str) else case.expected_sql

@@ -12,25 +12,27 @@ with this schema, in the same order, so that the proof stays sound for every com
 - :func:`quoted_strings` (SQLite): a double-quoted name that resolves to no column, alias or row id is the string
   SQLite reads it as (``WHERE name = "Aberdeen"``, the commonest spelling in Spider's gold queries). Both queries
   ran on this schema, and every neighbor has the same schema, so the name resolves the same way on all of them;
-- :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` when every listed value is a literal
-  (SQLite's own definition: the listed values carry no affinity, as literals never do).
+- :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` for a column ``x`` when every listed
+  value is a literal (SQLite's own definition: the listed values carry no affinity, as literals never do).
 
 The rewrites are applied only to queries that read base tables alone (:func:`reads_base_tables_only`: no
-subquery, CTE, VALUES or table-valued function as a source, no view, no table with generated or hidden columns).
-There the names a query can resolve are the columns of the database's tables, its own aliases and the row id, all
-known here, and no name is derived from an expression's text (SQLite names an unaliased column of a derived table
-by its text, which a rewrite would change). An IN list is rewritten only where IN is a whole condition (under
-WHERE, HAVING, AND, OR, NOT or parentheses): elsewhere sqlglot's precedence for IN is not SQLite's. Every
+subquery, CTE, VALUES or table-valued function as a source, no view, no table with generated or hidden columns,
+no two tables whose names fold to one key here). There the names a query can resolve are the columns of the
+database's tables, its own aliases and the row id, all known here, and no name is derived from an expression's
+text (SQLite names an unaliased column of a derived table by its text, which a rewrite would change). Queries
+that chain comparisons without parentheses (``x = a IN (1)``, ``'p' = NOT b``) are not proven: sqlglot does not
+read their precedence as SQLite does, so their canonical text can equal another query's. An IN list is rewritten
+only where the IN is a whole condition (under WHERE, HAVING, AND, OR or parentheses, through any NOT). Every
 rewrite is bounded (:data:`MAX_COPIED_NODES`) and looks at the deadline; a query beyond either, or one sqlglot
-cannot rewrite, is not proven (the search decides).
+cannot rewrite, is not proven (the search decides). Two reviews reproduced wrong proofs against earlier versions
+of these limits; tests/test_neighbors.py keeps each reproduction.
 
 Nothing here changes ``normalized_sql`` or the structural scores: the rewrites serve only this proof.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -42,33 +44,25 @@ _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
 #: Nodes :func:`in_lists` may copy for one query (each listed value gets a copy of the IN's left side); past
 #: it the query is not proven, so that a hostile list cannot make the rewrite quadratic in time and memory.
 MAX_COPIED_NODES = 10_000
-#: A table whose DDL declares generated columns (left out of ``PRAGMA table_info``) or is virtual (hidden columns).
-_NOT_PLAIN_DDL = re.compile(r"\bGENERATED\b|\bAS\s*\(|^\s*CREATE\s+VIRTUAL\b", re.IGNORECASE)
-#: Where an IN is a whole condition, so that its rewrite as ORs cannot change what binds to what.
-_CONDITION_PARENTS = (exp.Where, exp.Having, exp.And, exp.Or, exp.Not, exp.Paren)
+#: Comparisons whose precedence among themselves sqlglot does not read as SQLite does (SQLite gives =, IN, IS,
+#: LIKE, GLOB and BETWEEN one level, left to right, and NOT a lower one; sqlglot binds = looser than the rest).
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.Like, exp.ILike, exp.Glob, exp.In,
+                exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ)
+#: Where an IN (or a NOT IN, through its NOTs) is a whole condition, so that its rewrite as ORs cannot change what
+#: binds to what.
+_CONDITION_PARENTS = (exp.Where, exp.Having, exp.And, exp.Or, exp.Paren)
 
 
 class _NotProven(Exception):
     """A rewrite met what it does not handle: the queries are not proven equal."""
 
 
-def plain_tables(tables: Mapping[str, tuple[str, Iterable[str]]]) -> dict[str, frozenset[str]]:
-    """The tables (lower-case name -> ``(DDL, column names)``) whose columns are exactly the declared ones:
-    no generated column, not virtual. Lower-case name -> lower-case column names.
-
-    >>> sorted(plain_tables({"t": ("CREATE TABLE t (a INT)", ["a"]),
-    ...                      "g": ("CREATE TABLE g (a INT, b INT GENERATED ALWAYS AS (a * 2))", ["a"])}))
-    ['t']
-    """
-    return {name.lower(): frozenset(c.lower() for c in columns) for name, (ddl, columns) in tables.items()
-            if not _NOT_PLAIN_DDL.search(ddl)}
-
-
 def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str,
                       tables: Mapping[str, frozenset[str]], *, deadline: float) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
-    equal text once rewritten, on a database whose base tables are ``tables`` (:func:`plain_tables`). Both
-    queries must read only those tables (:func:`reads_base_tables_only`). The rewrites and the re-ordering of
+    equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
+    column names, :meth:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
+    only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`_chained_comparison`). The rewrites and the re-ordering of
     operands look at ``deadline`` (a ``time.monotonic()`` instant) as they go: past it, the answer is False
     (the search decides instead).
 
@@ -83,7 +77,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     ...                   t, deadline=9e99)
     False
     """
-    if not all(reads_base_tables_only(tree, tables) for tree in (actual, expected)):
+    if not all(reads_base_tables_only(tree, tables) and not _chained_comparison(tree) for tree in (actual, expected)):
         return False
     columns = frozenset().union(*tables.values())
     try:
@@ -115,6 +109,20 @@ def reads_base_tables_only(tree: exp.Expression, tables: Mapping[str, frozenset[
                 or table.name.lower() not in tables:
             return False
     return True
+
+
+def _chained_comparison(tree: exp.Expression) -> bool:
+    """Whether a comparison has a comparison or a NOT as a direct operand (``x = a IN (1)``, ``'p' = NOT b``,
+    ``a LIKE b = 'p'`` written without parentheses). sqlglot's tree of such text is not SQLite's reading of it, and
+    its canonical text can equal that of a different query: such queries are not proven here.
+
+    >>> import sqlglot
+    >>> [_chained_comparison(sqlglot.parse_one(f"SELECT 1 FROM t WHERE {c}", read="sqlite"))
+    ...  for c in ("x = a IN (1)", "'p' = NOT b", "(a IN (1)) = x", "NOT a = 1 AND b LIKE 'x'")]
+    [True, True, False, False]
+    """
+    return any(isinstance(operand, (*_COMPARISONS, exp.Not))
+               for node in tree.find_all(*_COMPARISONS) for operand in node.iter_expressions())
 
 
 def _proof_text(tree: exp.Expression, dialect: str, columns: frozenset[str]) -> str:
@@ -154,6 +162,7 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Express
     known = columns | introduced | _ROWID_NAMES
     for column in list(tree.find_all(exp.Column)):
         name = column.this
+        _tick()
         if not column.table and isinstance(name, exp.Identifier) and name.args.get("quoted") \
                 and name.name.lower() not in known:
             replacement = exp.Literal.string(name.name)
@@ -164,8 +173,9 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Express
 
 
 def in_lists(tree: exp.Expression) -> exp.Expression:
-    """``tree`` with each ``x IN (v1, v2, ...)`` whose values are all literals, and which is a whole condition
-    (under WHERE, HAVING, AND, OR, NOT or parentheses), written as ``x = v1 OR x = v2 ...``, in place
+    """``tree`` with each ``x IN (v1, v2, ...)`` of a column ``x`` (evaluated once either way) whose values are
+    all literals, and which is a whole condition (under WHERE, HAVING, AND, OR or parentheses, through any NOT),
+    written as ``x = v1 OR x = v2 ...``, in place
     (parenthesized unless it is a whole WHERE or HAVING condition). SQLite defines the list form as that
     disjunction, with values that carry no affinity; literals carry none either. Elsewhere (``x = a IN (1)``)
     sqlglot's precedence for IN is not SQLite's, and the IN is left as it is. Raises :class:`_NotProven` past
@@ -180,9 +190,12 @@ def in_lists(tree: exp.Expression) -> exp.Expression:
     copied = 0
     for node in list(tree.find_all(exp.In)):
         values = node.expressions
+        condition = node.parent
+        while isinstance(condition, exp.Not):
+            condition = condition.parent
         if not values or node.args.get("query") is not None or node.args.get("unnest") is not None \
                 or node.args.get("field") is not None or not all(isinstance(v, exp.Literal) for v in values) \
-                or not isinstance(node.parent, _CONDITION_PARENTS):
+                or not isinstance(node.this, exp.Column) or not isinstance(condition, _CONDITION_PARENTS):
             continue
         copied += len(values) * sum(1 for _ in node.this.walk())
         if copied > MAX_COPIED_NODES:

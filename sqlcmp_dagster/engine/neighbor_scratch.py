@@ -67,6 +67,8 @@ class Table:
     columns: list[Column]
     unique_sets: list[tuple[int, ...]] = field(default_factory=list)  # PRIMARY KEY and UNIQUE column positions
     foreign_keys: list[ForeignKey] = field(default_factory=list)
+    # Its columns are exactly ``columns``: no generated or hidden column (``PRAGMA table_xinfo``), not virtual.
+    declared_only: bool = True
 
 
 @dataclass
@@ -80,6 +82,18 @@ class Schema:
     sample_rows: int
     dialect: str = "sqlite"
     sample: Rows = field(default_factory=dict)
+    # Two tables' names fold to one key of ``tables`` (Python's lower() folds more than SQLite's ASCII folding:
+    # "Ä" and "ä" are two tables there), so one of them is missing from ``tables``.
+    names_collide: bool = False
+
+    def plain_tables(self) -> dict[str, frozenset[str]] | None:
+        """Lower-case name -> lower-case column names of the tables whose columns are exactly the declared ones
+        (:attr:`Table.declared_only`), what :func:`~sqlcmp_dagster.engine.equivalence.proven_equivalent` resolves
+        names against; None when :attr:`names_collide` (a table would be missing)."""
+        if self.names_collide:
+            return None
+        return {name: frozenset(c.name.lower() for c in table.columns) for name, table in self.tables.items()
+                if table.declared_only}
 
     def scope(self, names: set[str]) -> list[str]:
         """``names`` (lower case) that exist, plus the parents their foreign keys need, parents first."""
@@ -135,7 +149,8 @@ def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Sche
             except sqlite3.Error as error:
                 return f"cannot recreate the schema in a scratch database: {error} (in {sql[:80]!r})"
         tables = {name.lower(): _describe(connection, name, sql) for name, sql in ddl.items()}
-    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, _resolve_keys(tables), sample_rows)
+    return Schema(tables, {k: v for k, v in index_ddl.items() if k in tables}, _resolve_keys(tables), sample_rows,
+                  names_collide=len(tables) < len(ddl))
 
 
 def sample(database: ExecutionAdapter, schema: Schema, tables: list[str], deadline: float,
@@ -205,7 +220,8 @@ def _read_duckdb(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) 
     for table, sql in found["indexes"]:
         if table.lower() in tables:
             index_ddl.setdefault(table.lower(), []).append(sql)
-    return Schema(tables, index_ddl, _resolve_keys(tables), sample_rows, dialect="duckdb")
+    return Schema(tables, index_ddl, _resolve_keys(tables), sample_rows, dialect="duckdb",
+                  names_collide=len(tables) < len(found["tables"]))
 
 
 def _quoted(name: str) -> str:
@@ -255,7 +271,9 @@ def _describe(connection: sqlite3.Connection, name: str, ddl: str) -> Table:
                          for r in connection.execute(f"PRAGMA index_info({index_name})").fetchall())
             if cols and -1 not in cols and cols not in unique_sets:
                 unique_sets.append(cols)
-    table = Table(name, ddl, columns, unique_sets)
+    hidden = any(row[6] for row in connection.execute(f"PRAGMA table_xinfo({quoted})").fetchall())
+    table = Table(name, ddl, columns, unique_sets,
+                  declared_only=not hidden and not ddl.lstrip().upper().startswith("CREATE VIRTUAL"))
     grouped: dict[int, list[Any]] = {}
     for row in connection.execute(f"PRAGMA foreign_key_list({quoted})").fetchall():
         grouped.setdefault(row[0], []).append(row)

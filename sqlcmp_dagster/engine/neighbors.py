@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.equivalence import plain_tables, proven_equivalent
+from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
@@ -306,9 +306,9 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     if isinstance(schema, str):
         return _outcome(False, schema, started)
     dialect = validation.dialect
-    if config.neighbor_skip_proven and proven_equivalent(
-            validation.actual.tree(dialect), validation.expected[index].tree(dialect), dialect,
-            plain_tables({name: (table.ddl, [c.name for c in table.columns]) for name, table in schema.tables.items()}),
+    plain = schema.plain_tables()
+    if config.neighbor_skip_proven and plain is not None and proven_equivalent(
+            validation.actual.tree(dialect), validation.expected[index].tree(dialect), dialect, plain,
             deadline=deadline):
         return {**_outcome(False, PROVEN_BY_REWRITES, started), "robust_by_structure": True}
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
