@@ -292,6 +292,22 @@ def test_queries_a_rule_would_wrongly_prove_are_not_proven(tmp_path: Path, schem
                                                    deadline=time.monotonic() + 10)
 
 
+def test_equal_canonical_text_of_chained_comparisons_is_no_proof(tmp_path: Path) -> None:
+    """SQLite reads ``x = NOT a`` as x = (NOT a) and ``NOT a = x`` as NOT (a = x); sqlglot prints both as
+    ``not a = x``. Equal on a database where a = x = 1, so a pass, but not proven: the search runs, and finds
+    the neighbor that tells them apart."""
+    path = tmp_path / "db.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, x INTEGER);"
+                             "INSERT INTO t VALUES (1, 1, 1), (2, 1, 1);")
+    connection.commit()
+    connection.close()
+    report = compare(path, "SELECT id FROM t WHERE NOT a = x", "SELECT id FROM t WHERE x = NOT a", neighbor_count=17)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and report.metrics["structure"]["normalized_sql_match"]
+    assert found["neighbor_search_ran"] and not found["robust_by_structure"] and found["counterexample_found"]
+
+
 def test_a_table_whose_name_starts_with_sqlite_is_searched(tmp_path: Path) -> None:
     """Only SQLite's own tables (``sqlite_`` and then anything) are left out of the schema: the underscore is
     matched literally, so a user's table called ``sqlitex`` is read, and a pass by accident on it is found."""

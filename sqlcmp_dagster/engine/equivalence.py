@@ -62,7 +62,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
     column names, :meth:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
-    only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`_chained_comparison`). The rewrites and the re-ordering of
+    only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`). The rewrites and the re-ordering of
     operands look at ``deadline`` (a ``time.monotonic()`` instant) as they go: past it, the answer is False
     (the search decides instead).
 
@@ -77,7 +77,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     ...                   t, deadline=9e99)
     False
     """
-    if not all(reads_base_tables_only(tree, tables) and not _chained_comparison(tree) for tree in (actual, expected)):
+    if not all(reads_base_tables_only(tree, tables) and not chains_comparisons(tree) for tree in (actual, expected)):
         return False
     columns = frozenset().union(*tables.values())
     try:
@@ -111,13 +111,14 @@ def reads_base_tables_only(tree: exp.Expression, tables: Mapping[str, frozenset[
     return True
 
 
-def _chained_comparison(tree: exp.Expression) -> bool:
+def chains_comparisons(tree: exp.Expression) -> bool:
     """Whether a comparison has a comparison or a NOT as a direct operand (``x = a IN (1)``, ``'p' = NOT b``,
     ``a LIKE b = 'p'`` written without parentheses). sqlglot's tree of such text is not SQLite's reading of it, and
-    its canonical text can equal that of a different query: such queries are not proven here.
+    its canonical text can equal that of a different query: such queries are not proven here, and the neighbor
+    search does not take even equal canonical trees of them as a proof.
 
     >>> import sqlglot
-    >>> [_chained_comparison(sqlglot.parse_one(f"SELECT 1 FROM t WHERE {c}", read="sqlite"))
+    >>> [chains_comparisons(sqlglot.parse_one(f"SELECT 1 FROM t WHERE {c}", read="sqlite"))
     ...  for c in ("x = a IN (1)", "'p' = NOT b", "(a IN (1)) = x", "NOT a = 1 AND b LIKE 'x'")]
     [True, True, False, False]
     """

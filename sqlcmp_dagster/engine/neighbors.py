@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.equivalence import proven_equivalent
+from sqlcmp_dagster.engine.equivalence import chains_comparisons, proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
@@ -288,7 +288,9 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     started = time.monotonic()
     config = validation.request.config
     reason = _not_run_reason(validation, index, result, database)
-    if reason is None and config.neighbor_skip_proven and structure.normalized_sql_match:
+    sides = (validation.actual, validation.expected[index])
+    if reason is None and config.neighbor_skip_proven and structure.normalized_sql_match \
+            and not any(chains_comparisons(side.tree(validation.dialect)) for side in sides):
         return {**_outcome(False, PROVEN_BY_STRUCTURE, started), "robust_by_structure": True}
     if reason is None and budget_ms is None:
         reason = f"case_timeout_ms={config.case_budget_ms()} was spent before the neighbor search"
