@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
 import time
 import uuid
@@ -15,7 +16,9 @@ from typing import Any
 import pytest
 
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.neighbor_scratch import read_schema
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 
@@ -117,6 +120,27 @@ def serve() -> Iterator[Callable[[Callable[[int], tuple[int, Any, float]]], Chat
     for server in servers:
         server.httpd.shutdown()
         server.httpd.server_close()
+
+
+def sqlite_file(path: Path, script: str) -> Path:
+    """A SQLite database file at ``path`` built by ``script`` (statements separated by semicolons)."""
+    connection = sqlite3.connect(path)
+    connection.executescript(script)
+    connection.commit()
+    connection.close()
+    return path
+
+
+def plain_tables_of(path: Path) -> dict[str, frozenset[str]] | None:
+    """The base tables the equivalence proof resolves names against on the SQLite file at ``path``, read as the
+    neighbor search reads them (:meth:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`)."""
+    database = ExecutionAdapter(str(path))
+    try:
+        schema = read_schema(database, 40, 10_000)
+    finally:
+        database.close()
+    assert not isinstance(schema, str), schema
+    return schema.plain_tables()
 
 
 def service(variable: str) -> str:

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import plain_tables_of, sqlite_file
 from sqlcmp_dagster.cli import main
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine import equivalence
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
@@ -258,7 +259,8 @@ UNSOUND_WITHOUT_LIMITS = [
     ("CREATE TABLE t (id INTEGER, b TEXT)", "INSERT INTO t VALUES (1, NULL)", "INSERT INTO t VALUES (1, 'q')",
      "SELECT id FROM t WHERE 'p' = NOT b", "SELECT id FROM t WHERE b NOT IN ('p')"),
     ("CREATE TABLE t (id INTEGER, a INTEGER, x INTEGER)", "INSERT INTO t VALUES (1, 1, 1)",
-     "INSERT INTO t VALUES (1, 2, 2)", "SELECT id FROM t WHERE NOT a = 1 = x", "SELECT id FROM t WHERE x = a NOT IN (1)"),
+     "INSERT INTO t VALUES (1, 2, 2)", "SELECT id FROM t WHERE NOT a = 1 = x",
+     "SELECT id FROM t WHERE x = a NOT IN (1)"),
 ]
 
 
@@ -274,18 +276,7 @@ def test_queries_a_rule_would_wrongly_prove_are_not_proven(tmp_path: Path, schem
         results.append([connection.execute(sql).fetchall() for sql in (expected, actual)])
         connection.close()
     assert results[0][0] == results[0][1] and results[1][0] != results[1][1]
-    path = tmp_path / "db.sqlite"
-    connection = sqlite3.connect(path)
-    connection.executescript(f"{schema}; {agree}")
-    connection.commit()
-    connection.close()
-    database = ExecutionAdapter(str(path))
-    try:
-        read = read_schema(database, 40, 5_000)
-    finally:
-        database.close()
-    assert not isinstance(read, str)
-    tables = read.plain_tables()
+    tables = plain_tables_of(sqlite_file(tmp_path / "db.sqlite", f"{schema}; {agree}"))
     trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
     assert trees[0] is not None and trees[1] is not None
     assert tables is None or not proven_equivalent(trees[0], trees[1], "sqlite", tables,
@@ -296,12 +287,8 @@ def test_equal_canonical_text_of_chained_comparisons_is_no_proof(tmp_path: Path)
     """SQLite reads ``x = NOT a`` as x = (NOT a) and ``NOT a = x`` as NOT (a = x); sqlglot prints both as
     ``not a = x``. Equal on a database where a = x = 1, so a pass, but not proven: the search runs, and finds
     the neighbor that tells them apart."""
-    path = tmp_path / "db.sqlite"
-    connection = sqlite3.connect(path)
-    connection.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, x INTEGER);"
-                             "INSERT INTO t VALUES (1, 1, 1), (2, 1, 1);")
-    connection.commit()
-    connection.close()
+    path = sqlite_file(tmp_path / "db.sqlite", "CREATE TABLE t (id INTEGER PRIMARY KEY, a INTEGER, x INTEGER);"
+                                               "INSERT INTO t VALUES (1, 1, 1), (2, 1, 1);")
     report = compare(path, "SELECT id FROM t WHERE NOT a = x", "SELECT id FROM t WHERE x = NOT a", neighbor_count=17)
     found = search(report)
     assert report.deterministic_verdict == "pass" and report.metrics["structure"]["normalized_sql_match"]
@@ -311,12 +298,8 @@ def test_equal_canonical_text_of_chained_comparisons_is_no_proof(tmp_path: Path)
 def test_a_table_whose_name_starts_with_sqlite_is_searched(tmp_path: Path) -> None:
     """Only SQLite's own tables (``sqlite_`` and then anything) are left out of the schema: the underscore is
     matched literally, so a user's table called ``sqlitex`` is read, and a pass by accident on it is found."""
-    path = tmp_path / "db.sqlite"
-    connection = sqlite3.connect(path)
-    connection.executescript("CREATE TABLE sqlitex (id INTEGER PRIMARY KEY, salary INTEGER);"
-                             "INSERT INTO sqlitex VALUES (1, 40), (2, 60);")
-    connection.commit()
-    connection.close()
+    path = sqlite_file(tmp_path / "db.sqlite", "CREATE TABLE sqlitex (id INTEGER PRIMARY KEY, salary INTEGER);"
+                                               "INSERT INTO sqlitex VALUES (1, 40), (2, 60);")
     report = compare(path, "SELECT id FROM sqlitex WHERE salary > 50", "SELECT id FROM sqlitex WHERE salary >= 50")
     found = search(report)
     assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["counterexample_found"]

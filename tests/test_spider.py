@@ -16,14 +16,13 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from conftest import plain_tables_of
 from sqlcmp_dagster.cases.spider_exec import REASONS
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbor_scratch import read_schema
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -103,23 +102,13 @@ def test_passes_proven_by_the_rewrites_never_have_a_counterexample(spider_suites
     the rewrites prove equal (where the canonical trees alone do not) passes, and the neighbor search, forced,
     finds no database that tells the queries apart."""
     cases = load_suite(spider_suites["supersql"]).cases
-    tables: dict[str, dict[str, frozenset[str]]] = {}
-    for db in {c.db for c in cases}:
-        database = ExecutionAdapter(str(spider_suites["db_dir"] / db / f"{db}.sqlite"))
-        try:
-            schema = read_schema(database, 40, 10_000)
-        finally:
-            database.close()
-        assert not isinstance(schema, str)
-        plain = schema.plain_tables()
-        assert plain is not None
-        tables[db] = plain
+    tables = {db: plain_tables_of(spider_suites["db_dir"] / db / f"{db}.sqlite") for db in {c.db for c in cases}}
     proven = []
     for case in cases:
         gold = [case.expected_sql] if isinstance(case.expected_sql, str) else case.expected_sql
         actual, expected = parse(case.actual_sql, "sqlite"), parse(gold[0], "sqlite")
         if actual.tree is not None and expected.tree is not None and actual.normalized_sql != expected.normalized_sql \
-                and len(gold) == 1 and proven_equivalent(actual.tree, expected.tree, "sqlite", tables[case.db],
+                and len(gold) == 1 and proven_equivalent(actual.tree, expected.tree, "sqlite", tables[case.db] or {},
                                       deadline=time.monotonic() + 10):
             proven.append(case.model_copy(update={"config": case.config.model_copy(
                 update={"neighbor_skip_proven": False})}))

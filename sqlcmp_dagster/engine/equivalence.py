@@ -62,9 +62,9 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
     column names, :meth:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
-    only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`). The rewrites and the re-ordering of
-    operands look at ``deadline`` (a ``time.monotonic()`` instant) as they go: past it, the answer is False
-    (the search decides instead).
+    only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`).
+    The rewrites and the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they
+    go: past it, the answer is False (the search decides instead).
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
