@@ -36,8 +36,10 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
+from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _canonical_text, _tick, clocked_rewrites, sort_commutative
+from sqlcmp_dagster.engine.parsing import RewriteCut, _canonical_text, _tick, clocked_rewrites, dialect_of, \
+    sort_commutative
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -48,6 +50,9 @@ MAX_COPIED_NODES = 10_000
 #: LIKE, GLOB and BETWEEN one level, left to right, and NOT a lower one; sqlglot binds = looser than the rest).
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.Like, exp.ILike, exp.Glob, exp.In,
                 exp.Between, exp.NullSafeEQ, exp.NullSafeNEQ)
+#: Tokens that end an operand: a ``+`` after one of them is binary.
+_OPERAND_ENDS = frozenset({TokenType.VAR, TokenType.IDENTIFIER, TokenType.NUMBER, TokenType.STRING,
+                           TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.NULL, TokenType.TRUE, TokenType.FALSE})
 #: Where an IN (or a NOT IN, through its NOTs) is a whole condition, so that its rewrite as ORs cannot change what
 #: binds to what.
 _CONDITION_PARENTS = (exp.Where, exp.Having, exp.And, exp.Or, exp.Paren)
@@ -109,6 +114,42 @@ def reads_base_tables_only(tree: exp.Expression, tables: Mapping[str, frozenset[
                 or table.name.lower() not in tables:
             return False
     return True
+
+
+def provable(sql: str, tree: exp.Expression, dialect: str) -> bool:
+    """Whether a proof may rest on ``tree``, the canonical tree of ``sql``, at all (equal canonical trees
+    included): sqlglot's tree must hold all that SQLite reads in the text. It does not when comparisons chain
+    without parentheses (:func:`chains_comparisons`), when a COLLATE takes part (SQLite gives the left
+    operand's collation precedence, and the canonical form orders ``=`` operands by their text), or when the text
+    has a unary plus (:func:`unary_plus`).
+
+    >>> import sqlglot
+    >>> [provable(sql, sqlglot.parse_one(sql, read="sqlite"), "sqlite") for sql in (
+    ...     "SELECT a FROM t WHERE a = 1", "SELECT a FROM t WHERE +a = '1'",
+    ...     "SELECT a FROM t WHERE a = b COLLATE nocase")]
+    [True, False, False]
+    """
+    return not chains_comparisons(tree) and tree.find(exp.Collate) is None and not unary_plus(sql, dialect)
+
+
+def unary_plus(sql: str, dialect: str) -> bool:
+    """Whether ``sql`` has a unary ``+`` (``+a = '1'``). sqlglot drops it from the tree, but in SQLite it strips
+    the operand's affinity, which decides how ``=`` compares a number with text. A ``+`` counts as unary unless
+    the token before it ends an operand; text that cannot be tokenized counts as having one.
+
+    >>> unary_plus("SELECT a + 1, -b FROM t WHERE x = +1", "sqlite"), unary_plus("SELECT a + 1 FROM t", "sqlite")
+    (True, False)
+    """
+    try:
+        tokens = dialect_of(dialect).tokenize(sql)
+    except SqlglotError:
+        return True
+    previous = None
+    for token in tokens:
+        if token.token_type == TokenType.PLUS and previous not in _OPERAND_ENDS:
+            return True
+        previous = token.token_type
+    return False
 
 
 def chains_comparisons(tree: exp.Expression) -> bool:

@@ -13,6 +13,7 @@ connections opened once for the search rather than once per neighbor and per que
 from __future__ import annotations
 
 import functools
+import re
 import sqlite3
 import threading
 import time
@@ -30,6 +31,8 @@ Rows = dict[str, list[tuple[Any, ...]]]
 #: Declared-type fragments that give a SQLite column numeric affinity (INTEGER, REAL or NUMERIC), which also
 #: name DuckDB's numeric types (INTEGER, BIGINT, DOUBLE, DECIMAL(p,s), ...).
 _NUMERIC_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")
+#: A collation named in a table's DDL (:attr:`Schema.collates`).
+_COLLATE = re.compile(r"\bCOLLATE\b", re.IGNORECASE)
 #: Engines whose neighbors can be built in memory here.
 SCRATCH_DIALECTS = ("sqlite", "duckdb")
 _CACHE: dict[tuple[str, str, int], Schema] = {}
@@ -85,6 +88,12 @@ class Schema:
     # Two tables' names fold to one key of ``tables`` (Python's lower() folds more than SQLite's ASCII folding:
     # "Ä" and "ä" are two tables there), so one of them is missing from ``tables``.
     names_collide: bool = False
+
+    @property
+    def collates(self) -> bool:
+        """Whether a table's DDL names a collation (a column's collation decides how ``=`` compares it, with the
+        left operand's taking precedence): no proof of equal queries rests on operand order then."""
+        return any(_COLLATE.search(table.ddl) for table in self.tables.values())
 
     def plain_tables(self) -> dict[str, frozenset[str]] | None:
         """Lower-case name -> lower-case column names of the tables whose columns are exactly the declared ones

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.equivalence import chains_comparisons, proven_equivalent
+from sqlcmp_dagster.engine.equivalence import proven_equivalent, provable
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
@@ -288,10 +288,6 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     started = time.monotonic()
     config = validation.request.config
     reason = _not_run_reason(validation, index, result, database)
-    sides = (validation.actual, validation.expected[index])
-    if reason is None and config.neighbor_skip_proven and structure.normalized_sql_match \
-            and not any(chains_comparisons(side.tree(validation.dialect)) for side in sides):
-        return {**_outcome(False, PROVEN_BY_STRUCTURE, started), "robust_by_structure": True}
     if reason is None and budget_ms is None:
         reason = f"case_timeout_ms={config.case_budget_ms()} was spent before the neighbor search"
     if reason is not None:
@@ -307,12 +303,9 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     schema = read_schema(database, config.neighbor_sample_rows, min(config.query_timeout_ms, cap, budget_ms))
     if isinstance(schema, str):
         return _outcome(False, schema, started)
-    dialect = validation.dialect
-    plain = schema.plain_tables()
-    if config.neighbor_skip_proven and plain is not None and proven_equivalent(
-            validation.actual.tree(dialect), validation.expected[index].tree(dialect), dialect, plain,
-            deadline=deadline):
-        return {**_outcome(False, PROVEN_BY_REWRITES, started), "robust_by_structure": True}
+    proof = _proof(validation, index, structure, schema, deadline) if config.neighbor_skip_proven else None
+    if proof is not None:
+        return {**_outcome(False, proof, started), "robust_by_structure": True}
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
     found = hints((t for t in trees if t is not None), schema)
     tables = schema.scope(found.tables)
@@ -386,6 +379,24 @@ def _keyed_uncut(tree: exp.Expression) -> tuple[exp.Expression, int] | None:
 
 def _sorted(relation: Relation) -> Any:
     return relation.frame.sort(relation.frame.columns, nulls_last=True) if relation.width else relation.frame
+
+
+def _proof(validation: Validation, index: int, structure: StructuralComparison, schema: Schema,
+           deadline: float) -> str | None:
+    """Why the pass needs no search (:data:`PROVEN_BY_STRUCTURE`, :data:`PROVEN_BY_REWRITES`), or None. No proof
+    rests on a tree that misses what SQLite reads in the text (:func:`provable`), nor on operand order where the
+    schema names a collation."""
+    dialect = validation.dialect
+    sides = (validation.actual, validation.expected[index])
+    if schema.collates or not all(provable(side.sql, side.tree(dialect), dialect) for side in sides):
+        return None
+    if structure.normalized_sql_match:
+        return PROVEN_BY_STRUCTURE
+    plain = schema.plain_tables()
+    if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
+                                               deadline=deadline):
+        return PROVEN_BY_REWRITES
+    return None
 
 
 def _not_run_reason(validation: Validation, index: int, result: ResultComparison,
