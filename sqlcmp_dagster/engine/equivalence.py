@@ -120,8 +120,8 @@ def provable(sql: str, tree: exp.Expression, dialect: str) -> bool:
     """Whether a proof may rest on ``tree``, the canonical tree of ``sql``, at all (equal canonical trees
     included): sqlglot's tree must hold all that SQLite reads in the text. It does not when comparisons chain
     without parentheses (:func:`chains_comparisons`), when a COLLATE takes part (SQLite gives the left
-    operand's collation precedence, and the canonical form orders ``=`` operands by their text), or when the text
-    has a unary plus (:func:`unary_plus`).
+    operand's collation precedence, and the canonical form orders ``=`` operands by their text), when the text
+    has a unary plus (:func:`unary_plus`), or when a quoted name may read a derived column (:func:`derived_name`).
 
     >>> import sqlglot
     >>> [provable(sql, sqlglot.parse_one(sql, read="sqlite"), "sqlite") for sql in (
@@ -129,7 +129,25 @@ def provable(sql: str, tree: exp.Expression, dialect: str) -> bool:
     ...     "SELECT a FROM t WHERE a = b COLLATE nocase")]
     [True, False, False]
     """
-    return not chains_comparisons(tree) and tree.find(exp.Collate) is None and not unary_plus(sql, dialect)
+    return not chains_comparisons(tree) and tree.find(exp.Collate) is None and not unary_plus(sql, dialect) \
+        and not derived_name(tree)
+
+
+def derived_name(tree: exp.Expression) -> bool:
+    """Whether a quoted name may read a column of a derived table (a subquery, CTE or VALUES as a source). SQLite
+    names such a column, when it has no alias, by its expression's text as written (``"a+b"``), which the
+    canonical form does not keep: ``(SELECT a+b ...)`` and ``(SELECT a + b ...)`` print alike.
+
+    >>> import sqlglot
+    >>> [derived_name(sqlglot.parse_one(sql, read="sqlite")) for sql in (
+    ...     'SELECT count(*) FROM (SELECT a+b FROM t) WHERE "a+b" > 5', 'SELECT "a" FROM t',
+    ...     "SELECT x FROM (SELECT a AS x FROM t)")]
+    [True, False, False]
+    """
+    quoted = any(isinstance(column.this, exp.Identifier) and column.this.args.get("quoted")
+                 for column in tree.find_all(exp.Column))
+    return quoted and (tree.find(exp.CTE, exp.Values) is not None
+                       or any(not isinstance(node.this, exp.Table) for node in tree.find_all(exp.From, exp.Join)))
 
 
 def unary_plus(sql: str, dialect: str) -> bool:
