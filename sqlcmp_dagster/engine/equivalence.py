@@ -134,20 +134,39 @@ def provable(sql: str, tree: exp.Expression, dialect: str) -> bool:
 
 
 def derived_name(tree: exp.Expression) -> bool:
-    """Whether a quoted name may read a column of a derived table (a subquery, CTE or VALUES as a source). SQLite
-    names such a column, when it has no alias, by its expression's text as written (``"a+b"``), which the
-    canonical form does not keep: ``(SELECT a+b ...)`` and ``(SELECT a + b ...)`` print alike.
+    """Whether a quoted name may read a column of a derived table: a subquery, CTE or VALUES as a source of the
+    SELECT the name is in, or of one around it (a correlated name reads the outer sources; a SELECT that is itself
+    a source does not see the sources beside it). SQLite names such a
+    column, when it has no alias, by its expression's text as written (``"a+b"``), which the canonical form does
+    not keep: ``(SELECT a+b ...)`` and ``(SELECT a + b ...)`` print alike.
 
     >>> import sqlglot
     >>> [derived_name(sqlglot.parse_one(sql, read="sqlite")) for sql in (
     ...     'SELECT count(*) FROM (SELECT a+b FROM t) WHERE "a+b" > 5', 'SELECT "a" FROM t',
-    ...     "SELECT x FROM (SELECT a AS x FROM t)")]
-    [True, False, False]
+    ...     "SELECT x FROM (SELECT a AS x FROM t)", 'SELECT count(*) FROM (SELECT a FROM t WHERE b = "x")')]
+    [True, False, False, False]
     """
-    quoted = any(isinstance(column.this, exp.Identifier) and column.this.args.get("quoted")
-                 for column in tree.find_all(exp.Column))
-    return quoted and (tree.find(exp.CTE, exp.Values) is not None
-                       or any(not isinstance(node.this, exp.Table) for node in tree.find_all(exp.From, exp.Join)))
+    ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
+
+    def reads_derived(select: exp.Select) -> bool:
+        sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
+        return any(not isinstance(s.this, exp.Table) or s.this.name.lower() in ctes for s in sources if s is not None)
+
+    for column in tree.find_all(exp.Column):
+        if not (isinstance(column.this, exp.Identifier) and column.this.args.get("quoted")):
+            continue
+        scope = column.find_ancestor(exp.Select)
+        sees_sources = True
+        while scope is not None:
+            if sees_sources and reads_derived(scope):
+                return True
+            outer = scope.find_ancestor(exp.Select)
+            step: exp.Expression = scope
+            while outer is not None and step.parent is not outer:
+                step = step.parent  # type: ignore[assignment]
+            sees_sources = outer is None or step.arg_key not in ("from_", "joins")
+            scope = outer
+    return False
 
 
 def unary_plus(sql: str, dialect: str) -> bool:
