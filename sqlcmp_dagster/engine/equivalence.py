@@ -179,7 +179,7 @@ def unary_plus(sql: str, dialect: str) -> bool:
     """
     try:
         tokens = dialect_of(dialect).tokenize(sql)
-    except SqlglotError:
+    except (SqlglotError, RecursionError, ValueError, TypeError):  # what the parse catches of sqlglot's limits
         return True
     previous = None
     for token in tokens:
