@@ -26,11 +26,11 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 import polars as pl
@@ -112,9 +112,9 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         return chosen if chosen.height == len(keys) else None
 
 
-def _in_order(frame: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+def _in_order(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
     """The rows of ``frame`` whose case is one of ``keys``, in the order of ``keys``."""
-    if frame["case_id"].to_list() == keys:
+    if frame["case_id"].to_list() == list(keys):
         return frame
     order = pl.DataFrame({"case_id": keys, "_order": range(len(keys))})
     return frame.join(order, on="case_id").sort("_order").drop("_order")
@@ -189,10 +189,11 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
     """Make each case's rows be in exactly one object of ``folder``, whose objects of steps' cases are
     ``batches`` (oldest first) and the one just written, ``newest``, holding ``newest_cases``: going from the
     newest, an object loses the cases a newer one holds (rewritten without them, or removed when nothing is
-    left), and a case's own object goes when an object of steps holds the case. This also repairs what a write that stopped between its two writes left. Past
-    :data:`_MAX_BATCHES` objects, those with the newest object's columns and types are merged into one (written
-    first, then the others removed; objects an earlier version wrote with other columns keep them until their
-    cases are stored again, rather than have their types unified with the newest)."""
+    left), and a case's own object goes when an object of steps holds the case. This also repairs what a write
+    that stopped between its two writes left. Past :data:`_MAX_BATCHES` objects, those with the newest object's
+    columns and types are merged into one (written first, then the others removed; objects an earlier version
+    wrote with other columns keep them until their cases are stored again, rather than have their types unified
+    with the newest)."""
     seen = set(newest_cases)
     kept = [newest]
     for path in reversed(batches):
@@ -209,8 +210,8 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
         seen |= held
     own = {p.name: p for p in folder.glob("*.parquet") if not p.name.startswith(_BATCH)}
     for case in seen if own else ():
-        if (path := own.get(f"{_file_name(case)}.parquet")) is not None:
-            path.unlink()
+        if (own_object := own.get(f"{_file_name(case)}.parquet")) is not None:
+            own_object.unlink()
     if len(kept) > _MAX_BATCHES:
         schema = _schema(newest)
         alike = [path for path in reversed(kept) if _schema(path) == schema]
@@ -227,29 +228,27 @@ def _put(path: Path, frame: pl.DataFrame) -> None:
 
 
 def _case_ids(path: Path) -> set[str]:
-    try:
-        return set(pl.read_parquet(path, columns=["case_id"])["case_id"].to_list())
-    except pl.exceptions.PolarsError as error:
-        raise _unreadable(path, error) from error
+    return set(_readable(path, lambda p: pl.read_parquet(p, columns=["case_id"]))["case_id"].to_list())
 
 
-def _schema(path: Path) -> pl.Schema:
-    try:
-        return pl.read_parquet_schema(path)
-    except pl.exceptions.PolarsError as error:
-        raise _unreadable(path, error) from error
+def _schema(path: Path) -> dict[str, pl.DataType]:
+    return _readable(path, pl.read_parquet_schema)
 
 
 def _read(path: Path) -> pl.DataFrame:
+    return _readable(path, pl.read_parquet)
+
+
+_Read = TypeVar("_Read")
+
+
+def _readable(path: Path, read: Callable[[Path], _Read]) -> _Read:
+    """``read(path)``, or an error that names the object and says what to do when it is no readable Parquet."""
     try:
-        return pl.read_parquet(path)
+        return read(path)
     except pl.exceptions.PolarsError as error:
-        raise _unreadable(path, error) from error
-
-
-def _unreadable(path: Path, error: Exception) -> ValueError:
-    return ValueError(f"{path}: not a readable Parquet object of the case store ({error}); restore it, or "
-                      "remove it and materialize again the cases it held")
+        raise ValueError(f"{path}: not a readable Parquet object of the case store ({error}); restore it, or "
+                         "remove it and materialize again the cases it held") from error
 
 
 @contextmanager
