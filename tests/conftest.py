@@ -133,14 +133,14 @@ def sqlite_file(path: Path, script: str) -> Path:
 
 def plain_tables_of(path: Path) -> dict[str, frozenset[str]] | None:
     """The base tables the equivalence proof resolves names against on the SQLite file at ``path``, read as the
-    neighbor search reads them (:meth:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`)."""
+    neighbor search reads them (:attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`)."""
     database = ExecutionAdapter(str(path))
     try:
         schema = read_schema(database, 40, 10_000)
     finally:
         database.close()
     assert not isinstance(schema, str), schema
-    return schema.plain_tables()
+    return schema.plain_tables
 
 
 def service(variable: str) -> str:

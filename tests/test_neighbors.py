@@ -217,7 +217,7 @@ def test_the_rewrites_never_prove_queries_that_differ(expected: str, actual: str
     assert not proven_equivalent(trees[0], trees[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 10)
 
 
-#: The company database's tables as :func:`~sqlcmp_dagster.engine.equivalence.plain_tables` gives them.
+#: The company database's tables as :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables` gives them.
 COMPANY_TABLES = {"dept": frozenset({"id", "name"}), "emp": frozenset({"id", "name", "salary", "bonus", "dept_id"})}
 
 

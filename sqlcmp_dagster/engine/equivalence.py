@@ -66,7 +66,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
                       tables: Mapping[str, frozenset[str]], *, deadline: float) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
-    column names, :meth:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
+    column names, :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
     only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`).
     The rewrites and the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they
     go: past it, the answer is False (the search decides instead).
@@ -254,9 +254,9 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Express
 def in_lists(tree: exp.Expression) -> exp.Expression:
     """``tree`` with each ``x IN (v1, v2, ...)`` of a column ``x`` (evaluated once either way) whose values are
     all literals, and which is a whole condition (under WHERE, HAVING, AND, OR or parentheses, through any NOT),
-    written as ``x = v1 OR x = v2 ...``, in place
-    (parenthesized unless it is a whole WHERE or HAVING condition). SQLite defines the list form as that
-    disjunction, with values that carry no affinity; literals carry none either. Elsewhere (``x = a IN (1)``)
+    written as ``x = v1 OR x = v2 ...``, in place (parenthesized unless it is a whole WHERE or HAVING
+    condition). SQLite defines the list form as that disjunction, with values that carry no affinity; literals
+    carry none either. Elsewhere (``x = a IN (1)``)
     sqlglot's precedence for IN is not SQLite's, and the IN is left as it is. Raises :class:`_NotProven` past
     :data:`MAX_COPIED_NODES` copied nodes.
 

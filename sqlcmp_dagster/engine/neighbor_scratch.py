@@ -89,12 +89,15 @@ class Schema:
     # "Ä" and "ä" are two tables there), so one of them is missing from ``tables``.
     names_collide: bool = False
 
-    @property
+    # The two properties below read only ``tables`` and ``names_collide``, fixed once the schema is read: each is
+    # computed once per cached schema rather than once per case that the neighbor search looks at.
+    @functools.cached_property
     def collates(self) -> bool:
         """Whether a table's DDL names a collation (a column's collation decides how ``=`` compares it, with the
         left operand's taking precedence): no proof of equal queries rests on operand order then."""
         return any(_COLLATE.search(table.ddl) for table in self.tables.values())
 
+    @functools.cached_property
     def plain_tables(self) -> dict[str, frozenset[str]] | None:
         """Lower-case name -> lower-case column names of the tables whose columns are exactly the declared ones
         (:attr:`Table.declared_only`), what :func:`~sqlcmp_dagster.engine.equivalence.proven_equivalent` resolves

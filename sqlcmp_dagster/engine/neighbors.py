@@ -392,7 +392,7 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
         return None
     if structure.normalized_sql_match:
         return PROVEN_BY_STRUCTURE
-    plain = schema.plain_tables()
+    plain = schema.plain_tables
     if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
                                                deadline=deadline):
         return PROVEN_BY_REWRITES
