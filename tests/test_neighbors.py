@@ -17,8 +17,8 @@ import pytest
 from conftest import plain_tables_of, sqlite_file
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import equivalence
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
 from sqlcmp_dagster.engine.neighbors import PROVEN_BY_REWRITES, neighborhood_of
@@ -195,6 +195,14 @@ def test_a_pass_equal_after_meaning_preserving_rewrites_is_robust_without_a_sear
     assert forced["neighbor_search_ran"] and not forced["counterexample_found"]
 
 
+@pytest.fixture(scope="module")
+def company_tables(company: Path) -> dict[str, frozenset[str]]:
+    """The company database's tables as the neighbor search gives them to the proof."""
+    tables = plain_tables_of(company)
+    assert tables is not None
+    return tables
+
+
 @pytest.mark.parametrize(("expected", "actual"), [
     # "name" is a column: the first compares name with itself, true on every row with a name.
     ("SELECT id FROM emp WHERE name = name", "SELECT id FROM emp WHERE name = \"name\""),
@@ -209,16 +217,15 @@ def test_a_pass_equal_after_meaning_preserving_rewrites_is_robust_without_a_sear
     # A listed column carries no affinity in an IN list (SQLite): name = salary compares numbers, this text.
     ("SELECT id FROM emp WHERE name IN (salary)", "SELECT id FROM emp WHERE name = salary"),
 ])
-def test_the_rewrites_never_prove_queries_that_differ(expected: str, actual: str) -> None:
+def test_the_rewrites_never_prove_queries_that_differ(company_tables: dict[str, frozenset[str]], expected: str,
+                                                      actual: str) -> None:
     """A double-quoted name that resolves (a column, the query's own alias, a CTE column, the row id) stays a
     name, and only literal IN lists become ORs: none of these pairs is proven equal."""
     trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
     assert trees[0] is not None and trees[1] is not None
-    assert not proven_equivalent(trees[0], trees[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 10)
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", company_tables, deadline=time.monotonic() + 10)
 
 
-#: The company database's tables as :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables` gives them.
-COMPANY_TABLES = {"dept": frozenset({"id", "name"}), "emp": frozenset({"id", "name", "salary", "bonus", "dept_id"})}
 
 
 #: Pairs each rule would prove without its limits, with a database where they agree and one where they differ
@@ -320,7 +327,8 @@ def test_a_table_whose_name_starts_with_sqlite_is_searched(tmp_path: Path) -> No
     assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["counterexample_found"]
 
 
-def test_in_lists_are_rewritten_only_within_the_copy_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_in_lists_are_rewritten_only_within_the_copy_bound(company_tables: dict[str, frozenset[str]],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """200 listed values copy the left side 200 times: proven under the default bound, not proven (the search
     decides) under a bound of 100 copied nodes."""
     values = range(1, 201)
@@ -328,19 +336,20 @@ def test_in_lists_are_rewritten_only_within_the_copy_bound(monkeypatch: pytest.M
         f"SELECT name FROM emp WHERE salary IN ({', '.join(map(str, values))})",
         "SELECT name FROM emp WHERE " + " OR ".join(f"salary = {v}" for v in values))]
     assert pair[0] is not None and pair[1] is not None
-    assert proven_equivalent(pair[0], pair[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 60)
+    assert proven_equivalent(pair[0], pair[1], "sqlite", company_tables, deadline=time.monotonic() + 60)
     monkeypatch.setattr(equivalence, "MAX_COPIED_NODES", 100)
-    assert not proven_equivalent(pair[0], pair[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 60)
+    assert not proven_equivalent(pair[0], pair[1], "sqlite", company_tables, deadline=time.monotonic() + 60)
 
 
-def test_a_hostile_in_list_is_not_proven_rather_than_rewritten_at_length() -> None:
+def test_a_hostile_in_list_is_not_proven_rather_than_rewritten_at_length(
+        company_tables: dict[str, frozenset[str]]) -> None:
     """Each listed value gets a copy of the IN's left side: a long list under a large left side would take
     minutes and gigabytes, so past MAX_COPIED_NODES the pair is simply not proven (the search decides)."""
     values = ", ".join(str(i) for i in range(1, 1500))
     hostile = f"SELECT name FROM emp WHERE (SELECT count(*) FROM emp WHERE salary NOT IN ({values})) IN ({values})"
     trees = [parse(sql, "sqlite").tree for sql in ("SELECT name FROM emp", hostile)]
     assert trees[0] is not None and trees[1] is not None
-    assert not proven_equivalent(trees[0], trees[1], "sqlite", COMPANY_TABLES, deadline=time.monotonic() + 600)
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", company_tables, deadline=time.monotonic() + 600)
 
 
 def test_an_alias_named_like_a_string_still_gets_its_counterexample(company: Path) -> None:
