@@ -15,22 +15,20 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-from pydantic import ValidationError
-
-from sqlcmp_dagster.cases.suite import load_suite
-from sqlcmp_dagster.engine.atomic import atomic_path
-from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.workers import start_server
-from sqlcmp_dagster.progress import Progress
 
 if TYPE_CHECKING:
+    from pydantic import ValidationError
+
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
     from sqlcmp_dagster.engine.judge import JudgeConfig
+    from sqlcmp_dagster.engine.models import CompareRequest, Report
     from sqlcmp_dagster.engine.pipeline import Evaluator
 
-# The engine (polars, sqlglot, SQLAlchemy: about 0.4 s) is imported inside the commands that use it, so that
-# ``evaluate --workers N`` starts its worker processes' server before paying for it (see main).
+# Only the standard library is imported before main parses the command line. The engine (polars, sqlglot,
+# SQLAlchemy: about 0.4 s), and even its models and pydantic (about 0.2 s), are imported inside the commands that
+# use them, so that ``evaluate --workers N`` starts its worker processes' server first thing (see main): the
+# workers wait for that server to import the engine, not for this process.
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INVALID = 0, 1, 2, 3
 EXIT_CODES = """exit status:
@@ -205,6 +203,8 @@ def _config_options(parser: argparse.ArgumentParser) -> None:
 
 def _judge(args: argparse.Namespace) -> JudgeConfig | None:
     """The judge configuration from --judge-config and the --judge-* flags, or None when no judge is asked."""
+    from pydantic import ValidationError
+
     from sqlcmp_dagster.engine.judge import JudgeConfig
 
     options: dict[str, Any] = _options_file(args.judge_config, "--judge-config") if args.judge_config else {}
@@ -222,6 +222,10 @@ def _judge(args: argparse.Namespace) -> JudgeConfig | None:
 
 def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """Options from --config, then the flags on top; validated here so a bad value names its option."""
+    from pydantic import ValidationError
+
+    from sqlcmp_dagster.engine.models import EvalConfig
+
     options: dict[str, Any] = _options_file(args.config, "--config") if args.config is not None else {}
     flags = {"comparison_mode": args.mode, "numeric_abs_tolerance": args.atol,
              "numeric_rel_tolerance": args.rtol, "query_timeout_ms": args.timeout_ms,
@@ -237,6 +241,8 @@ def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _options_file(path: Path, flag: str) -> dict[str, Any]:
+    import yaml
+
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as error:
@@ -249,6 +255,9 @@ def _options_file(path: Path, flag: str) -> dict[str, Any]:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
     from sqlcmp_dagster.engine.pipeline import compare
     from sqlcmp_dagster.engine.report import render_text
 
@@ -273,6 +282,7 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _evaluate(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.cases.suite import load_suite
     from sqlcmp_dagster.engine.pipeline import Evaluator
     from sqlcmp_dagster.engine.summary import render_summary, summarize
 
@@ -433,6 +443,7 @@ def _spider_ex(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from sqlcmp_dagster.cases.spider_exec import compare_with_official, render_markdown
+    from sqlcmp_dagster.cases.suite import load_suite
 
     for path, flag in ((args.suite, "suite"), (args.reports, "--reports")):
         if not path.is_file():
@@ -481,6 +492,8 @@ def _demo(args: argparse.Namespace) -> int:
     if not instance_config.exists():
         # a throwaway local instance: no telemetry (and no banner asking about it), and an event log that
         # writes a step's per-case events in one transaction (sqlcmp_dagster.event_log)
+        import yaml
+
         instance_config.write_text(yaml.safe_dump({"telemetry": {"enabled": False},
                                                    **local_instance(str(home / "history" / "runs"))}),
                                    encoding="utf-8")
@@ -532,17 +545,36 @@ def _export_reports(folder: Path, out: Path) -> None:
 
 def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int, *,
                quiet: bool = False) -> list[Report]:
-    """Evaluate ``cases`` and write their reports to ``out`` atomically (a partial file never replaces it)."""
+    """Evaluate ``cases`` and write their reports to ``out`` atomically (a partial file never replaces it).
+
+    Each report's line is made as its case finishes: with ``--workers N`` this process does it while the workers
+    run the other cases, instead of after the last one. A report the judge then replaces (a new object) gets its
+    line made again."""
+    from sqlcmp_dagster.engine.atomic import atomic_path
+    from sqlcmp_dagster.progress import Progress
+
     progress = Progress(len(cases), sys.stderr, quiet=quiet)
+    lines: dict[int, tuple[Report, str]] = {}  # by id(report), with the report held so that no id is reused
+
+    def finished(report: Report) -> None:
+        lines[id(report)] = (report, _line(report))
+        progress.advance(report.case_id)
+
     try:
-        reports = evaluator.evaluate_all(cases, workers=workers, progress=lambda r: progress.advance(r.case_id))
+        reports = evaluator.evaluate_all(cases, workers=workers, progress=finished)
     finally:
         evaluator.close()
         progress.close()
     with atomic_path(out) as partial, partial.open("w", encoding="utf-8") as handle:
         for report in reports:
-            handle.write(json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n")
+            made = lines.get(id(report))
+            handle.write(made[1] if made is not None and made[0] is report else _line(report))
     return reports
+
+
+def _line(report: Report) -> str:
+    """``report`` as one line of a reports file."""
+    return json.dumps(report.model_dump(mode="json"), ensure_ascii=False) + "\n"
 
 
 def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
