@@ -69,7 +69,8 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     column names, :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
     only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`).
     The rewrites and the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they
-    go: past it, the answer is False (the search decides instead).
+    go: past it, the answer is False (the search decides instead). When no rewrite changes either tree the
+    answer is False without printing them: equal canonical trees are a proof of their own, the caller's.
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
@@ -85,9 +86,13 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     if not all(reads_base_tables_only(tree, tables) and not chains_comparisons(tree) for tree in (actual, expected)):
         return False
     columns = frozenset().union(*tables.values())
+    edits: list[str] = []
     try:
         with clocked_rewrites(deadline):
-            texts = [_proof_text(tree, dialect, columns) for tree in (actual, expected)]
+            rewritten = [_rewritten(tree.copy(), dialect, columns, edits) for tree in (actual, expected)]
+            if not edits:  # the texts would be the canonical texts: the rewrites prove nothing
+                return False
+            texts = [_canonical_text(sort_commutative(tree), dialect) for tree in rewritten]
     except (RewriteCut, _NotProven, SqlglotError, RecursionError):
         return False
     return texts[0] == texts[1]
@@ -204,15 +209,17 @@ def chains_comparisons(tree: exp.Expression) -> bool:
                for node in tree.find_all(*_COMPARISONS) for operand in node.iter_expressions())
 
 
-def _proof_text(tree: exp.Expression, dialect: str, columns: frozenset[str]) -> str:
-    rewritten = default_ascending(tree.copy())
+def _rewritten(tree: exp.Expression, dialect: str, columns: frozenset[str], edits: list[str]) -> exp.Expression:
+    """``tree`` with every rewrite of ``dialect`` applied, in place; each change is named in ``edits``."""
+    tree = default_ascending(tree, edits)
     if dialect == "sqlite":
-        rewritten = in_lists(quoted_strings(rewritten, columns))
-    return _canonical_text(sort_commutative(rewritten), dialect)
+        tree = in_lists(quoted_strings(tree, columns, edits), edits)
+    return tree
 
 
-def default_ascending(tree: exp.Expression) -> exp.Expression:
-    """``tree`` with every explicit ``ASC`` dropped, in place (sqlglot keeps ``desc=False`` for it and prints it).
+def default_ascending(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expression:
+    """``tree`` with every explicit ``ASC`` dropped, in place (sqlglot keeps ``desc=False`` for it and prints it);
+    each one dropped is named in ``edits``.
 
     >>> import sqlglot
     >>> default_ascending(sqlglot.parse_one("SELECT a FROM t ORDER BY a ASC, b DESC")).sql()
@@ -221,14 +228,16 @@ def default_ascending(tree: exp.Expression) -> exp.Expression:
     for ordered in tree.find_all(exp.Ordered):
         if ordered.args.get("desc") is False:
             ordered.set("desc", None)
+            if edits is not None:
+                edits.append("ASC")
     return tree
 
 
-def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Expression:
+def quoted_strings(tree: exp.Expression, columns: frozenset[str], edits: list[str] | None = None) -> exp.Expression:
     """``tree`` with each unqualified double-quoted name that is no column of the database (``columns``, lower
     case), no alias or column name the query itself introduces and no row id replaced by the string literal
     SQLite reads it as, in place. A name a query introduces is kept whoever introduces it: the rule is
-    conservative, never the other way round.
+    conservative, never the other way round. Each name replaced is named in ``edits``.
 
     >>> import sqlglot
     >>> quoted_strings(sqlglot.parse_one('SELECT "n" AS x FROM t WHERE "Aberdeen" = city AND "x" = 1'),
@@ -245,20 +254,22 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str]) -> exp.Express
         if not column.table and isinstance(name, exp.Identifier) and name.args.get("quoted") \
                 and name.name.lower() not in known:
             replacement = exp.Literal.string(name.name)
+            if edits is not None:
+                edits.append(f'"{name.name}"')
             if column is tree:
                 return replacement
             column.replace(replacement)
     return tree
 
 
-def in_lists(tree: exp.Expression) -> exp.Expression:
+def in_lists(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expression:
     """``tree`` with each ``x IN (v1, v2, ...)`` of a column ``x`` (evaluated once either way) whose values are
     all literals, and which is a whole condition (under WHERE, HAVING, AND, OR or parentheses, through any NOT),
     written as ``x = v1 OR x = v2 ...``, in place (parenthesized unless it is a whole WHERE or HAVING
     condition). SQLite defines the list form as that disjunction, with values that carry no affinity; literals
     carry none either. Elsewhere (``x = a IN (1)``)
     sqlglot's precedence for IN is not SQLite's, and the IN is left as it is. Raises :class:`_NotProven` past
-    :data:`MAX_COPIED_NODES` copied nodes.
+    :data:`MAX_COPIED_NODES` copied nodes. Each IN rewritten is named in ``edits``.
 
     >>> import sqlglot
     >>> in_lists(sqlglot.parse_one("SELECT 1 FROM t WHERE a IN (1, 'x') AND b IN (SELECT c FROM u)")).sql()
@@ -286,4 +297,6 @@ def in_lists(tree: exp.Expression) -> exp.Expression:
         if len(values) > 1 and not isinstance(node.parent, (exp.Where, exp.Having)):
             disjunction = exp.Paren(this=disjunction)
         node.replace(disjunction)
+        if edits is not None:
+            edits.append("IN")
     return tree
