@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import sqlite3
 import threading
@@ -64,25 +65,67 @@ class PrivilegedRoleError(ValueError):
     """The database role may reach past the database (superuser, replication, server files, signalling)."""
 
 
-@dataclass(frozen=True)
 class Relation:
     """A materialized result set.
 
     ``frame`` has positional column names ``c0, c1, ...`` because result columns may share a name
     (``SELECT a.id, b.id``); the names the database gave are in ``names``.
+
+    A relation of a database's rows (:func:`relation_from_rows`) keeps them until its frame is first asked for,
+    then makes the frame and lets the rows go: the neighbor search tells most of its results equal from their
+    rows alone (:meth:`same_rows`) and never needs their frames.
     """
 
-    frame: pl.DataFrame
-    names: list[str]
-    truncated: bool = False
+    __slots__ = ("_frame", "_rows", "names", "truncated")
+
+    def __init__(self, frame: pl.DataFrame | None, names: list[str], truncated: bool = False, *,
+                 rows: Sequence[Sequence[Any]] | None = None) -> None:
+        if frame is None and rows is None:
+            raise ValueError("a relation needs a frame or rows")
+        self._frame, self._rows = frame, None if frame is not None else rows
+        self.names, self.truncated = names, truncated
+
+    @property
+    def frame(self) -> pl.DataFrame:
+        if self._frame is None:
+            assert self._rows is not None
+            self._frame = _frame_of(self._rows, len(self.names))
+            self._rows = None
+        return self._frame
 
     @property
     def height(self) -> int:
-        return self.frame.height
+        return len(self._rows) if self._rows is not None and self.names else self.frame.height
 
     @property
     def width(self) -> int:
-        return self.frame.width
+        return self.frame.width if self._rows is None else len(self.names)
+
+    def same_rows(self, other: Relation, *, null_equals_null: bool) -> bool:
+        """Whether both relations still hold their rows (no frame made yet) and the frames they would make are
+        equal (``frame.equals``), told from the rows alone: as many rows and columns, and in each position cells
+        of one type (int, float, text, bytes, boolean or NULL) and value (a float zero of the same sign too).
+        With a NULL in them, only where ``null_equals_null``. False says nothing: the frames decide then.
+
+        >>> one = relation_from_rows(["x", "y"], [(1, "a")])
+        >>> one.same_rows(relation_from_rows(["z", "y"], [(1, "a")]), null_equals_null=False)
+        True
+        >>> one.same_rows(relation_from_rows(["x", "y"], [(1.0, "a")]), null_equals_null=True)
+        False
+        """
+        mine, theirs = self._rows, other._rows
+        if mine is None or theirs is None or len(self.names) != len(other.names) or len(mine) != len(theirs) \
+                or mine != theirs:
+            return False
+        for row, twin in zip(mine, theirs):
+            for cell, twin_cell in zip(row, twin):
+                kind = type(cell)
+                if kind is not type(twin_cell) or kind not in _ROW_CELL_TYPES \
+                        or (cell is None and not null_equals_null) \
+                        or (kind is float and cell == 0.0
+                            and math.copysign(1.0, cell) != math.copysign(1.0, twin_cell)):
+                    return False
+        return True
 
     def schema(self) -> list[dict[str, str]]:
         """``*_schema``: attribute names and data types."""
@@ -157,18 +200,26 @@ def _duckdb_plan(nodes: list[dict[str, Any]]) -> Plan:
 
 
 def relation_from_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], truncated: bool = False) -> Relation:
-    """Build a :class:`Relation` from database rows, tolerating SQLite's per-value typing.
+    """A :class:`Relation` of database rows (each a sequence of one value per name), its frame made when first
+    asked for (:func:`_frame_of`)."""
+    return Relation(None, list(names), truncated, rows=rows)
+
+
+#: The types of cell :meth:`Relation.same_rows` compares by value: what SQLite's driver returns.
+_ROW_CELL_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+def _frame_of(rows: Sequence[Sequence[Any]], width: int) -> pl.DataFrame:
+    """The frame of database rows, tolerating SQLite's per-value typing.
 
     A column whose values share a type becomes a typed polars column; one mixing numbers and text (possible in
     SQLite) becomes text with type tags (see :func:`tagged_text`), so ``1`` and ``'1'`` stay different.
     """
-    columns = [f"c{i}" for i in range(len(names))]
     # Column-wise construction with strict typing: polars' row-wise constructor would silently coerce a
     # column holding 1 and 'a' to text, making the number 1 equal to the string '1'.
     # Each column taken with itemgetter, not zip(*rows): that makes an iterator per row, objects the garbage
     # collector tracks, and a collection among a run's parse trees cost ten times the transposition itself.
-    frame = pl.DataFrame([_column_series(c, list(map(itemgetter(i), rows))) for i, c in enumerate(columns)])
-    return Relation(frame=frame, names=list(names), truncated=truncated)
+    return pl.DataFrame([_column_series(f"c{i}", list(map(itemgetter(i), rows))) for i in range(width)])
 
 
 def tagged_text(series: pl.Series) -> pl.Series:
