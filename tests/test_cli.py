@@ -87,14 +87,16 @@ def test_evaluate_writes_one_report_per_case_and_reports_bad_lines(
 
 def test_evaluate_starts_the_worker_server_before_the_engine_is_imported(tmp_path: Path, sample_dir: Path) -> None:
     """With --workers the server that forks the workers imports the engine (about 0.4 s) while this process
-    imports it too, one core each; so the command's own imports must not pull the engine in before it."""
+    imports it too, one core each; so the command's own imports must not pull the engine in before it, nor its
+    models and pydantic (about 0.2 s), which the workers would wait for."""
     suite = tmp_path / "suite.jsonl"
     suite.write_text("".join(f'{{"case_id": "{i}", "expected_sql": "SELECT {i}", "actual_sql": "SELECT 1", '
                              f'"db": "shop"}}\n' for i in range(3)), encoding="utf-8")
     script = f"""
 import sys
 from sqlcmp_dagster import cli
-heavy = ("polars", "sqlglot", "sqlalchemy", "sqlcmp_dagster.engine.pipeline")
+heavy = ("polars", "sqlglot", "sqlalchemy", "pydantic", "yaml", "sqlcmp_dagster.engine.models",
+         "sqlcmp_dagster.engine.pipeline")
 print(sorted(m for m in heavy if m in sys.modules))
 started = cli.start_server
 cli.start_server = lambda: (print(sorted(m for m in heavy if m in sys.modules)), started())
@@ -133,3 +135,24 @@ def test_compare_with_a_judge_server(sample_db: Path, serve: Any, capsys: pytest
     assert code == 1  # the advisory pass never changes the exit status: the deterministic verdict is fail
     assert (report["deterministic_verdict"], report["ai_advisory_verdict"]) == ("fail", "pass")
     assert server.calls == 1
+
+
+def test_evaluate_with_a_judge_writes_the_judged_reports(sample_dir: Path, serve: Any, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """A report's line is made as its case finishes, before the judge runs over the batch; the judged report
+    (a new object) must replace it in the file."""
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    server = serve(lambda n: (200, json.dumps(JUDGE_PASS), 0.0))
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(f'{{"case_id": "{i}", "expected_sql": "SELECT 1", "actual_sql": "SELECT {i}", '
+                             f'"db": "shop"}}\n' for i in (1, 2)), encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    code = main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet",
+                 "--judge-model", "openai/local-test", "--judge-api-base", server.base])
+    capsys.readouterr()
+    reports = [json.loads(line) for line in out.read_text().splitlines()]
+    assert code == 1 and server.calls == 1  # the exact match is not sent to the judge (its policy)
+    assert [(r["case_id"], r["deterministic_verdict"], r["ai_advisory_verdict"]) for r in reports] == [
+        ("1", "pass", None), ("2", "fail", "pass")]
+    assert all("judge" in r["run_metadata"] for r in reports)  # every report is the judged one, skipped or not

@@ -341,6 +341,29 @@ def test_in_lists_are_rewritten_only_within_the_copy_bound(company_tables: dict[
     assert not proven_equivalent(pair[0], pair[1], "sqlite", company_tables, deadline=time.monotonic() + 60)
 
 
+def test_the_rewrites_prove_nothing_where_they_change_nothing(company_tables: dict[str, frozenset[str]],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where no rewrite changes either tree their texts would be the canonical texts, which the caller has
+    compared (equal canonical trees are a proof of their own): the answer is no, and nothing is printed. Where
+    one rewrite changes one tree, both are printed and compared."""
+    printed: list[str] = []
+    canonical_text = equivalence._canonical_text
+    monkeypatch.setattr(equivalence, "_canonical_text", lambda tree, dialect: printed.append(dialect) or
+                        canonical_text(tree, dialect))
+    same = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name", "sqlite").tree
+    ascending = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name ASC", "sqlite").tree
+    assert same is not None and ascending is not None
+    assert not proven_equivalent(same, same, "sqlite", company_tables, deadline=time.monotonic() + 60)
+    assert printed == []
+    assert proven_equivalent(ascending, same, "sqlite", company_tables, deadline=time.monotonic() + 60)
+    assert printed == ["sqlite", "sqlite"]
+    edits: list[str] = []
+    equivalence.in_lists(equivalence.quoted_strings(equivalence.default_ascending(parse(
+        'SELECT name FROM emp WHERE dept IN ("x", 2) ORDER BY name ASC, salary ASC', "sqlite").ast, edits),
+        company_tables["emp"], edits), edits)
+    assert edits == ["ASC", "ASC", '"x"', "IN"]
+
+
 def test_a_hostile_in_list_is_not_proven_rather_than_rewritten_at_length(
         company_tables: dict[str, frozenset[str]]) -> None:
     """Each listed value gets a copy of the IN's left side: a long list under a large left side would take

@@ -201,3 +201,36 @@ def test_a_hash_collision_is_caught_by_the_cell_check(tables: tuple[tuple[list[s
     with _hashed_from(1), mock.patch.object(pl.DataFrame, "hash_rows", weak):
         collided = results.compare_results(expected, actual, mode=mode, config=EvalConfig(), path="frames")
     assert _same(dataclasses.asdict(rows), dataclasses.asdict(collided))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables=_table_pairs(), nulls_equal=st.booleans())
+def test_rows_told_the_same_make_equal_frames(tables: tuple[tuple[list[str], list[tuple[Any, ...]]],
+                                                             tuple[list[str], list[tuple[Any, ...]]]],
+                                              nulls_equal: bool) -> None:
+    """``Relation.same_rows``, the neighbor search's way to skip the frames of identical results, says True only
+    where the frames the two relations would make are equal, column types included (NaN, -0.0 beside text,
+    2**53 + 1, booleans beside 0 and 1, dates); and it does say True for the same rows under other names,
+    unless a NULL is in them and NULL is not equal to NULL."""
+    (names, rows), (other_names, other_rows) = tables
+    left, right = relation_from_rows(names, rows), relation_from_rows(other_names, other_rows)
+    if left.same_rows(right, null_equals_null=nulls_equal):
+        assert left.frame.dtypes == right.frame.dtypes and left.frame.equals(right.frame)
+        assert nulls_equal or not any(cell is None for row in rows for cell in row)
+    cells = [cell for row in rows for cell in row]
+    plain = all(type(cell) in (int, float, str, bytes, bool, type(None)) for cell in cells) \
+        and (nulls_equal or None not in cells)
+    renamed = relation_from_rows([name.upper() for name in names], [tuple(row) for row in rows])
+    assert relation_from_rows(names, rows).same_rows(renamed, null_equals_null=nulls_equal) == plain
+
+
+@pytest.mark.parametrize(("rows", "twin"), [
+    ([(1,)], [(1.0,)]),  # equal in Python, an integer column against a float one
+    ([(True,)], [(1,)]),  # a boolean is not the number 1
+    ([(-0.0,), ("a",)], [(0.0,), ("a",)]),  # beside text, -0.0 is the text n:-0.0
+])
+def test_rows_equal_in_python_but_not_as_frames_are_not_the_same(rows: list[tuple[Any, ...]],
+                                                                 twin: list[tuple[Any, ...]]) -> None:
+    left, right = relation_from_rows(["a"], rows), relation_from_rows(["a"], twin)
+    assert rows == twin and not left.same_rows(right, null_equals_null=True)
+    assert not (left.frame.dtypes == right.frame.dtypes and left.frame.equals(right.frame))
