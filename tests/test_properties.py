@@ -234,3 +234,16 @@ def test_rows_equal_in_python_but_not_as_frames_are_not_the_same(rows: list[tupl
     left, right = relation_from_rows(["a"], rows), relation_from_rows(["a"], twin)
     assert rows == twin and not left.same_rows(right, null_equals_null=True)
     assert not (left.frame.dtypes == right.frame.dtypes and left.frame.equals(right.frame))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables=_table_pairs(), mode=st.sampled_from(get_args(ResolvedMode)))
+def test_no_mode_passes_what_can_pass_rules_out(tables: tuple[tuple[list[str], list[tuple[Any, ...]]],
+                                                              tuple[list[str], list[tuple[Any, ...]]]],
+                                                mode: ResolvedMode) -> None:
+    """The fix search and the neighbor search skip the comparison of results ``can_pass`` rules out (rows or
+    columns in different numbers): no mode, on either path, passes them."""
+    expected, actual = relation_from_rows(*tables[0]), relation_from_rows(*tables[1])
+    if not results.can_pass(expected, actual):
+        for path in get_args(ComparisonPath):
+            assert not compare_results(expected, actual, mode=mode, config=EvalConfig(), path=path).mode_pass

@@ -37,7 +37,7 @@ from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhoo
     read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
 from sqlcmp_dagster.engine.parsing import dialect_of
-from sqlcmp_dagster.engine.results import ResultComparison, compare_results
+from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
 
@@ -213,7 +213,7 @@ class _Search:
         if comparable and mode == "order-insensitive" and expected.height == actual.height and \
                 _sorted(expected).equals(_sorted(actual)):
             return True
-        return self.compare(side, expected, actual, config).mode_pass
+        return can_pass(expected, actual) and self.compare(side, expected, actual, config).mode_pass
 
     def compare(self, side: Side, expected: Relation, actual: Relation, config: Any = None) -> ResultComparison:
         """Layer 3 with the case's own semantics (or ``config``'s): the mode resolved from the expected query, its

@@ -36,7 +36,8 @@ from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse, u
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
-from sqlcmp_dagster.engine.results import ResultComparison, compare_results, cut_inside_tie, tied_at_cut
+from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results, cut_inside_tie, \
+    tied_at_cut
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
 from sqlcmp_dagster.engine.workers import start_server
 
@@ -326,8 +327,9 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
         execution = execute(tree, timeout_ms)
         if not execution.success or execution.relation is None:
             return Outcome(None)
-        if not compare_results(expected_side.relation, execution.relation, mode=result.comparison_mode,
-                               config=config, order_keys=expected_shape.order_keys).mode_pass:
+        if not can_pass(expected_side.relation, execution.relation) or not compare_results(
+                expected_side.relation, execution.relation, mode=result.comparison_mode, config=config,
+                order_keys=expected_shape.order_keys).mode_pass:
             return Outcome(False)
 
         def left() -> int:

@@ -271,6 +271,20 @@ def compare_results(
     )
 
 
+def can_pass(expected: Relation, actual: Relation) -> bool:
+    """Whether :func:`compare_results` can find ``actual`` a match for ``expected`` in any mode: only with as many
+    rows and as many columns on both sides (``attribute_count_match`` and a row for every row are part of every
+    mode's pass). Searches that need only the verdict of many comparisons ask this first.
+
+    >>> from sqlcmp_dagster.engine.execution import relation_from_rows
+    >>> can_pass(relation_from_rows(["a"], [(1,), (2,)]), relation_from_rows(["b"], [(2,), (1,)]))
+    True
+    >>> can_pass(relation_from_rows(["a"], [(1,)]), relation_from_rows(["a", "b"], [(1, 2)]))
+    False
+    """
+    return expected.width == actual.width and expected.height == actual.height
+
+
 def ties_checkable(mode: ResolvedMode, order_keys: list[int] | None, expected: Relation, actual: Relation,
                    mapping: list[int | None]) -> bool:
     """Whether ties of the ORDER BY keys can be recognized: every key column is in the projection and paired,
