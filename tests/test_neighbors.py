@@ -195,6 +195,65 @@ def test_a_pass_equal_after_meaning_preserving_rewrites_is_robust_without_a_sear
     assert forced["neighbor_search_ran"] and not forced["counterexample_found"]
 
 
+@pytest.mark.parametrize(("expected", "actual"), [
+    ("SELECT T2.name, count(*) FROM emp AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id GROUP BY T2.name",
+     "SELECT T1.name, count(*) FROM dept AS T1 JOIN emp AS T2 ON T2.dept_id = T1.id GROUP BY T1.name"),
+    ("SELECT emp.salary FROM emp JOIN dept ON emp.dept_id = dept.id WHERE dept.name = 'ops' AND salary > 35",
+     "SELECT salary FROM dept, emp WHERE (dept_id = dept.id AND dept.name = 'ops') AND emp.salary > 35"),
+    ("SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE dept.name = 'ops' "
+     "INTERSECT SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 35",
+     "SELECT emp.name FROM dept JOIN emp ON emp.dept_id = dept.id WHERE salary > 35 INTERSECT "
+     "SELECT emp.name FROM dept JOIN emp ON emp.dept_id = dept.id WHERE dept.name = 'ops'"),
+])
+def test_a_pass_equal_but_for_its_join_order_is_robust_where_row_order_does_not_count(
+        company: Path, expected: str, actual: str) -> None:
+    """Inner joins written in another order, conditions moved between ON and WHERE, columns qualified or not,
+    INTERSECT's operands swapped: the same rows, in another order. Where the comparison ignores row order the
+    pass is proven; where the case compares in order, it is searched."""
+    report = compare(company, expected, actual)
+    found = search(report)
+    assert report.deterministic_verdict == "pass" and not report.metrics["structure"]["normalized_sql_match"]
+    assert not found["neighbor_search_ran"] and found["robust_by_structure"] and found["reason"] == PROVEN_BY_REWRITES
+    forced = search(compare(company, expected, actual, neighbor_skip_proven=False, neighbor_count=17))
+    assert forced["neighbor_search_ran"] and not forced["counterexample_found"]
+    ordered = search(compare(company, expected, actual, comparison_mode="order-sensitive"))
+    assert not ordered["robust_by_structure"]
+
+
+@pytest.mark.parametrize(("expected", "actual"), [
+    # Row order decides which row a LIMIT keeps, and which tied row an ORDER BY puts first.
+    ("SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id LIMIT 2",
+     "SELECT emp.name FROM dept JOIN emp ON emp.dept_id = dept.id LIMIT 2"),
+    ("SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id ORDER BY dept.id",
+     "SELECT emp.name FROM dept JOIN emp ON emp.dept_id = dept.id ORDER BY dept.id"),
+    # A bare column takes the value of whichever row SQLite reads last; a sum of floats depends on the order.
+    ("SELECT emp.name, count(*) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.id",
+     "SELECT emp.name, count(*) FROM dept JOIN emp ON emp.dept_id = dept.id GROUP BY dept.id"),
+    ("SELECT sum(emp.salary) FROM emp JOIN dept ON emp.dept_id = dept.id",
+     "SELECT sum(emp.salary) FROM dept JOIN emp ON emp.dept_id = dept.id"),
+    ("SELECT group_concat(emp.name) FROM emp JOIN dept ON emp.dept_id = dept.id",
+     "SELECT group_concat(emp.name) FROM dept JOIN emp ON emp.dept_id = dept.id"),
+    # The column order of * follows the tables' order; an outer join keeps unmatched rows of one side only.
+    ("SELECT * FROM emp JOIN dept ON emp.dept_id = dept.id", "SELECT * FROM dept JOIN emp ON emp.dept_id = dept.id"),
+    ("SELECT emp.name FROM emp LEFT JOIN dept ON emp.dept_id = dept.id",
+     "SELECT emp.name FROM dept LEFT JOIN emp ON emp.dept_id = dept.id"),
+    # A subquery (its own scope), EXCEPT (not commutative), operands projecting different columns.
+    ("SELECT name FROM emp WHERE dept_id IN (SELECT dept.id FROM dept JOIN emp ON dept.id = emp.dept_id)",
+     "SELECT name FROM emp WHERE dept_id IN (SELECT dept.id FROM emp JOIN dept ON dept.id = emp.dept_id)"),
+    ("SELECT name FROM emp EXCEPT SELECT name FROM dept", "SELECT name FROM dept EXCEPT SELECT name FROM emp"),
+    ("SELECT id FROM emp INTERSECT SELECT dept_id FROM emp", "SELECT dept_id FROM emp INTERSECT SELECT id FROM emp"),
+    # A name the query gives a column is not qualified as a table's column.
+    ("SELECT dept.name AS salary FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 35",
+     "SELECT dept.name AS salary FROM emp JOIN dept ON emp.dept_id = dept.id WHERE emp.salary > 35"),
+])
+def test_the_join_rewrite_proves_nothing_whose_rows_depend_on_their_order(
+        company_tables: dict[str, frozenset[str]], expected: str, actual: str) -> None:
+    trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
+    assert trees[0] is not None and trees[1] is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", company_tables, deadline=time.monotonic() + 10,
+                                 unordered=True)
+
+
 @pytest.fixture(scope="module")
 def company_tables(company: Path) -> dict[str, frozenset[str]]:
     """The company database's tables as the neighbor search gives them to the proof."""

@@ -15,6 +15,16 @@ with this schema, in the same order, so that the proof stays sound for every com
 - :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` for a column ``x`` when every listed
   value is a literal (SQLite's own definition: the listed values carry no affinity, as literals never do).
 
+One more rewrite keeps the rows but not their order, and is applied only where the comparison ignores row order
+(``order-insensitive``, which a case's ``auto`` mode resolves to when the expected query has no top-level ORDER
+BY) and nothing in either query depends on the order rows are read in (:func:`order_free`):
+
+- :func:`inner_joins`: ``FROM a JOIN b ON c WHERE w`` is ``FROM a, b WHERE c AND w``, its tables in one order
+  (an inner join's rows are those of the cross product that meet every condition, whichever table comes first),
+  and an unqualified column of exactly one of the tables is qualified with it;
+- :func:`set_operands`: ``A INTERSECT B`` is ``B INTERSECT A`` (and ``UNION`` alike) where both project the
+  same columns, so that either names the result's columns.
+
 The rewrites are applied only to queries that read base tables alone (:func:`reads_base_tables_only`: no
 subquery, CTE, VALUES or table-valued function as a source, no view, no table with generated or hidden columns,
 no two tables whose names fold to one key here). There the names a query can resolve are the columns of the
@@ -63,14 +73,16 @@ class _NotProven(Exception):
 
 
 def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str,
-                      tables: Mapping[str, frozenset[str]], *, deadline: float) -> bool:
+                      tables: Mapping[str, frozenset[str]], *, deadline: float, unordered: bool = False) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
     column names, :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
     only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`).
     The rewrites and the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they
     go: past it, the answer is False (the search decides instead). When no rewrite changes either tree the
-    answer is False without printing them: equal canonical trees are a proof of their own, the caller's.
+    answer is False without printing them: equal canonical trees are a proof of their own, the caller's. With
+    ``unordered`` (the results are compared as bags), :func:`inner_joins` is applied too where both queries are
+    :func:`order_free`.
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
@@ -85,11 +97,11 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     """
     if not all(reads_base_tables_only(tree, tables) and not chains_comparisons(tree) for tree in (actual, expected)):
         return False
-    columns = frozenset().union(*tables.values())
     edits: list[str] = []
     try:
         with clocked_rewrites(deadline):
-            rewritten = [_rewritten(tree.copy(), dialect, columns, edits) for tree in (actual, expected)]
+            joins = unordered and all(order_free(tree) for tree in (actual, expected))
+            rewritten = [_rewritten(tree.copy(), dialect, tables, edits, joins=joins) for tree in (actual, expected)]
             if not edits:  # the texts would be the canonical texts: the rewrites prove nothing
                 return False
             texts = [_canonical_text(sort_commutative(tree), dialect) for tree in rewritten]
@@ -209,12 +221,145 @@ def chains_comparisons(tree: exp.Expression) -> bool:
                for node in tree.find_all(*_COMPARISONS) for operand in node.iter_expressions())
 
 
-def _rewritten(tree: exp.Expression, dialect: str, columns: frozenset[str], edits: list[str]) -> exp.Expression:
-    """``tree`` with every rewrite of ``dialect`` applied, in place; each change is named in ``edits``."""
+def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozenset[str]], edits: list[str], *,
+               joins: bool) -> exp.Expression:
+    """``tree`` with every rewrite of ``dialect`` applied (:func:`inner_joins` and :func:`set_operands` with
+    ``joins``), in place; each change is named in ``edits``."""
+    columns = frozenset().union(*tables.values())
     tree = default_ascending(tree, edits)
     if dialect == "sqlite":
         tree = in_lists(quoted_strings(tree, columns, edits), edits)
+    return set_operands(inner_joins(tree, tables, edits), edits) if joins else tree
+
+
+#: The aggregates whose value does not depend on the order of their rows (a sum of floats does, in its last
+#: digits; GROUP_CONCAT in its text).
+_ORDERLESS_AGGREGATES = (exp.Count, exp.Min, exp.Max)
+#: What makes a result depend on the order rows are read in, or hides a function that may.
+_ORDERED = (exp.Order, exp.Limit, exp.Offset, exp.Fetch, exp.Window, exp.Anonymous)
+
+
+def order_free(tree: exp.Expression) -> bool:
+    """Whether the bag of rows ``tree`` returns does not depend on the order its tables' rows are read in, so
+    that reading them in another order (another join order) returns the same bag: no ORDER BY, LIMIT, OFFSET or
+    window, no function sqlglot does not know (it may be an aggregate such as ``json_group_array``), no
+    aggregate but COUNT, MIN and MAX, no ``*`` but ``COUNT(*)``, no subquery (only SELECTs joined by UNION,
+    INTERSECT or EXCEPT), and in a SELECT that aggregates, no column outside an aggregate that is not a GROUP BY
+    expression (SQLite takes such a bare column from whichever row it reads last or first).
+
+    >>> import sqlglot
+    >>> [order_free(sqlglot.parse_one(sql, read="sqlite")) for sql in (
+    ...     "SELECT a.x, count(*) FROM a JOIN b ON a.id = b.id GROUP BY a.x",
+    ...     "SELECT a.y, count(*) FROM a JOIN b ON a.id = b.id GROUP BY a.x",
+    ...     "SELECT a.x FROM a JOIN b ON a.id = b.id LIMIT 1", "SELECT sum(a.x) FROM a JOIN b ON a.id = b.id")]
+    [True, False, False, False]
+    """
+    if tree.find(*_ORDERED) is not None:
+        return False
+    if any(not isinstance(node, _ORDERLESS_AGGREGATES) for node in tree.find_all(exp.AggFunc)):
+        return False
+    if any(not isinstance(star.parent, exp.Count) for star in tree.find_all(exp.Star)):
+        return False
+    for select in tree.find_all(exp.Select):
+        outer = select.parent
+        while isinstance(outer, (exp.SetOperation, exp.Subquery)):
+            outer = outer.parent
+        if outer is not None:
+            return False
+        group = select.args.get("group")
+        if group is None and select.find(exp.AggFunc) is None:
+            continue
+        keys = {key.sql() for key in group.expressions} if group is not None else set()
+        having = select.args.get("having")
+        for part in [*select.expressions, *([having] if having is not None else [])]:
+            for column in part.find_all(exp.Column):
+                if column.find_ancestor(exp.AggFunc) is None and column.sql() not in keys:
+                    return False
+    return True
+
+
+def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
+                edits: list[str] | None = None) -> exp.Expression:
+    """``tree`` with the inner joins of each SELECT written as one list of its tables, in the order of their
+    text, their ON conditions and its WHERE as one AND of their conjuncts, and each unqualified column that is a
+    column of exactly one of its tables (``tables``: lower-case name -> lower-case column names) and no alias of
+    the query qualified with that table, in place. A SELECT with any other join (LEFT, NATURAL, USING, ...), or
+    with a table twice, is left as it is. The rows are the same bag; their order may not be (see
+    :func:`order_free`). Each SELECT rewritten is named in ``edits``.
+
+    >>> import sqlglot
+    >>> inner_joins(sqlglot.parse_one("SELECT x FROM b JOIN a ON a.id = b.id WHERE (y = 1 AND a.z = 2)"),
+    ...             {"a": frozenset({"id", "z"}), "b": frozenset({"id", "x", "y"})}).sql()
+    'SELECT b.x FROM a CROSS JOIN b WHERE a.id = b.id AND b.y = 1 AND a.z = 2'
+    """
+    introduced = {node.alias.lower() for node in tree.find_all(exp.Alias) if node.alias}
+    for select in list(tree.find_all(exp.Select)):
+        joins = select.args.get("joins") or []
+        source = select.args.get("from_")
+        if not joins or source is None or not all(_inner(join) for join in joins) \
+                or not isinstance(source.this, exp.Table):
+            continue
+        sources = sorted([source.this, *(join.this for join in joins)], key=lambda table: table.sql())
+        names = [table.name.lower() for table in sources]
+        if len(set(names)) < len(names) or not all(name in tables for name in names):
+            continue
+        _tick()
+        conditions = [join.args["on"] for join in joins if join.args.get("on") is not None]
+        where = select.args.get("where")
+        if where is not None:
+            conditions.append(where.this)
+        select.set("from_", exp.From(this=sources[0]))
+        select.set("joins", [exp.Join(this=table, kind="CROSS") for table in sources[1:]])
+        conjuncts = [part for condition in conditions for part in _conjuncts(condition)]
+        if conjuncts:
+            select.set("where", exp.Where(this=exp.and_(*conjuncts, copy=False)))
+        for column in select.find_all(exp.Column):
+            name = column.name.lower()
+            owners = [table for table in sources if name in tables[table.name.lower()]]
+            if not column.table and isinstance(column.this, exp.Identifier) and len(owners) == 1 \
+                    and name not in introduced:
+                owner = owners[0]
+                column.set("table", (owner.args.get("alias") or owner).this.copy())
+        if edits is not None:
+            edits.append("JOIN")
     return tree
+
+
+def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+    """The operands of ``condition``'s AND chain, through parentheses (``(a AND b) AND c``: a, b, c)."""
+    inner = condition.unnest()
+    if isinstance(inner, exp.And):
+        return [part for operand in (inner.this, inner.expression) for part in _conjuncts(operand)]
+    return [condition]
+
+
+def set_operands(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expression:
+    """``tree`` with the two SELECTs of each UNION, UNION ALL or INTERSECT in the order of their text, in place,
+    where both project the same expressions (the left one names the result's columns). EXCEPT is left as it
+    is. The rows are the same bag; their order may not be. Each operation reordered is named in ``edits``.
+
+    >>> import sqlglot
+    >>> set_operands(sqlglot.parse_one("SELECT a FROM t WHERE b = 2 INTERSECT SELECT a FROM t WHERE b = 1")).sql()
+    'SELECT a FROM t WHERE b = 1 INTERSECT SELECT a FROM t WHERE b = 2'
+    """
+    for operation in list(tree.find_all(exp.Union, exp.Intersect)):
+        left, right = operation.this, operation.expression
+        if not isinstance(left, exp.Select) or not isinstance(right, exp.Select) \
+                or any(operation.args.get(key) for key in ("by_name", "side", "kind", "on")) \
+                or [e.sql() for e in left.expressions] != [e.sql() for e in right.expressions]:
+            continue
+        if right.sql() < left.sql():
+            operation.set("this", right)
+            operation.set("expression", left)
+            if edits is not None:
+                edits.append("INTERSECT" if isinstance(operation, exp.Intersect) else "UNION")
+    return tree
+
+
+def _inner(join: exp.Join) -> bool:
+    """Whether ``join`` is an inner join of a table, with at most an ON condition (no side, USING or NATURAL)."""
+    return isinstance(join.this, exp.Table) and join.args.get("kind") in (None, "", "INNER", "CROSS") \
+        and all(key in ("this", "kind", "on") for key, value in join.args.items() if value)
 
 
 def default_ascending(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expression:

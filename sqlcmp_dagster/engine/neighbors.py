@@ -65,8 +65,9 @@ PROVEN_BY_STRUCTURE = ("the canonical trees are equal: no database tells the que
                        "without a search")
 PROVEN_BY_REWRITES = ("the canonical trees are equal once rewritten without changing what either query returns on "
                       "this schema (an explicit ASC dropped, a double-quoted name that is no column read as the "
-                      "string SQLite reads it, an IN list of literals written as ORs): no database with this schema "
-                      "tells the queries apart, so the pass is robust without a search")
+                      "string SQLite reads it, an IN list of literals written as ORs; where row order does not "
+                      "count, inner joins in one order and the operands of INTERSECT or UNION too): no database "
+                      "with this schema tells the queries apart, so the pass is robust without a search")
 _NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
 
 
@@ -398,9 +399,17 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
         return PROVEN_BY_STRUCTURE
     plain = schema.plain_tables
     if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
-                                               deadline=deadline):
+                                               deadline=deadline, unordered=_unordered(validation, index)):
         return PROVEN_BY_REWRITES
     return None
+
+
+def _unordered(validation: Validation, index: int) -> bool:
+    """Whether the case compares with the expected query ``index`` as bags (``order-insensitive``)."""
+    from sqlcmp_dagster.engine.pipeline import resolve_mode
+
+    side = validation.expected[index]
+    return resolve_mode(validation.request.config, side.shape(validation.dialect)) == "order-insensitive"
 
 
 def _not_run_reason(validation: Validation, index: int, result: ResultComparison,
