@@ -349,7 +349,7 @@ def test_the_fix_search_rewrites_stop_at_its_budget() -> None:
     canonical_tree(actual.ast, "sqlite")
     one_rewrite = time.monotonic() - started
 
-    def run(tree: Any, timeout_ms: int) -> Any:
+    def run(tree: Any, sql: str, timeout_ms: int) -> Any:
         raise AssertionError("no candidate can be built within the budget")
 
     gc.collect()

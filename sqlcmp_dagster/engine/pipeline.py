@@ -313,18 +313,18 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     expected_tree = None if result.mode_pass else _transplantable(expected_side)
     expected_ties: list[Relation | None] = []  # the expected query's own tie at its cut, computed once
 
-    def execute(tree: exp.Expression, timeout_ms: int) -> Execution:
-        execution = database.execute(tree.sql(dialect=dialect),  # type: ignore[union-attr]
+    def execute(tree: exp.Expression, timeout_ms: int, sql: str | None = None) -> Execution:
+        execution = database.execute(sql if sql is not None else tree.sql(dialect=dialect),  # type: ignore[union-attr]
                                      timeout_ms=max(1, min(timeout_ms, config.query_timeout_ms)),
                                      max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                                      max_cell_bytes=config.max_cell_bytes)
         probe_ms[0] += execution.elapsed_ms
         return execution
 
-    def run(tree: exp.Expression, timeout_ms: int) -> Outcome:
+    def run(tree: exp.Expression, sql: str, timeout_ms: int) -> Outcome:
         assert database is not None and expected_side.relation is not None and expected_tree is not None
         started = time.perf_counter()
-        execution = execute(tree, timeout_ms)
+        execution = execute(tree, timeout_ms, sql)
         if not execution.success or execution.relation is None:
             return Outcome(None)
         if not can_pass(expected_side.relation, execution.relation) or not compare_results(

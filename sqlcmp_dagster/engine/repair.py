@@ -73,8 +73,9 @@ class Outcome:
 TIE_LUCK = ("its rows matched only by the order the engine returned tied rows in: its LIMIT cuts inside a tie "
             "of its ORDER BY keys, and another valid choice of the tied rows would not match")
 
-#: Executes one candidate with at most the given milliseconds and judges it against the expected result.
-Runner = Callable[[exp.Expression, int], Outcome]
+#: Executes one candidate (its tree and its text in the dialect, printed once by the search) with at most the
+#: given milliseconds and judges it against the expected result.
+Runner = Callable[[exp.Expression, str, int], Outcome]
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def _search(pairings: list[_Pairing], expected: exp.Expression, actual: exp.Expr
             return ran_out
         if len(transplants) >= max_candidates:
             return f"the search's bound of {max_candidates} candidate queries was reached"
-        outcome = run(candidate, left_ms)
+        outcome = run(candidate, sql, left_ms)
         transplant = Transplant(labels, sql, outcome.passed, outcome.note)
         transplants.append(transplant)
         if transplant.passed:
