@@ -48,7 +48,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _canonical_text, _tick, clocked_rewrites, dialect_of, \
+from sqlcmp_dagster.engine.parsing import RewriteCut, _tick, clocked_rewrites, dialect_of, \
     sort_commutative
 
 #: Names SQLite resolves in every table without declaring them.
@@ -104,7 +104,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
             rewritten = [_rewritten(tree.copy(), dialect, tables, edits, joins=joins) for tree in (actual, expected)]
             if not edits:  # the texts would be the canonical texts: the rewrites prove nothing
                 return False
-            texts = [_canonical_text(sort_commutative(tree), dialect) for tree in rewritten]
+            texts = [_proof_text(tree, dialect) for tree in rewritten]
     except (RewriteCut, _NotProven, SqlglotError, RecursionError):
         return False
     return texts[0] == texts[1]
@@ -189,11 +189,14 @@ def derived_name(tree: exp.Expression) -> bool:
 def unary_plus(sql: str, dialect: str) -> bool:
     """Whether ``sql`` has a unary ``+`` (``+a = '1'``). sqlglot drops it from the tree, but in SQLite it strips
     the operand's affinity, which decides how ``=`` compares a number with text. A ``+`` counts as unary unless
-    the token before it ends an operand; text that cannot be tokenized counts as having one.
+    the token before it ends an operand; text that cannot be tokenized counts as having one, and text without a
+    ``+`` is not tokenized.
 
     >>> unary_plus("SELECT a + 1, -b FROM t WHERE x = +1", "sqlite"), unary_plus("SELECT a + 1 FROM t", "sqlite")
     (True, False)
     """
+    if "+" not in sql:
+        return False
     try:
         tokens = dialect_of(dialect).tokenize(sql)
     except (SqlglotError, RecursionError, ValueError, TypeError):  # what the parse catches of sqlglot's limits
@@ -219,6 +222,13 @@ def chains_comparisons(tree: exp.Expression) -> bool:
     """
     return any(isinstance(operand, (*_COMPARISONS, exp.Not))
                for node in tree.find_all(*_COMPARISONS) for operand in node.iter_expressions())
+
+
+def _proof_text(tree: exp.Expression, dialect: str) -> str:
+    """The text a proof compares: ``tree`` (the proof's own copy) with its commutative operands in order, printed
+    as the canonical text is but with keywords as sqlglot prints them (upper case on both sides: the texts are
+    compared, never shown, and texts equal before lower-casing are equal after it)."""
+    return sort_commutative(tree).sql(dialect=dialect_of(dialect), normalize_functions="lower", copy=False)
 
 
 def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozenset[str]], edits: list[str], *,
