@@ -254,15 +254,16 @@ def order_free(tree: exp.Expression) -> bool:
     that reading them in another order (another join order) returns the same bag: no ORDER BY, LIMIT, OFFSET or
     window, no function sqlglot does not know (it may be an aggregate such as ``json_group_array``), no
     aggregate but COUNT, MIN and MAX, no ``*`` but ``COUNT(*)``, no subquery (only SELECTs joined by UNION,
-    INTERSECT or EXCEPT), and in a SELECT that aggregates, no column outside an aggregate that is not a GROUP BY
-    expression (SQLite takes such a bare column from whichever row it reads last or first).
+    INTERSECT or EXCEPT); and in a SELECT that aggregates, a GROUP BY expression's column or a MIN or MAX only as
+    a whole column of the result, nothing else outside a COUNT (:func:`_picked_whole`).
 
     >>> import sqlglot
     >>> [order_free(sqlglot.parse_one(sql, read="sqlite")) for sql in (
-    ...     "SELECT a.x, count(*) FROM a JOIN b ON a.id = b.id GROUP BY a.x",
+    ...     "SELECT a.x, count(*), max(a.y) FROM a JOIN b ON a.id = b.id GROUP BY a.x",
     ...     "SELECT a.y, count(*) FROM a JOIN b ON a.id = b.id GROUP BY a.x",
+    ...     "SELECT max(a.y) / 2 FROM a JOIN b ON a.id = b.id",
     ...     "SELECT a.x FROM a JOIN b ON a.id = b.id LIMIT 1", "SELECT sum(a.x) FROM a JOIN b ON a.id = b.id")]
-    [True, False, False, False]
+    [True, False, False, False, False]
     """
     if tree.find(*_ORDERED) is not None:
         return False
@@ -277,14 +278,30 @@ def order_free(tree: exp.Expression) -> bool:
         if outer is not None:
             return False
         group = select.args.get("group")
-        if group is None and select.find(exp.AggFunc) is None:
+        if (group is not None or select.find(exp.AggFunc) is not None) and not _picked_whole(select):
+            return False
+    return True
+
+
+def _picked_whole(select: exp.Select) -> bool:
+    """Whether the values an aggregating ``select`` picks from one of several rows are only shown, never computed
+    with: a GROUP BY column or a MIN or MAX only as a whole column of the result (aliased or not), every other
+    column, in the result or in HAVING, under a COUNT. SQLite's 1 and 1.0 are equal, so MIN, MAX and a group's
+    key keep whichever of them they read first; shown, they compare equal (the comparison takes 1 for 1.0), but
+    ``max(x) / 2`` is 0 against 0.5, and a HAVING on it keeps a group or not."""
+    group = select.args.get("group")
+    keys = {key.sql() for key in group.expressions} if group is not None else set()
+    having = select.args.get("having")
+    parts = [(part, True) for part in select.expressions] + ([(having.this, False)] if having is not None else [])
+    for part, shown in parts:
+        value = part.this if shown and isinstance(part, exp.Alias) else part
+        if shown and isinstance(value, (exp.Min, exp.Max)) and value.this.find(exp.AggFunc) is None:
             continue
-        keys = {key.sql() for key in group.expressions} if group is not None else set()
-        having = select.args.get("having")
-        for part in [*select.expressions, *([having] if having is not None else [])]:
-            for column in part.find_all(exp.Column):
-                if column.find_ancestor(exp.AggFunc) is None and column.sql() not in keys:
-                    return False
+        if shown and isinstance(value, exp.Column) and value.sql() in keys:
+            continue
+        if value.find(exp.Min, exp.Max) is not None or any(
+                column.find_ancestor(exp.Count) is None for column in value.find_all(exp.Column)):
+            return False
     return True
 
 

@@ -98,6 +98,14 @@ class Schema:
         return any(_COLLATE.search(table.ddl) for table in self.tables.values())
 
     @functools.cached_property
+    def ascii_names(self) -> bool:
+        """Whether every table and column name is ASCII. SQLite folds only ASCII letters when it matches a name
+        (``"É"`` and ``"é"`` are two columns to it) while the canonical form lower-cases with Python, which folds
+        the others too: no proof of equal queries rests on names folded so where a name is not ASCII."""
+        return all(name.isascii() and table.name.isascii() and all(c.name.isascii() for c in table.columns)
+                   for name, table in self.tables.items())
+
+    @functools.cached_property
     def plain_tables(self) -> dict[str, frozenset[str]] | None:
         """Lower-case name -> lower-case column names of the tables whose columns are exactly the declared ones
         (:attr:`Table.declared_only`), what :func:`~sqlcmp_dagster.engine.equivalence.proven_equivalent` resolves

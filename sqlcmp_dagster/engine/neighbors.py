@@ -389,11 +389,12 @@ def _sorted(relation: Relation) -> Any:
 def _proof(validation: Validation, index: int, structure: StructuralComparison, schema: Schema,
            deadline: float) -> str | None:
     """Why the pass needs no search (:data:`PROVEN_BY_STRUCTURE`, :data:`PROVEN_BY_REWRITES`), or None. No proof
-    rests on a tree that misses what SQLite reads in the text (:func:`provable`), nor on operand order where the
-    schema names a collation."""
+    rests on a tree that misses what SQLite reads in the text (:func:`provable`), on operand order where the
+    schema names a collation, nor on names folded as SQLite does not fold them (:attr:`Schema.ascii_names`)."""
     dialect = validation.dialect
     sides = (validation.actual, validation.expected[index])
-    if schema.collates or not all(provable(side.sql, side.tree(dialect), dialect) for side in sides):
+    if schema.collates or not schema.ascii_names \
+            or not all(provable(side.sql, side.tree(dialect), dialect) for side in sides):
         return None
     if structure.normalized_sql_match:
         return PROVEN_BY_STRUCTURE
