@@ -48,7 +48,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _tick, clocked_rewrites, dialect_of, \
+from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _tick, clocked_rewrites, dialect_of, \
     sort_commutative
 
 #: Names SQLite resolves in every table without declaring them.
@@ -133,21 +133,23 @@ def reads_base_tables_only(tree: exp.Expression, tables: Mapping[str, frozenset[
     return True
 
 
-def provable(sql: str, tree: exp.Expression, dialect: str) -> bool:
-    """Whether a proof may rest on ``tree``, the canonical tree of ``sql``, at all (equal canonical trees
-    included): sqlglot's tree must hold all that SQLite reads in the text. It does not when comparisons chain
-    without parentheses (:func:`chains_comparisons`), when a COLLATE takes part (SQLite gives the left
-    operand's collation precedence, and the canonical form orders ``=`` operands by their text), when the text
-    has a unary plus (:func:`unary_plus`), or when a quoted name may read a derived column (:func:`derived_name`).
+def provable(sql: str, ast: exp.Expression, tree: exp.Expression, dialect: str) -> bool:
+    """Whether a proof may rest on ``tree``, the canonical tree of ``sql`` (parsed as ``ast``), at all (equal
+    canonical trees included): sqlglot's tree must hold all that SQLite reads in the text. It does not when
+    comparisons chain without parentheses (:func:`chains_comparisons`), when a COLLATE takes part (SQLite gives
+    the left operand's collation precedence, and the canonical form orders ``=`` operands by their text), when
+    the text has a unary plus, a CAST or LIKE written as a function (:func:`misread_text`), when a quoted name
+    may read a derived column (:func:`derived_name`), or when a nested SELECT refers to an outer one by a
+    qualifier (:func:`correlated`).
 
     >>> import sqlglot
-    >>> [provable(sql, sqlglot.parse_one(sql, read="sqlite"), "sqlite") for sql in (
-    ...     "SELECT a FROM t WHERE a = 1", "SELECT a FROM t WHERE +a = '1'",
-    ...     "SELECT a FROM t WHERE a = b COLLATE nocase")]
+    >>> [provable(sql, sqlglot.parse_one(sql, read="sqlite"), sqlglot.parse_one(sql, read="sqlite"), "sqlite")
+    ...  for sql in ("SELECT a FROM t WHERE a = 1", "SELECT a FROM t WHERE +a = '1'",
+    ...              "SELECT a FROM t WHERE a = b COLLATE nocase")]
     [True, False, False]
     """
-    return not chains_comparisons(tree) and tree.find(exp.Collate) is None and not unary_plus(sql, dialect) \
-        and not derived_name(tree)
+    return not chains_comparisons(tree) and tree.find(exp.Collate) is None and not misread_text(sql, dialect) \
+        and not derived_name(tree) and not correlated(ast)
 
 
 def derived_name(tree: exp.Expression) -> bool:
@@ -186,42 +188,83 @@ def derived_name(tree: exp.Expression) -> bool:
     return False
 
 
-def unary_plus(sql: str, dialect: str) -> bool:
-    """Whether ``sql`` has a unary ``+`` (``+a = '1'``). sqlglot drops it from the tree, but in SQLite it strips
-    the operand's affinity, which decides how ``=`` compares a number with text. A ``+`` counts as unary unless
-    the token before it ends an operand; text that cannot be tokenized counts as having one, and text without a
-    ``+`` is not tokenized.
+def misread_text(sql: str, dialect: str) -> bool:
+    """Whether ``sql``'s text has what sqlglot's tree does not keep as SQLite reads it:
 
-    >>> unary_plus("SELECT a + 1, -b FROM t WHERE x = +1", "sqlite"), unary_plus("SELECT a + 1 FROM t", "sqlite")
-    (True, False)
+    - a unary ``+`` (``+a = '1'``): sqlglot drops it, but in SQLite it strips the operand's affinity, which
+      decides how ``=`` compares a number with text (a ``+`` is unary unless the token before it ends an
+      operand);
+    - a CAST: sqlglot prints some type names as others of another affinity in SQLite (NUMERIC and DECIMAL as
+      REAL, STRING as TEXT, VARBINARY as BLOB, DATE as ``date()``), and ``CAST(s AS NUMERIC) * 100 / n`` divides
+      integers where ``CAST(s AS REAL) * 100 / n`` does not;
+    - LIKE or GLOB written as a function (``like('a%', b) || 'x'``), which sqlglot prints as the operator
+      without the parentheses SQLite's precedence then needs (a LIKE after a token that ends no operand).
+
+    Text that cannot be tokenized counts as having one; text without ``+``, ``cast``, ``like`` or ``glob`` is not
+    tokenized.
+
+    >>> [misread_text(sql, "sqlite") for sql in ("SELECT a + 1, -b FROM t WHERE x = +1", "SELECT a + 1 FROM t",
+    ...     "SELECT CAST(a AS NUMERIC) FROM t", "SELECT like('a%', b) FROM t", "SELECT b LIKE ('a%') FROM t",
+    ...     "SELECT b FROM t WHERE b NOT LIKE 'a%'")]
+    [True, False, True, True, False, False]
     """
-    if "+" not in sql:
+    folded = sql.casefold()
+    if "+" not in sql and "cast" not in folded and "like" not in folded and "glob" not in folded:
         return False
     try:
         tokens = dialect_of(dialect).tokenize(sql)
     except (SqlglotError, RecursionError, ValueError, TypeError):  # what the parse catches of sqlglot's limits
         return True
-    previous = None
-    for token in tokens:
-        if token.token_type == TokenType.PLUS and previous not in _OPERAND_ENDS:
+    kinds = [token.token_type for token in tokens]
+    for index, token in enumerate(tokens):
+        kind = token.token_type
+        before = kinds[index - 1] if index else None
+        if kind in (TokenType.LIKE, TokenType.GLOB) and before == TokenType.NOT:  # NOT LIKE: look before the NOT
+            before = kinds[index - 2] if index > 1 else None
+        if (kind in (TokenType.PLUS, TokenType.LIKE, TokenType.GLOB) and before not in _OPERAND_ENDS) \
+                or (kind == TokenType.VAR and token.text.upper() == "CAST" and index + 1 < len(kinds)
+                    and kinds[index + 1] == TokenType.L_PAREN):
             return True
-        previous = token.token_type
+    return False
+
+
+def correlated(ast: exp.Expression) -> bool:
+    """Whether a nested SELECT of ``ast`` (as parsed, before the canonical rewrites) qualifies a column with a
+    name its own FROM does not give (``singer.country`` inside ``FROM singer AS T2``): a reference to an outer
+    query. The canonical form's unaliasing renames ``T2`` to ``singer`` and then reads that reference as the
+    inner table's, so such trees prove nothing.
+
+    >>> import sqlglot
+    >>> [correlated(sqlglot.parse_one(sql, read="sqlite")) for sql in (
+    ...     "SELECT a FROM s WHERE a > (SELECT avg(T2.a) FROM s AS T2 WHERE T2.c = s.c)",
+    ...     "SELECT a FROM s WHERE a > (SELECT avg(s.a) FROM s WHERE s.c = 'x')")]
+    [True, False]
+    """
+    for select in ast.find_all(exp.Select):
+        if select.find_ancestor(exp.Select) is None:
+            continue
+        sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
+        visible = {source.this.alias_or_name.lower() for source in sources if source is not None}
+        if any(column.table and column.table.lower() not in visible for column in _scope_columns(select)):
+            return True
     return False
 
 
 def chains_comparisons(tree: exp.Expression) -> bool:
     """Whether a comparison has a comparison or a NOT as a direct operand (``x = a IN (1)``, ``'p' = NOT b``,
-    ``a LIKE b = 'p'`` written without parentheses). sqlglot's tree of such text is not SQLite's reading of it, and
+    ``a LIKE b = 'p'`` written without parentheses), or a NOT is the operand of a unary ``-`` or ``~``
+    (``'abc' = -NOT 'a'``). sqlglot's tree of such text is not SQLite's reading of it, and
     its canonical text can equal that of a different query: such queries are not proven here, and the neighbor
     search does not take even equal canonical trees of them as a proof.
 
     >>> import sqlglot
     >>> [chains_comparisons(sqlglot.parse_one(f"SELECT 1 FROM t WHERE {c}", read="sqlite"))
-    ...  for c in ("x = a IN (1)", "'p' = NOT b", "(a IN (1)) = x", "NOT a = 1 AND b LIKE 'x'")]
-    [True, True, False, False]
+    ...  for c in ("x = a IN (1)", "'p' = NOT b", "(a IN (1)) = x", "NOT a = 1 AND b LIKE 'x'", "x = -NOT a")]
+    [True, True, False, False, True]
     """
     return any(isinstance(operand, (*_COMPARISONS, exp.Not))
-               for node in tree.find_all(*_COMPARISONS) for operand in node.iter_expressions())
+               for node in tree.find_all(*_COMPARISONS) for operand in node.iter_expressions()) \
+        or any(isinstance(node.this, exp.Not) for node in tree.find_all(exp.Neg, exp.BitwiseNot))
 
 
 def _proof_text(tree: exp.Expression, dialect: str) -> str:

@@ -394,7 +394,8 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
     dialect = validation.dialect
     sides = (validation.actual, validation.expected[index])
     if schema.collates or not schema.ascii_names \
-            or not all(provable(side.sql, side.tree(dialect), dialect) for side in sides):
+            or not all(side.parsed.ast is not None and provable(side.sql, side.parsed.ast, side.tree(dialect), dialect)
+                       for side in sides):
         return None
     if structure.normalized_sql_match:
         return PROVEN_BY_STRUCTURE
