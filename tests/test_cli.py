@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -156,3 +157,25 @@ def test_evaluate_with_a_judge_writes_the_judged_reports(sample_dir: Path, serve
     assert [(r["case_id"], r["deterministic_verdict"], r["ai_advisory_verdict"]) for r in reports] == [
         ("1", "pass", None), ("2", "fail", "pass")]
     assert all("judge" in r["run_metadata"] for r in reports)  # every report is the judged one, skipped or not
+
+
+def test_the_command_ends_without_teardown_and_loses_no_output(tmp_path: Path, sample_dir: Path) -> None:
+    """``sqlcmp`` (``cli.run``) ends the process with ``os._exit`` once main has returned: the exit status, the
+    whole summary on stdout and every report must still be there, with workers too (their server exits with
+    this process)."""
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(f'{{"case_id": "{i}", "expected_sql": "SELECT 1", "actual_sql": "SELECT {i % 2}", '
+                             f'"db": "shop"}}\n' for i in range(6)), encoding="utf-8")
+    buffered = {name: value for name, value in os.environ.items() if name != "PYTHONUNBUFFERED"}  # as users run it
+    for workers in ("1", "2"):
+        out = tmp_path / f"reports-{workers}.jsonl"
+        run = subprocess.run([sys.executable, "-m", "sqlcmp_dagster.cli", "evaluate", str(suite), "--db-dir",
+                              str(sample_dir), "--out", str(out), "--quiet", "--workers", workers],
+                             capture_output=True, text=True, timeout=300, env=buffered)
+        assert run.returncode == 1, run.stderr  # three cases fail
+        assert run.stdout.rstrip().endswith(f"reports: {out}") and "6 cases: 3 passed, 3 failed" in run.stdout
+        assert len(out.read_text().splitlines()) == 6 and run.stderr == ""
+    usage = subprocess.run([sys.executable, "-m", "sqlcmp_dagster.cli", "evaluate", str(tmp_path / "missing.jsonl"),
+                            "--out", str(tmp_path / "r.jsonl")], capture_output=True, text=True, timeout=300,
+                           env=buffered)
+    assert usage.returncode == 2 and "suite not found" in usage.stderr
