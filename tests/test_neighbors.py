@@ -187,11 +187,17 @@ def test_a_pass_equal_after_meaning_preserving_rewrites_is_robust_without_a_sear
         company: Path, expected: str, actual: str) -> None:
     """Trees that differ only by a double-quoted string, an explicit ASC or an IN list of literals are proven
     equal: the search is skipped, the pass counts as robust, and forcing the search finds nothing."""
-    report = compare(company, expected, actual)
+    assert_proven_by_rewrites(company, expected, actual)
+
+
+def assert_proven_by_rewrites(db: Path, expected: str, actual: str) -> None:
+    """The pair passes on ``db`` with canonical trees that differ, is proven by the rewrites (not searched), and
+    the search, forced, finds no counterexample."""
+    report = compare(db, expected, actual)
     found = search(report)
     assert report.deterministic_verdict == "pass" and not report.metrics["structure"]["normalized_sql_match"]
     assert not found["neighbor_search_ran"] and found["robust_by_structure"] and found["reason"] == PROVEN_BY_REWRITES
-    forced = search(compare(company, expected, actual, neighbor_skip_proven=False, neighbor_count=17))
+    forced = search(compare(db, expected, actual, neighbor_skip_proven=False, neighbor_count=17))
     assert forced["neighbor_search_ran"] and not forced["counterexample_found"]
 
 
@@ -210,12 +216,7 @@ def test_a_pass_equal_but_for_its_join_order_is_robust_where_row_order_does_not_
     """Inner joins written in another order, conditions moved between ON and WHERE, columns qualified or not,
     INTERSECT's operands swapped: the same rows, in another order. Where the comparison ignores row order the
     pass is proven; where the case compares in order, it is searched."""
-    report = compare(company, expected, actual)
-    found = search(report)
-    assert report.deterministic_verdict == "pass" and not report.metrics["structure"]["normalized_sql_match"]
-    assert not found["neighbor_search_ran"] and found["robust_by_structure"] and found["reason"] == PROVEN_BY_REWRITES
-    forced = search(compare(company, expected, actual, neighbor_skip_proven=False, neighbor_count=17))
-    assert forced["neighbor_search_ran"] and not forced["counterexample_found"]
+    assert_proven_by_rewrites(company, expected, actual)
     ordered = search(compare(company, expected, actual, comparison_mode="order-sensitive"))
     assert not ordered["robust_by_structure"]
 
