@@ -15,7 +15,7 @@ with this schema, in the same order, so that the proof stays sound for every com
 - :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` for a column ``x`` when every listed
   value is a literal (SQLite's own definition: the listed values carry no affinity, as literals never do).
 
-One more rewrite keeps the rows but not their order, and is applied only where the comparison ignores row order
+Two more rewrites keep the rows but not their order, and are applied only where the comparison ignores row order
 (``order-insensitive``, which a case's ``auto`` mode resolves to when the expected query has no top-level ORDER
 BY) and nothing in either query depends on the order rows are read in (:func:`order_free`):
 
@@ -81,8 +81,8 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     The rewrites and the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they
     go: past it, the answer is False (the search decides instead). When no rewrite changes either tree the
     answer is False without printing them: equal canonical trees are a proof of their own, the caller's. With
-    ``unordered`` (the results are compared as bags), :func:`inner_joins` is applied too where both queries are
-    :func:`order_free`.
+    ``unordered`` (the results are compared as bags), :func:`inner_joins` and :func:`set_operands` are applied
+    too where both queries are :func:`order_free`.
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
@@ -194,22 +194,22 @@ def misread_text(sql: str, dialect: str) -> bool:
     - a unary ``+`` (``+a = '1'``): sqlglot drops it, but in SQLite it strips the operand's affinity, which
       decides how ``=`` compares a number with text (a ``+`` is unary unless the token before it ends an
       operand);
-    - a CAST: sqlglot prints some type names as others of another affinity in SQLite (NUMERIC and DECIMAL as
-      REAL, STRING as TEXT, VARBINARY as BLOB, DATE as ``date()``), and ``CAST(s AS NUMERIC) * 100 / n`` divides
-      integers where ``CAST(s AS REAL) * 100 / n`` does not;
+    - a CAST (``CAST(x AS t)``, ``x::t``): sqlglot prints some type names as others of another affinity in
+      SQLite (NUMERIC and DECIMAL as REAL, STRING as TEXT, VARBINARY as BLOB, DATE as ``date()``), and
+      ``CAST(s AS NUMERIC) * 100 / n`` divides integers where ``CAST(s AS REAL) * 100 / n`` does not;
     - LIKE or GLOB written as a function (``like('a%', b) || 'x'``), which sqlglot prints as the operator
       without the parentheses SQLite's precedence then needs (a LIKE after a token that ends no operand).
 
-    Text that cannot be tokenized counts as having one; text without ``+``, ``cast``, ``like`` or ``glob`` is not
-    tokenized.
+    Text that cannot be tokenized counts as having one; text without ``+``, ``::``, ``cast``, ``like`` or ``glob``
+    is not tokenized.
 
     >>> [misread_text(sql, "sqlite") for sql in ("SELECT a + 1, -b FROM t WHERE x = +1", "SELECT a + 1 FROM t",
     ...     "SELECT CAST(a AS NUMERIC) FROM t", "SELECT like('a%', b) FROM t", "SELECT b LIKE ('a%') FROM t",
-    ...     "SELECT b FROM t WHERE b NOT LIKE 'a%'")]
-    [True, False, True, True, False, False]
+    ...     "SELECT b FROM t WHERE b NOT LIKE 'a%'", "SELECT a::REAL FROM t")]
+    [True, False, True, True, False, False, True]
     """
     folded = sql.casefold()
-    if "+" not in sql and "cast" not in folded and "like" not in folded and "glob" not in folded:
+    if not any(part in folded for part in ("+", "::", "cast", "like", "glob")):
         return False
     try:
         tokens = dialect_of(dialect).tokenize(sql)
@@ -221,9 +221,9 @@ def misread_text(sql: str, dialect: str) -> bool:
         before = kinds[index - 1] if index else None
         if kind in (TokenType.LIKE, TokenType.GLOB) and before == TokenType.NOT:  # NOT LIKE: look before the NOT
             before = kinds[index - 2] if index > 1 else None
-        if (kind in (TokenType.PLUS, TokenType.LIKE, TokenType.GLOB) and before not in _OPERAND_ENDS) \
-                or (kind == TokenType.VAR and token.text.upper() == "CAST" and index + 1 < len(kinds)
-                    and kinds[index + 1] == TokenType.L_PAREN):
+        cast = kind == TokenType.DCOLON or (kind == TokenType.VAR and token.text.upper() == "CAST"
+                                            and index + 1 < len(kinds) and kinds[index + 1] == TokenType.L_PAREN)
+        if cast or (kind in (TokenType.PLUS, TokenType.LIKE, TokenType.GLOB) and before not in _OPERAND_ENDS):
             return True
     return False
 
