@@ -49,7 +49,7 @@ def run(argv: list[str] | None = None) -> NoReturn:
     """The ``sqlcmp`` command (the script's entry point): :func:`main`, then the process ends at once.
 
     When main returns, every output is written and closed; what is left is Python's teardown of the engine it
-    imported (polars, sqlglot, SQLAlchemy: about 0.15 s, a sixth of a small suite's run), which ``os._exit``
+    imported (polars, sqlglot, SQLAlchemy: about 0.15 s, a tenth of the bundled suite's run), which ``os._exit``
     skips. Only when nothing else can still be at work: no thread but daemons (which an ordinary exit abandons
     too) and no child process; otherwise (the demo's Dagster, say) the interpreter exits as usual."""
     code = main(argv)
