@@ -199,13 +199,12 @@ class _Search:
         (:meth:`~sqlcmp_dagster.engine.execution.Relation.same_rows`) before any frame is made."""
         config = config or self.config
         mode, _ = self.semantics[id(side)]
-        names_count = mode == "exact" or config.require_column_name_match
-        if (expected.names == actual.names or not names_count) and expected.same_rows(
-                actual, null_equals_null=config.null_equality_mode == "strict"):
+        names_agree = expected.names == actual.names or not (mode == "exact" or config.require_column_name_match)
+        if names_agree and expected.same_rows(actual, null_equals_null=config.null_equality_mode == "strict"):
             return True  # the frames would be equal: no frame is made
         # Columns, types and NULL counts read from each column's metadata: polars' schema and null_count() frames
         # cost 40 us a neighbor query, about a tenth of its whole comparison.
-        comparable = (expected.names == actual.names or not names_count) \
+        comparable = names_agree \
             and expected.frame.columns == actual.frame.columns and expected.frame.dtypes == actual.frame.dtypes \
             and (config.null_equality_mode == "strict"
                  or not any(column.null_count() for column in expected.frame.get_columns()))
@@ -308,7 +307,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     schema = read_schema(database, config.neighbor_sample_rows, min(config.query_timeout_ms, cap, budget_ms))
     if isinstance(schema, str):
         return _outcome(False, schema, started)
-    proof = _proof(validation, index, structure, schema, deadline) if config.neighbor_skip_proven else None
+    proof = _proof(validation, index, structure, result, schema, deadline) if config.neighbor_skip_proven else None
     if proof is not None:
         return {**_outcome(False, proof, started), "robust_by_structure": True}
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
@@ -386,11 +385,13 @@ def _sorted(relation: Relation) -> Any:
     return relation.frame.sort(relation.frame.columns, nulls_last=True) if relation.width else relation.frame
 
 
-def _proof(validation: Validation, index: int, structure: StructuralComparison, schema: Schema,
-           deadline: float) -> str | None:
+def _proof(validation: Validation, index: int, structure: StructuralComparison, result: ResultComparison,
+           schema: Schema, deadline: float) -> str | None:
     """Why the pass needs no search (:data:`PROVEN_BY_STRUCTURE`, :data:`PROVEN_BY_REWRITES`), or None. No proof
     rests on a tree that misses what SQLite reads in the text (:func:`provable`), on operand order where the
-    schema names a collation, nor on names folded as SQLite does not fold them (:attr:`Schema.ascii_names`)."""
+    schema names a collation, nor on names folded as SQLite does not fold them (:attr:`Schema.ascii_names`). The
+    rewrites that change row order apply where ``result`` (Layer 3's comparison with the expected query
+    ``index``) compared the results as bags."""
     dialect = validation.dialect
     sides = (validation.actual, validation.expected[index])
     if schema.collates or not schema.ascii_names \
@@ -401,17 +402,10 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
         return PROVEN_BY_STRUCTURE
     plain = schema.plain_tables
     if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
-                                               deadline=deadline, unordered=_unordered(validation, index)):
+                                               deadline=deadline,
+                                               unordered=result.comparison_mode == "order-insensitive"):
         return PROVEN_BY_REWRITES
     return None
-
-
-def _unordered(validation: Validation, index: int) -> bool:
-    """Whether the case compares with the expected query ``index`` as bags (``order-insensitive``)."""
-    from sqlcmp_dagster.engine.pipeline import resolve_mode
-
-    side = validation.expected[index]
-    return resolve_mode(validation.request.config, side.shape(validation.dialect)) == "order-insensitive"
 
 
 def _not_run_reason(validation: Validation, index: int, result: ResultComparison,
