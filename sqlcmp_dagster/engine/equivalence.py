@@ -48,8 +48,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _tick, clocked_rewrites, dialect_of, \
-    sort_commutative
+from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _tick, clocked_rewrites, \
+    dialect_of, sort_commutative
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -168,8 +168,7 @@ def derived_name(tree: exp.Expression) -> bool:
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
     def reads_derived(select: exp.Select) -> bool:
-        sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
-        return any(not isinstance(s.this, exp.Table) or s.this.name.lower() in ctes for s in sources if s is not None)
+        return any(not isinstance(s, exp.Table) or s.name.lower() in ctes for s in _scope_sources(select))
 
     for column in tree.find_all(exp.Column):
         if not (isinstance(column.this, exp.Identifier) and column.this.args.get("quoted")):
@@ -243,8 +242,7 @@ def correlated(ast: exp.Expression) -> bool:
     for select in ast.find_all(exp.Select):
         if select.find_ancestor(exp.Select) is None:
             continue
-        sources = [select.args.get("from_"), *(select.args.get("joins") or [])]
-        visible = {source.this.alias_or_name.lower() for source in sources if source is not None}
+        visible = {source.alias_or_name.lower() for source in _scope_sources(select)}
         if any(column.table and column.table.lower() not in visible for column in _scope_columns(select)):
             return True
     return False
@@ -278,10 +276,9 @@ def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozense
                joins: bool) -> exp.Expression:
     """``tree`` with every rewrite of ``dialect`` applied (:func:`inner_joins` and :func:`set_operands` with
     ``joins``), in place; each change is named in ``edits``."""
-    columns = frozenset().union(*tables.values())
     tree = default_ascending(tree, edits)
     if dialect == "sqlite":
-        tree = in_lists(quoted_strings(tree, columns, edits), edits)
+        tree = in_lists(quoted_strings(tree, frozenset().union(*tables.values()), edits), edits)
     return set_operands(inner_joins(tree, tables, edits), edits) if joins else tree
 
 
@@ -362,7 +359,7 @@ def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
     ...             {"a": frozenset({"id", "z"}), "b": frozenset({"id", "x", "y"})}).sql()
     'SELECT b.x FROM a CROSS JOIN b WHERE a.id = b.id AND b.y = 1 AND a.z = 2'
     """
-    introduced = {node.alias.lower() for node in tree.find_all(exp.Alias) if node.alias}
+    introduced = _aliases(tree)
     for select in list(tree.find_all(exp.Select)):
         joins = select.args.get("joins") or []
         source = select.args.get("from_")
@@ -393,6 +390,11 @@ def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
         if edits is not None:
             edits.append("JOIN")
     return tree
+
+
+def _aliases(tree: exp.Expression) -> set[str]:
+    """The names (lower case) ``tree`` gives its expressions with AS: a name SQLite may resolve to one of them."""
+    return {node.alias.lower() for node in tree.find_all(exp.Alias) if node.alias}
 
 
 def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
@@ -459,7 +461,7 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str], edits: list[st
     ...                frozenset({"city", "n"})).sql()
     'SELECT "n" AS x FROM t WHERE \\'Aberdeen\\' = city AND "x" = 1'
     """
-    introduced = {node.alias.lower() for node in tree.find_all(exp.Alias) if node.alias}
+    introduced = _aliases(tree)
     for alias in tree.find_all(exp.TableAlias):
         introduced |= {identifier.name.lower() for identifier in (alias.this, *alias.columns) if identifier}
     known = columns | introduced | _ROWID_NAMES

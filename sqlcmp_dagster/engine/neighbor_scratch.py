@@ -102,8 +102,8 @@ class Schema:
         """Whether every table and column name is ASCII. SQLite folds only ASCII letters when it matches a name
         (``"É"`` and ``"é"`` are two columns to it) while the canonical form lower-cases with Python, which folds
         the others too: no proof of equal queries rests on names folded so where a name is not ASCII."""
-        return all(name.isascii() and table.name.isascii() and all(c.name.isascii() for c in table.columns)
-                   for name, table in self.tables.items())
+        return all(table.name.isascii() and all(c.name.isascii() for c in table.columns)
+                   for table in self.tables.values())
 
     @functools.cached_property
     def plain_tables(self) -> dict[str, frozenset[str]] | None:

@@ -585,14 +585,15 @@ def lowercase_keywords(sql: str, dialect: str) -> str:
     return "".join(pieces)
 
 
+def _scope_sources(select: exp.Select) -> list[exp.Expression]:
+    """What the FROM and JOINs of ``select`` itself read (tables, subqueries, ...), not those of nested ones."""
+    return [source.this for source in (select.args.get("from_"), *(select.args.get("joins") or []))
+            if source is not None]
+
+
 def _scope_tables(select: exp.Select) -> list[exp.Table]:
     """Tables in the FROM/JOIN of ``select`` itself, not of nested subqueries."""
-    tables: list[exp.Table] = []
-    sources = [select.args.get("from_")] + list(select.args.get("joins") or [])
-    for source in sources:
-        if source is not None and isinstance(source.this, exp.Table):
-            tables.append(source.this)
-    return tables
+    return [source for source in _scope_sources(select) if isinstance(source, exp.Table)]
 
 
 def _scope_columns(select: exp.Select) -> list[exp.Column]:
