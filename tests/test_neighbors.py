@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from sqlglot import exp
 
 from conftest import plain_tables_of, sqlite_file
 from sqlcmp_dagster.cli import main
@@ -286,18 +287,28 @@ def test_values_picked_in_row_order_and_computed_with_are_not_proven(
         tmp_path: Path, schema: str, agree: str, differ: str, expected: str, actual: str) -> None:
     """Each pair returns the same bag on one database and different bags on another with the same schema
     (checked here): the join rewrite must not prove it, even where the comparison ignores row order."""
+    tables, trees = agree_then_differ(tmp_path, schema, agree, differ, expected, actual, as_bags=True)
+    assert tables is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", tables, deadline=time.monotonic() + 10,
+                                 unordered=True)
+
+
+def agree_then_differ(tmp_path: Path, schema: str, agree: str, differ: str, expected: str, actual: str, *,
+                      as_bags: bool) -> tuple[dict[str, frozenset[str]] | None, list[exp.Expression]]:
+    """Checks that ``expected`` and ``actual`` return the same rows (as bags, with ``as_bags``) on the database of
+    ``schema`` and ``agree`` and different ones on that of ``schema`` and ``differ``; returns the first database's
+    tables as the proof reads them and both canonical trees."""
     results = []
     for rows in (agree, differ):
         connection = sqlite3.connect(":memory:")
         connection.executescript(f"{schema}; {rows}")
-        results.append([sorted(connection.execute(sql).fetchall()) for sql in (expected, actual)])
+        results.append([sorted(found) if as_bags else found
+                        for found in (connection.execute(sql).fetchall() for sql in (expected, actual))])
         connection.close()
     assert results[0][0] == results[0][1] and results[1][0] != results[1][1]
-    tables = plain_tables_of(sqlite_file(tmp_path / "db.sqlite", f"{schema}; {agree}"))
-    trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
-    assert tables is not None and trees[0] is not None and trees[1] is not None
-    assert not proven_equivalent(trees[0], trees[1], "sqlite", tables, deadline=time.monotonic() + 10,
-                                 unordered=True)
+    trees = [tree for tree in (parse(sql, "sqlite").tree for sql in (expected, actual)) if tree is not None]
+    assert len(trees) == 2
+    return plain_tables_of(sqlite_file(tmp_path / "db.sqlite", f"{schema}; {agree}")), trees
 
 
 @pytest.mark.parametrize(("schema", "expected", "actual"), [
@@ -398,16 +409,7 @@ def test_queries_a_rule_would_wrongly_prove_are_not_proven(tmp_path: Path, schem
                                                            expected: str, actual: str) -> None:
     """Each pair agrees on one database and differs on another with the same schema (checked here), so no proof
     may hold: the rules apply only to queries over base tables, and IN only where it is a whole condition."""
-    results = []
-    for rows in (agree, differ):
-        connection = sqlite3.connect(":memory:")
-        connection.executescript(f"{schema}; {rows}")
-        results.append([connection.execute(sql).fetchall() for sql in (expected, actual)])
-        connection.close()
-    assert results[0][0] == results[0][1] and results[1][0] != results[1][1]
-    tables = plain_tables_of(sqlite_file(tmp_path / "db.sqlite", f"{schema}; {agree}"))
-    trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
-    assert trees[0] is not None and trees[1] is not None
+    tables, trees = agree_then_differ(tmp_path, schema, agree, differ, expected, actual, as_bags=False)
     assert tables is None or not proven_equivalent(trees[0], trees[1], "sqlite", tables,
                                                    deadline=time.monotonic() + 10)
 
