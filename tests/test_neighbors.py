@@ -223,6 +223,53 @@ def test_a_pass_equal_but_for_its_join_order_is_robust_where_row_order_does_not_
 
 
 @pytest.mark.parametrize(("expected", "actual"), [
+    ("SELECT dept_id, count(*), max(salary) FROM emp GROUP BY dept_id",
+     "SELECT max(salary), dept_id, count(*) FROM emp GROUP BY dept_id"),
+    ("SELECT sum(salary), avg(bonus) AS b, dept_id FROM emp WHERE name IN ('ann', 'cy') GROUP BY dept_id",
+     "SELECT dept_id, avg(bonus) AS b, sum(salary) FROM emp WHERE name = 'cy' OR name = 'ann' GROUP BY dept_id"),
+    ("SELECT T2.name, T1.name FROM emp AS T1 JOIN dept AS T2 ON T1.dept_id = T2.id",
+     "SELECT emp.name, dept.name FROM dept JOIN emp ON emp.dept_id = dept.id"),
+])
+def test_a_pass_equal_but_for_its_column_order_is_robust_where_columns_align_by_value(
+        company: Path, expected: str, actual: str) -> None:
+    """The same columns in another order (alone or beside other rewrites): where the comparison aligns columns by
+    their values and ignores row order, the pass is proven. Where it matches columns by position or by name, or
+    compares rows in order, the pass is searched."""
+    assert_proven_by_rewrites(company, expected, actual)
+    for config in ({"require_column_order_match": True}, {"require_column_name_match": True},
+                   {"comparison_mode": "order-sensitive"}):
+        assert not search(compare(company, expected, actual, **config))["robust_by_structure"], config
+
+
+#: Pairs whose result columns are the same expressions in another order, yet whose rows differ on some database
+#: (schema, rows where they agree, rows where they differ, expected, actual): a GROUP BY or ORDER BY position
+#: names another column once the columns move, and of two columns with one alias the first is the one named.
+UNSOUND_IN_ANOTHER_COLUMN_ORDER = [
+    ("CREATE TABLE t (a INTEGER, b INTEGER)", "INSERT INTO t VALUES (1, 1), (2, 2)",
+     "INSERT INTO t VALUES (1, 1), (1, 2)",
+     "SELECT a, b FROM t GROUP BY 1", "SELECT b, a FROM t GROUP BY 1"),
+    ("CREATE TABLE t (a INTEGER, b INTEGER)", "INSERT INTO t VALUES (1, 1), (2, 2)",
+     "INSERT INTO t VALUES (1, 3), (2, 2)",
+     "SELECT a, b FROM t ORDER BY 1 LIMIT 1", "SELECT b, a FROM t ORDER BY 1 LIMIT 1"),
+    ("CREATE TABLE t (a INTEGER, b INTEGER)", "INSERT INTO t VALUES (1, 1), (2, 2)",
+     "INSERT INTO t VALUES (1, 3), (2, 2)",
+     "SELECT a AS n, b AS n FROM t ORDER BY n LIMIT 1", "SELECT b AS n, a AS n FROM t ORDER BY n LIMIT 1"),
+]
+
+
+@pytest.mark.parametrize(("schema", "agree", "differ", "expected", "actual"), UNSOUND_IN_ANOTHER_COLUMN_ORDER)
+def test_columns_named_by_position_or_by_a_shared_alias_are_not_put_in_another_order(
+        tmp_path: Path, schema: str, agree: str, differ: str, expected: str, actual: str) -> None:
+    """Each pair returns the same bag (its columns swapped) on one database and different bags on another with
+    the same schema (checked here): the column rewrite must not prove it."""
+    tables, trees = agree_then_differ(tmp_path, schema, agree, differ, expected, actual, as_bags=True,
+                                      columns_swapped=True)
+    assert tables is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", tables, deadline=time.monotonic() + 10,
+                                 unordered=True, columns_by_value=True)
+
+
+@pytest.mark.parametrize(("expected", "actual"), [
     # Row order decides which row a LIMIT keeps, and which tied row an ORDER BY puts first.
     ("SELECT emp.name FROM emp JOIN dept ON emp.dept_id = dept.id LIMIT 2",
      "SELECT emp.name FROM dept JOIN emp ON emp.dept_id = dept.id LIMIT 2"),
@@ -294,16 +341,20 @@ def test_values_picked_in_row_order_and_computed_with_are_not_proven(
 
 
 def agree_then_differ(tmp_path: Path, schema: str, agree: str, differ: str, expected: str, actual: str, *,
-                      as_bags: bool) -> tuple[dict[str, frozenset[str]] | None, list[exp.Expression]]:
-    """Checks that ``expected`` and ``actual`` return the same rows (as bags, with ``as_bags``) on the database of
-    ``schema`` and ``agree`` and different ones on that of ``schema`` and ``differ``; returns the first database's
-    tables as the proof reads them and both canonical trees."""
+                      as_bags: bool, columns_swapped: bool = False
+                      ) -> tuple[dict[str, frozenset[str]] | None, list[exp.Expression]]:
+    """Checks that ``expected`` and ``actual`` return the same rows (as bags, with ``as_bags``; with
+    ``columns_swapped``, the actual rows' columns in reverse order) on the database of ``schema`` and ``agree``
+    and different ones on that of ``schema`` and ``differ``; returns the first database's tables as the proof
+    reads them and both canonical trees."""
     results = []
     for rows in (agree, differ):
         connection = sqlite3.connect(":memory:")
         connection.executescript(f"{schema}; {rows}")
-        results.append([sorted(found) if as_bags else found
-                        for found in (connection.execute(sql).fetchall() for sql in (expected, actual))])
+        found = [connection.execute(sql).fetchall() for sql in (expected, actual)]
+        if columns_swapped:
+            found[1] = [row[::-1] for row in found[1]]
+        results.append([sorted(rows_of) if as_bags else rows_of for rows_of in found])
         connection.close()
     assert results[0][0] == results[0][1] and results[1][0] != results[1][1]
     trees = [tree for tree in (parse(sql, "sqlite").tree for sql in (expected, actual)) if tree is not None]
@@ -486,8 +537,8 @@ def test_the_rewrites_prove_nothing_where_they_change_nothing(company_tables: di
     one rewrite changes one tree, both are printed and compared."""
     printed: list[str] = []
     proof_text = equivalence._proof_text
-    monkeypatch.setattr(equivalence, "_proof_text", lambda tree, dialect: printed.append(dialect) or
-                        proof_text(tree, dialect))
+    monkeypatch.setattr(equivalence, "_proof_text", lambda tree, dialect, **sort: printed.append(dialect) or
+                        proof_text(tree, dialect, **sort))
     same = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name", "sqlite").tree
     ascending = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name ASC", "sqlite").tree
     assert same is not None and ascending is not None

@@ -25,6 +25,14 @@ BY) and nothing in either query depends on the order rows are read in (:func:`or
 - :func:`set_operands`: ``A INTERSECT B`` is ``B INTERSECT A`` (and ``UNION`` alike) where both project the
   same columns, so that either names the result's columns.
 
+Where, besides, the comparison aligns columns by the values they hold (neither by position nor by name), the
+result columns of a SELECT are compared in one order (:func:`permutable_projection`): ``SELECT b, a`` is
+``SELECT a, b`` but for the order of its result columns (no plan depends on it: the same rows are read in the same
+order), so it returns the same rows with their columns swapped, and the comparison tries every order of up to
+:data:`MAX_PERMUTED_COLUMNS` columns that it cannot tell apart by their values (``results._MAX_PERMUTATIONS``
+candidates), so it finds the one that pairs every row on any database whose results its cell budget covers (the
+neighbors' always are; past that budget it says so in a warning).
+
 The rewrites are applied only to queries that read base tables alone (:func:`reads_base_tables_only`: no
 subquery, CTE, VALUES or table-valued function as a source, no view, no table with generated or hidden columns,
 no two tables whose names fold to one key here). There the names a query can resolve are the columns of the
@@ -73,7 +81,8 @@ class _NotProven(Exception):
 
 
 def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str,
-                      tables: Mapping[str, frozenset[str]], *, deadline: float, unordered: bool = False) -> bool:
+                      tables: Mapping[str, frozenset[str]], *, deadline: float, unordered: bool = False,
+                      columns_by_value: bool = False) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
     column names, :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
@@ -82,7 +91,9 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     go: past it, the answer is False (the search decides instead). When no rewrite changes either tree the
     answer is False without printing them: equal canonical trees are a proof of their own, the caller's. With
     ``unordered`` (the results are compared as bags), :func:`inner_joins` and :func:`set_operands` are applied
-    too where both queries are :func:`order_free`.
+    too where both queries are :func:`order_free`; with ``unordered`` and ``columns_by_value`` (the comparison
+    aligns columns by their values), the result columns are compared in one order where both queries'
+    projections are :func:`permutable_projection`.
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
@@ -102,9 +113,10 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
         with clocked_rewrites(deadline):
             joins = unordered and all(order_free(tree) for tree in (actual, expected))
             rewritten = [_rewritten(tree.copy(), dialect, tables, edits, joins=joins) for tree in (actual, expected)]
-            if not edits:  # the texts would be the canonical texts: the rewrites prove nothing
+            columns_sorted = unordered and columns_by_value and all(map(permutable_projection, rewritten))
+            if not edits and not columns_sorted:  # the texts would be the canonical texts: nothing is proven
                 return False
-            texts = [_proof_text(tree, dialect) for tree in rewritten]
+            texts = [_proof_text(tree, dialect, columns_sorted=columns_sorted) for tree in rewritten]
     except (RewriteCut, _NotProven, SqlglotError, RecursionError):
         return False
     return texts[0] == texts[1]
@@ -265,11 +277,47 @@ def chains_comparisons(tree: exp.Expression) -> bool:
         or any(isinstance(node.this, exp.Not) for node in tree.find_all(exp.Neg, exp.BitwiseNot))
 
 
-def _proof_text(tree: exp.Expression, dialect: str) -> str:
-    """The text a proof compares: ``tree`` (the proof's own copy) with its commutative operands in order, printed
-    as the canonical text is but with keywords as sqlglot prints them (upper case on both sides: the texts are
-    compared, never shown, and texts equal before lower-casing are equal after it)."""
-    return sort_commutative(tree).sql(dialect=dialect_of(dialect), normalize_functions="lower", copy=False)
+def _proof_text(tree: exp.Expression, dialect: str, *, columns_sorted: bool = False) -> str:
+    """The text a proof compares: ``tree`` (the proof's own copy) with its commutative operands in order (and,
+    with ``columns_sorted``, its result columns in the order of their text), printed as the canonical text is but
+    with keywords as sqlglot prints them (upper case on both sides: the texts are compared, never shown, and
+    texts equal before lower-casing are equal after it)."""
+    read = dialect_of(dialect)
+    tree = sort_commutative(tree)
+    if columns_sorted:
+        tree.set("expressions", sorted(tree.expressions,
+                                       key=lambda e: e.sql(dialect=read, normalize_functions="lower", copy=False)))
+    return tree.sql(dialect=read, normalize_functions="lower", copy=False)
+
+
+#: The most result columns :func:`permutable_projection` admits: the comparison tries every order of this many
+#: columns (5! = 120 = ``results._MAX_PERMUTATIONS`` candidates); of six it would try only some.
+MAX_PERMUTED_COLUMNS = 5
+
+
+def permutable_projection(tree: exp.Expression) -> bool:
+    """Whether the result columns of ``tree`` can be put in another order without changing what any of them
+    holds: a SELECT (not a set operation, whose operands pair their columns by position) of at most
+    :data:`MAX_PERMUTED_COLUMNS` expressions, none of them a ``*`` (its width is the tables'), no two with one
+    alias (a name then resolves to the first of them), and no ORDER BY or GROUP BY term that is a literal
+    (SQLite and PostgreSQL read an integer there as a result column's position).
+
+    >>> import sqlglot
+    >>> [permutable_projection(sqlglot.parse_one(sql)) for sql in (
+    ...     "SELECT count(*), a AS n FROM t GROUP BY a", "SELECT a, b FROM t ORDER BY 1",
+    ...     "SELECT a AS n, b AS n FROM t ORDER BY n", "SELECT *, a FROM t", "SELECT a FROM t UNION SELECT b FROM u",
+    ...     "SELECT a, b, c, d, e, f FROM t")]
+    [True, False, False, False, False, False]
+    """
+    if not isinstance(tree, exp.Select) or len(tree.expressions) > MAX_PERMUTED_COLUMNS:
+        return False
+    aliases = [e.alias.lower() for e in tree.expressions if e.alias]
+    if len(set(aliases)) < len(aliases) or any(e.is_star for e in tree.expressions):
+        return False
+    terms = [*(tree.args["order"].expressions if tree.args.get("order") else []),
+             *(tree.args["group"].expressions if tree.args.get("group") else [])]
+    return not any(isinstance((term.this if isinstance(term, exp.Ordered) else term).unnest(), exp.Literal)
+                   for term in terms)
 
 
 def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozenset[str]], edits: list[str], *,

@@ -66,7 +66,8 @@ PROVEN_BY_STRUCTURE = ("the canonical trees are equal: no database tells the que
 PROVEN_BY_REWRITES = ("the canonical trees are equal once rewritten without changing what either query returns on "
                       "this schema (an explicit ASC dropped, a double-quoted name that is no column read as the "
                       "string SQLite reads it, an IN list of literals written as ORs; where row order does not "
-                      "count, inner joins in one order and the operands of INTERSECT or UNION too): no database "
+                      "count, inner joins in one order and the operands of INTERSECT or UNION too, and where "
+                      "columns are aligned by their values, the result columns in one order): no database "
                       "with this schema tells the queries apart, so the pass is robust without a search")
 _NONDETERMINISTIC_FUNCTIONS = ("random", "randomblob", "changes", "last_insert_rowid", "total_changes")
 
@@ -391,8 +392,9 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
     rests on a tree that misses what SQLite reads in the text (:func:`provable`), on operand order where the
     schema names a collation, nor on names folded as SQLite does not fold them (:attr:`Schema.ascii_names`). The
     rewrites that change row order apply where ``result`` (Layer 3's comparison with the expected query
-    ``index``) compared the results as bags."""
-    dialect = validation.dialect
+    ``index``) compared the results as bags, and those that reorder result columns where it also aligned columns
+    by their values."""
+    dialect, config = validation.dialect, validation.request.config
     sides = (validation.actual, validation.expected[index])
     if schema.collates or not schema.ascii_names \
             or not all(side.parsed.ast is not None and provable(side.sql, side.parsed.ast, side.tree(dialect), dialect)
@@ -403,7 +405,9 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
     plain = schema.plain_tables
     if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
                                                deadline=deadline,
-                                               unordered=result.comparison_mode == "order-insensitive"):
+                                               unordered=result.comparison_mode == "order-insensitive",
+                                               columns_by_value=not (config.require_column_order_match
+                                                                     or config.require_column_name_match)):
         return PROVEN_BY_REWRITES
     return None
 
