@@ -18,7 +18,7 @@ import pytest
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbor_scratch import read_schema
+from sqlcmp_dagster.engine.neighbor_scratch import Schema, read_schema
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 
@@ -131,16 +131,21 @@ def sqlite_file(path: Path, script: str) -> Path:
     return path
 
 
-def plain_tables_of(path: Path) -> dict[str, frozenset[str]] | None:
-    """The base tables the equivalence proof resolves names against on the SQLite file at ``path``, read as the
-    neighbor search reads them (:attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`)."""
+def schema_of(path: Path) -> Schema:
+    """The schema of the SQLite file at ``path``, read as the neighbor search reads it."""
     database = ExecutionAdapter(str(path))
     try:
         schema = read_schema(database, 40, 10_000)
     finally:
         database.close()
     assert not isinstance(schema, str), schema
-    return schema.plain_tables
+    return schema
+
+
+def plain_tables_of(path: Path) -> dict[str, frozenset[str]] | None:
+    """The base tables the equivalence proof resolves names against on the SQLite file at ``path``
+    (:attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`)."""
+    return schema_of(path).plain_tables
 
 
 def service(variable: str) -> str:

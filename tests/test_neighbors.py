@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlglot import exp
 
-from conftest import plain_tables_of, sqlite_file
+from conftest import plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import equivalence
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
@@ -183,11 +183,16 @@ def test_a_pass_with_equal_canonical_trees_is_robust_without_a_search(company: P
     ("SELECT id FROM emp WHERE name = 'ann' OR name = 'bob'", 'SELECT id FROM emp WHERE name IN ("bob", "ann")'),
     ("SELECT id FROM emp WHERE salary > 35 AND (dept_id = 1 OR dept_id = 3)",
      "SELECT id FROM emp WHERE dept_id IN (3, 1) AND salary > 35"),
+    ("SELECT name FROM emp WHERE salary > 35 AND dept_id <> 2",
+     "SELECT name FROM emp WHERE salary > '35' AND dept_id <> \"2\""),
+    ("SELECT id FROM emp WHERE name <> 7 AND dept_id IN (1, 3)",
+     "SELECT id FROM emp WHERE name <> '7' AND dept_id IN ('1', '3')"),
 ])
 def test_a_pass_equal_after_meaning_preserving_rewrites_is_robust_without_a_search(
         company: Path, expected: str, actual: str) -> None:
-    """Trees that differ only by a double-quoted string, an explicit ASC or an IN list of literals are proven
-    equal: the search is skipped, the pass counts as robust, and forcing the search finds nothing."""
+    """Trees that differ only by a double-quoted string, an explicit ASC, an IN list of literals or a whole number
+    written as text beside a column with an affinity (INTEGER or TEXT) are proven equal: the search is skipped,
+    the pass counts as robust, and forcing the search finds nothing."""
     assert_proven_by_rewrites(company, expected, actual)
 
 
@@ -453,6 +458,37 @@ UNSOUND_WITHOUT_LIMITS = [
      "INSERT INTO t VALUES (1, 2, 2)", "SELECT id FROM t WHERE NOT a = 1 = x",
      "SELECT id FROM t WHERE x = a NOT IN (1)"),
 ]
+
+
+#: Pairs numeric_text would prove without its limits (schema, rows where they agree, rows where they differ,
+#: expected, actual): a column without affinity compares text as text, and a name that is the query's alias reads
+#: the aliased expression, whatever a table elsewhere in the query declares.
+UNSOUND_WITHOUT_AFFINITY = [
+    ("CREATE TABLE t (id INTEGER, y)", "INSERT INTO t VALUES (1, 5)", "INSERT INTO t VALUES (1, 2014)",
+     "SELECT id FROM t WHERE y = 2014", "SELECT id FROM t WHERE y = '2014'"),
+    ("CREATE TABLE t (id INTEGER, y BLOB)", "INSERT INTO t VALUES (1, 5)", "INSERT INTO t VALUES (1, 2014)",
+     "SELECT id FROM t WHERE y > 2000", "SELECT id FROM t WHERE y > '2000'"),
+    ("CREATE TABLE t (b); CREATE TABLE u (y INTEGER)", "INSERT INTO t VALUES (1); INSERT INTO u VALUES (1)",
+     "INSERT INTO t VALUES (5); INSERT INTO u VALUES (1)",
+     "SELECT b AS y FROM t WHERE y = 5 AND EXISTS (SELECT 1 FROM u)",
+     "SELECT b AS y FROM t WHERE y = '5' AND EXISTS (SELECT 1 FROM u)"),
+    # 05 is the integer 5, which a text column compares as '5'.
+    ("CREATE TABLE t (id INTEGER, y TEXT)", "INSERT INTO t VALUES (1, '7')", "INSERT INTO t VALUES (1, '05')",
+     "SELECT id FROM t WHERE y = '05'", "SELECT id FROM t WHERE y = 05"),
+]
+
+
+@pytest.mark.parametrize(("schema", "agree", "differ", "expected", "actual"), UNSOUND_WITHOUT_AFFINITY)
+def test_text_beside_a_column_without_affinity_is_not_read_as_a_number(
+        tmp_path: Path, schema: str, agree: str, differ: str, expected: str, actual: str) -> None:
+    """Each pair agrees on one database and differs on another with the same schema (checked here): the number
+    written as text is rewritten only beside a column SQLite gives an affinity, and only as the digits the
+    number prints as."""
+    tables, trees = agree_then_differ(tmp_path, schema, agree, differ, expected, actual, as_bags=False)
+    affine = schema_of(tmp_path / "db.sqlite").affine_columns
+    assert tables is not None
+    assert not proven_equivalent(trees[0], trees[1], "sqlite", tables, deadline=time.monotonic() + 10,
+                                 affine=affine)
 
 
 @pytest.mark.parametrize(("schema", "agree", "differ", "expected", "actual"), UNSOUND_WITHOUT_LIMITS)

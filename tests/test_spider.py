@@ -16,7 +16,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from conftest import plain_tables_of
+from conftest import schema_of
 from sqlcmp_dagster.cases.spider_exec import REASONS
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
@@ -103,7 +103,7 @@ def test_passes_proven_by_the_rewrites_never_have_a_counterexample(spider_suites
     the rewrites prove equal (where the canonical trees alone do not) passes, and the neighbor search, forced,
     finds no database that tells the queries apart."""
     cases = load_suite(spider_suites["supersql"]).cases
-    tables = {db: plain_tables_of(spider_suites["db_dir"] / db / f"{db}.sqlite") for db in {c.db for c in cases}}
+    schemas = {db: schema_of(spider_suites["db_dir"] / db / f"{db}.sqlite") for db in {c.db for c in cases}}
     proven = []
     for case in cases:
         gold = [case.expected_sql] if isinstance(case.expected_sql, str) else case.expected_sql
@@ -113,12 +113,15 @@ def test_passes_proven_by_the_rewrites_never_have_a_counterexample(spider_suites
             continue
         unordered = resolve_mode(case.config, query_shape(expected.tree)) == "order-insensitive"  # as the search
         by_value = not (case.config.require_column_order_match or case.config.require_column_name_match)
-        if proven_equivalent(actual.tree, expected.tree, "sqlite", tables[case.db] or {},
-                             deadline=time.monotonic() + 10, unordered=unordered, columns_by_value=by_value):
+        schema = schemas[case.db]
+        if proven_equivalent(actual.tree, expected.tree, "sqlite", schema.plain_tables or {},
+                             deadline=time.monotonic() + 10, unordered=unordered, columns_by_value=by_value,
+                             affine=schema.affine_columns):
             proven.append(case.model_copy(update={"config": case.config.model_copy(
                 update={"neighbor_skip_proven": False})}))
-    # 201 on SuperSQL's predictions: 64 of them by the join and set-operation rewrites, 34 more by column order.
-    assert len(proven) >= 170
+    # 217 on SuperSQL's predictions: 64 of them by the join and set-operation rewrites, 34 more by column order,
+    # 16 more by whole numbers written as text.
+    assert len(proven) >= 180
     evaluator = Evaluator(db_dir=spider_suites["db_dir"])
     try:
         reports = evaluator.evaluate_all(proven, workers=2)

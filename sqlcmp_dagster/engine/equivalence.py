@@ -14,6 +14,9 @@ with this schema, in the same order, so that the proof stays sound for every com
   ran on this schema, and every neighbor has the same schema, so the name resolves the same way on all of them;
 - :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` for a column ``x`` when every listed
   value is a literal (SQLite's own definition: the listed values carry no affinity, as literals never do).
+- :func:`numeric_text` (SQLite): ``year = '2014'`` is ``year = 2014`` for a column with an affinity (SQLite
+  turns the text into the number before it compares with a numeric column, and the number into the text with a
+  text column).
 
 Two more rewrites keep the rows but not their order, and are applied only where the comparison ignores row order
 (``order-insensitive``, which a case's ``auto`` mode resolves to when the expected query has no top-level ORDER
@@ -50,6 +53,8 @@ Nothing here changes ``normalized_sql`` or the structural scores: the rewrites s
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Mapping
 
 from sqlglot import exp
@@ -82,7 +87,7 @@ class _NotProven(Exception):
 
 def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect: str,
                       tables: Mapping[str, frozenset[str]], *, deadline: float, unordered: bool = False,
-                      columns_by_value: bool = False) -> bool:
+                      columns_by_value: bool = False, affine: Mapping[str, frozenset[str]] | None = None) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
     column names, :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
@@ -93,7 +98,8 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     ``unordered`` (the results are compared as bags), :func:`inner_joins` and :func:`set_operands` are applied
     too where both queries are :func:`order_free`; with ``unordered`` and ``columns_by_value`` (the comparison
     aligns columns by their values), the result columns are compared in one order where both queries'
-    projections are :func:`permutable_projection`.
+    projections are :func:`permutable_projection`. With ``affine`` (the columns SQLite gives an affinity,
+    :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.affine_columns`), :func:`numeric_text` is applied too.
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree
@@ -112,7 +118,8 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     try:
         with clocked_rewrites(deadline):
             joins = unordered and all(order_free(tree) for tree in (actual, expected))
-            rewritten = [_rewritten(tree.copy(), dialect, tables, edits, joins=joins) for tree in (actual, expected)]
+            rewritten = [_rewritten(tree.copy(), dialect, tables, edits, joins=joins, affine=affine)
+                         for tree in (actual, expected)]
             columns_sorted = unordered and columns_by_value and all(map(permutable_projection, rewritten))
             if not edits and not columns_sorted:  # the texts would be the canonical texts: nothing is proven
                 return False
@@ -321,12 +328,14 @@ def permutable_projection(tree: exp.Expression) -> bool:
 
 
 def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozenset[str]], edits: list[str], *,
-               joins: bool) -> exp.Expression:
+               joins: bool, affine: Mapping[str, frozenset[str]] | None = None) -> exp.Expression:
     """``tree`` with every rewrite of ``dialect`` applied (:func:`inner_joins` and :func:`set_operands` with
-    ``joins``), in place; each change is named in ``edits``."""
+    ``joins``, :func:`numeric_text` with ``affine``), in place; each change is named in ``edits``."""
     tree = default_ascending(tree, edits)
     if dialect == "sqlite":
         tree = in_lists(quoted_strings(tree, frozenset().union(*tables.values()), edits), edits)
+        if affine is not None:
+            tree = numeric_text(tree, tables, affine, edits)
     return set_operands(inner_joins(tree, tables, edits), edits) if joins else tree
 
 
@@ -524,6 +533,46 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str], edits: list[st
             if column is tree:
                 return replacement
             column.replace(replacement)
+    return tree
+
+
+#: A text SQLite's numeric affinity turns into the integer it spells, and its text affinity spells that integer
+#: as: digits without a sign or a leading zero, well inside a 64-bit integer.
+_WHOLE_NUMBER = re.compile(r"0|[1-9][0-9]{0,14}")
+#: The comparisons before which SQLite applies an operand's affinity to the other operand.
+_AFFINITY_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def numeric_text(tree: exp.Expression, tables: Mapping[str, frozenset[str]], affine: Mapping[str, frozenset[str]],
+                 edits: list[str] | None = None) -> exp.Expression:
+    """``tree`` with each string literal that spells a whole number (:data:`_WHOLE_NUMBER`) and is compared
+    (=, <>, <, <=, >, >=) with a column written as that number, in place, where the column's name is no alias of
+    the query and every table the query reads that has a column of that name (``tables``) gives it an affinity
+    (``affine``). SQLite applies the column's affinity to a literal before comparing (a literal has none): a
+    numeric affinity turns ``'2014'`` into 2014, and a text affinity turns 2014 into ``'2014'``, so both
+    spellings compare the same values on every row. A column without affinity (BLOB or no declared type)
+    compares the text as text: it is left as it is. Each literal rewritten is named in ``edits``.
+
+    >>> import sqlglot
+    >>> t, typed = {"t": frozenset({"y", "b"})}, {"t": frozenset({"y"})}
+    >>> numeric_text(sqlglot.parse_one("SELECT 1 FROM t WHERE y = '2014' AND b = '7' AND y > '03'"), t, typed).sql()
+    "SELECT 1 FROM t WHERE y = 2014 AND b = '7' AND y > '03'"
+    """
+    read = {table.name.lower() for table in tree.find_all(exp.Table)}
+    introduced = _aliases(tree)
+    for node in list(tree.find_all(*_AFFINITY_COMPARISONS)):
+        _tick()
+        for column, literal in ((node.this, node.expression), (node.expression, node.this)):
+            if not (isinstance(column, exp.Column) and isinstance(column.this, exp.Identifier)
+                    and isinstance(literal, exp.Literal) and literal.is_string
+                    and _WHOLE_NUMBER.fullmatch(literal.this)):
+                continue
+            name = column.name.lower()
+            owners = [table for table in read if name in tables.get(table, ())]
+            if owners and name not in introduced and all(name in affine.get(table, ()) for table in owners):
+                literal.replace(exp.Literal.number(literal.this))
+                if edits is not None:
+                    edits.append(f"'{literal.this}'")
     return tree
 
 

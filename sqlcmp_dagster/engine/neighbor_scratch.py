@@ -56,6 +56,15 @@ class Column:
             fragment in declared for fragment in ("CHAR", "CLOB", "TEXT", "INTERVAL"))
 
 
+    @property
+    def affine(self) -> bool:
+        """Whether SQLite gives the column an affinity at all: a declared type that names INT, CHAR, CLOB or TEXT,
+        or that is not empty and does not name BLOB (SQLite's rules, in their order)."""
+        declared = self.declared_type.upper()
+        return any(fragment in declared for fragment in ("INT", "CHAR", "CLOB", "TEXT")) \
+            or (declared.strip() != "" and "BLOB" not in declared)
+
+
 @dataclass(frozen=True)
 class ForeignKey:
     columns: tuple[int, ...]  # positions in the child table
@@ -114,6 +123,15 @@ class Schema:
             return None
         return {name: frozenset(c.name.lower() for c in table.columns) for name, table in self.tables.items()
                 if table.declared_only}
+
+    @functools.cached_property
+    def affine_columns(self) -> dict[str, frozenset[str]]:
+        """Lower-case table name -> lower-case names of its columns to which SQLite gives an affinity (INTEGER,
+        TEXT, REAL or NUMERIC: a declared type that is neither empty nor BLOB), for the tables of
+        :attr:`plain_tables`. A comparison converts the value it compares such a column with first
+        (:func:`~sqlcmp_dagster.engine.equivalence.numeric_text`)."""
+        return {name: frozenset(c.name.lower() for c in table.columns if c.affine)
+                for name, table in self.tables.items() if table.declared_only}
 
     def scope(self, names: set[str]) -> list[str]:
         """``names`` (lower case) that exist, plus the parents their foreign keys need, parents first."""

@@ -65,7 +65,8 @@ PROVEN_BY_STRUCTURE = ("the canonical trees are equal: no database tells the que
                        "without a search")
 PROVEN_BY_REWRITES = ("the canonical trees are equal once rewritten without changing what either query returns on "
                       "this schema (an explicit ASC dropped, a double-quoted name that is no column read as the "
-                      "string SQLite reads it, an IN list of literals written as ORs; where row order does not "
+                      "string SQLite reads it, an IN list of literals written as ORs, a whole number written as "
+                      "text beside a column with an affinity read as the number; where row order does not "
                       "count, inner joins in one order and the operands of INTERSECT or UNION too, and where "
                       "columns are aligned by their values, the result columns in one order): no database "
                       "with this schema tells the queries apart, so the pass is robust without a search")
@@ -407,7 +408,8 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
                                                deadline=deadline,
                                                unordered=result.comparison_mode == "order-insensitive",
                                                columns_by_value=not (config.require_column_order_match
-                                                                     or config.require_column_name_match)):
+                                                                     or config.require_column_name_match),
+                                               affine=schema.affine_columns):
         return PROVEN_BY_REWRITES
     return None
 
