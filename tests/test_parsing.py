@@ -1,8 +1,11 @@
 from __future__ import annotations
 
-import pytest
+from concurrent.futures import ThreadPoolExecutor
 
-from sqlcmp_dagster.engine.parsing import parse, unsafe_reason
+import pytest
+import sqlglot
+
+from sqlcmp_dagster.engine.parsing import parse, sql_text, unsafe_reason
 
 
 @pytest.mark.parametrize(
@@ -84,3 +87,18 @@ def test_write_hidden_in_a_cte_is_unsafe() -> None:
                                  "SELECT * FROM (SELECT 1) AS s", "VALUES (1)"])
 def test_queries_are_safe(sql: str) -> None:
     assert unsafe_reason(parse(sql, "sqlite")) is None
+
+
+def test_a_reused_generator_prints_what_a_new_one_prints_in_every_thread() -> None:
+    """:func:`sql_text` keeps one sqlglot generator per thread, dialect and setting. Every node of a few queries,
+    in each dialect, printed by it (from eight threads at once, interleaved) is what ``sql()`` prints."""
+    queries = ["SELECT T1.a, COUNT(*) FROM t AS T1 JOIN u ON T1.id = u.id WHERE u.x IN (1, 'b') GROUP BY 1",
+               "WITH w AS (SELECT a FROM t) SELECT a FROM w ORDER BY a DESC LIMIT 3",
+               "SELECT CAST(a AS TEXT) || 'x', STRFTIME('%Y', d) FROM t UNION SELECT b, c FROM u"]
+    work = [(node, dialect, lower) for sql in queries for node in sqlglot.parse_one(sql).walk()
+            for dialect in (None, "sqlite", "duckdb", "postgres") for lower in (False, True)]
+    expected = [node.sql(dialect=dialect, normalize_functions="lower" if lower else None, copy=True)
+                for node, dialect, lower in work]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        printed = list(pool.map(lambda item: sql_text(item[0], item[1], lower_functions=item[2], copy=True), work))
+    assert printed == expected and len(set(expected)) > 50

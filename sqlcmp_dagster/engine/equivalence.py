@@ -54,15 +54,14 @@ Nothing here changes ``normalized_sql`` or the structural scores: the rewrites s
 from __future__ import annotations
 
 import re
-
 from collections.abc import Mapping
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _tick, clocked_rewrites, \
-    dialect_of, sort_commutative
+from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _text, _tick, \
+    clocked_rewrites, dialect_of, sort_commutative, sql_text
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -289,12 +288,10 @@ def _proof_text(tree: exp.Expression, dialect: str, *, columns_sorted: bool = Fa
     with ``columns_sorted``, its result columns in the order of their text), printed as the canonical text is but
     with keywords as sqlglot prints them (upper case on both sides: the texts are compared, never shown, and
     texts equal before lower-casing are equal after it)."""
-    read = dialect_of(dialect)
     tree = sort_commutative(tree)
     if columns_sorted:
-        tree.set("expressions", sorted(tree.expressions,
-                                       key=lambda e: e.sql(dialect=read, normalize_functions="lower", copy=False)))
-    return tree.sql(dialect=read, normalize_functions="lower", copy=False)
+        tree.set("expressions", sorted(tree.expressions, key=lambda e: sql_text(e, dialect, lower_functions=True)))
+    return sql_text(tree, dialect, lower_functions=True)
 
 
 #: The most result columns :func:`permutable_projection` admits: the comparison tries every order of this many
@@ -387,14 +384,14 @@ def _picked_whole(select: exp.Select) -> bool:
     key keep whichever of them they read first; shown, they compare equal (the comparison takes 1 for 1.0), but
     ``max(x) / 2`` is 0 against 0.5, and a HAVING on it keeps a group or not."""
     group = select.args.get("group")
-    keys = {key.sql() for key in group.expressions} if group is not None else set()
+    keys = {_text(key) for key in group.expressions} if group is not None else set()
     having = select.args.get("having")
     parts = [(part, True) for part in select.expressions] + ([(having.this, False)] if having is not None else [])
     for part, shown in parts:
         value = part.this if shown and isinstance(part, exp.Alias) else part
         if shown and isinstance(value, (exp.Min, exp.Max)) and value.this.find(exp.AggFunc) is None:
             continue
-        if shown and isinstance(value, exp.Column) and value.sql() in keys:
+        if shown and isinstance(value, exp.Column) and _text(value) in keys:
             continue
         if value.find(exp.Min, exp.Max) is not None or any(
                 column.find_ancestor(exp.Count) is None for column in value.find_all(exp.Column)):
@@ -423,7 +420,7 @@ def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
         if not joins or source is None or not all(_inner(join) for join in joins) \
                 or not isinstance(source.this, exp.Table):
             continue
-        sources = sorted([source.this, *(join.this for join in joins)], key=lambda table: table.sql())
+        sources = sorted([source.this, *(join.this for join in joins)], key=_text)
         names = [table.name.lower() for table in sources]
         if len(set(names)) < len(names) or not all(name in tables for name in names):
             continue
@@ -475,9 +472,9 @@ def set_operands(tree: exp.Expression, edits: list[str] | None = None) -> exp.Ex
         left, right = operation.this, operation.expression
         if not isinstance(left, exp.Select) or not isinstance(right, exp.Select) \
                 or any(operation.args.get(key) for key in ("by_name", "side", "kind", "on")) \
-                or [e.sql() for e in left.expressions] != [e.sql() for e in right.expressions]:
+                or [_text(e) for e in left.expressions] != [_text(e) for e in right.expressions]:
             continue
-        if right.sql() < left.sql():
+        if _text(right) < _text(left):
             operation.set("this", right)
             operation.set("expression", left)
             if edits is not None:

@@ -18,7 +18,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.neighbor_scratch import Column, Rows, Schema, Table
-from sqlcmp_dagster.engine.parsing import dialect_of
+from sqlcmp_dagster.engine.parsing import sql_text
 
 #: Largest group :func:`group_sizes` and :func:`ladder` build (a HAVING COUNT(*) >= 50 needs a group of 50,
 #: one of ``COUNT(col) < 200`` a group of 200 whose NULLs bring it under).
@@ -121,8 +121,8 @@ def features(tree: exp.Expression) -> dict[str, list[str]]:
     (:func:`neighbor_numbers` builds the profiles aimed there first)."""
     def text(node: exp.Expression) -> str:  # without table qualifiers: aliases differ between any two authors
         # transform() made the copy printed here: the generator need not copy it again
-        return node.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n) \
-            .sql(dialect=dialect_of("sqlite"), copy=False).lower()
+        return sql_text(node.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n),
+                        "sqlite").lower()
 
     def key_pair(node: exp.Expression) -> bool:
         return isinstance(node, exp.EQ) and all(isinstance(o, exp.Column) for o in node.iter_expressions())

@@ -36,7 +36,7 @@ from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_num
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
     read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
-from sqlcmp_dagster.engine.parsing import dialect_of
+from sqlcmp_dagster.engine.parsing import sql_text
 from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -232,7 +232,7 @@ class _Search:
             keyed = _keyed_uncut(side.parsed.ast) if shape.limit is not None and side.parsed.ast is not None \
                 else None
             self.keyed_uncut[id(side)] = None if keyed is None else \
-                (keyed[0].sql(dialect=dialect_of(self.validation.dialect), copy=False), keyed[1])
+                (sql_text(keyed[0], self.validation.dialect), keyed[1])
         keyed_text = self.keyed_uncut[id(side)]
         if keyed_text is None:
             return False

@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, canonical_tree, clocked_rewrites
+from sqlcmp_dagster.engine.parsing import RewriteCut, canonical_tree, clocked_rewrites, sql_text
 from sqlcmp_dagster.engine.structure import (CLAUSE_ARGS, CLAUSE_WEIGHTS, StructuralComparison, compare_structure,
                                              query_shape)
 
@@ -213,12 +213,12 @@ def _search(pairings: list[_Pairing], expected: exp.Expression, actual: exp.Expr
                 labels = pairing.base + tuple(dict.fromkeys(label for edit in edits for label in edit))
                 candidates.append((len(labels), pairing, labels))
     candidates.sort(key=lambda item: item[0])  # stable: heavier clauses first within a size, as generated
-    seen = {actual.sql(dialect=dialect)}
+    seen = {sql_text(actual, dialect, copy=True)}
     for size, pairing, labels in candidates:
         if fixes and size > len(fixes[0].labels):
             break
         candidate = _apply(pairing, labels, expected)
-        sql = candidate.sql(dialect=dialect)
+        sql = sql_text(candidate, dialect, copy=True)
         if sql in seen:  # the transplant changes nothing a smaller or earlier set did not
             continue
         seen.add(sql)

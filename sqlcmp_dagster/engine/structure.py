@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.parsing import dialect_of
+from sqlcmp_dagster.engine.parsing import sql_text
 
 #: Clause weights of clause_weighted_distance. The projection and the predicates decide most of what a query
 #: returns, so they weigh most; clauses that rarely change the answer (windows) weigh least.
@@ -83,13 +83,14 @@ def fragment(node: exp.Expression) -> str:
 
     sqlglot's generator copies its input by default because dialect rewrites may mutate it; the default
     dialect that fragments are printed in rewrites nothing, and the copy was most of the cost of a shape. The
-    dialect is one instance (:func:`~sqlcmp_dagster.engine.parsing.dialect_of`), not one built per fragment.
+    dialect and generator are one instance per thread (:func:`~sqlcmp_dagster.engine.parsing.sql_text`), not one
+    built per fragment.
 
     >>> import sqlglot
     >>> fragment(sqlglot.parse_one("SELECT a FROM t WHERE x = 1").args["where"].this)
     'x = 1'
     """
-    return node.sql(dialect=dialect_of(None), copy=False)
+    return sql_text(node)
 
 
 def query_shape(tree: exp.Expression) -> QueryShape:
