@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import sqlglot
 
-from sqlcmp_dagster.engine.parsing import parse, sql_text, unsafe_reason
+from sqlcmp_dagster.engine.parsing import parse, sql_text, tokens_of, unsafe_reason
 
 
 @pytest.mark.parametrize(
@@ -89,9 +89,10 @@ def test_queries_are_safe(sql: str) -> None:
     assert unsafe_reason(parse(sql, "sqlite")) is None
 
 
-def test_a_reused_generator_prints_what_a_new_one_prints_in_every_thread() -> None:
-    """:func:`sql_text` keeps one sqlglot generator per thread, dialect and setting. Every node of a few queries,
-    in each dialect, printed by it (from eight threads at once, interleaved) is what ``sql()`` prints."""
+def test_reused_generators_and_tokenizers_give_what_new_ones_give_in_every_thread() -> None:
+    """:func:`sql_text` and :func:`tokens_of` keep one sqlglot generator (per dialect and setting) and tokenizer
+    (per dialect) per thread. Every node of a few queries, in each dialect, printed by them and its text
+    tokenized again (from eight threads at once, interleaved) is what a new generator and tokenizer give."""
     queries = ["SELECT T1.a, COUNT(*) FROM t AS T1 JOIN u ON T1.id = u.id WHERE u.x IN (1, 'b') GROUP BY 1",
                "WITH w AS (SELECT a FROM t) SELECT a FROM w ORDER BY a DESC LIMIT 3",
                "SELECT CAST(a AS TEXT) || 'x', STRFTIME('%Y', d) FROM t UNION SELECT b, c FROM u"]
@@ -102,3 +103,8 @@ def test_a_reused_generator_prints_what_a_new_one_prints_in_every_thread() -> No
     with ThreadPoolExecutor(max_workers=8) as pool:
         printed = list(pool.map(lambda item: sql_text(item[0], item[1], lower_functions=item[2], copy=True), work))
     assert printed == expected and len(set(expected)) > 50
+    texts = [(text, dialect) for text, (_, dialect, _) in zip(expected, work)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        tokens = list(pool.map(lambda item: tokens_of(*item), texts))
+    assert [[(t.token_type, t.text) for t in found] for found in tokens] == \
+        [[(t.token_type, t.text) for t in sqlglot.Dialect.get_or_raise(d).tokenize(text)] for text, d in texts]

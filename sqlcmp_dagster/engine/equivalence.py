@@ -61,7 +61,7 @@ from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
 from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _text, _tick, \
-    clocked_rewrites, dialect_of, sort_commutative, sql_text
+    clocked_rewrites, sort_commutative, sql_text, tokens_of
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -229,7 +229,7 @@ def misread_text(sql: str, dialect: str) -> bool:
     if not any(part in folded for part in ("+", "::", "cast", "like", "glob")):
         return False
     try:
-        tokens = dialect_of(dialect).tokenize(sql)
+        tokens = tokens_of(sql, dialect)
     except (SqlglotError, RecursionError, ValueError, TypeError):  # what the parse catches of sqlglot's limits
         return True
     kinds = [token.token_type for token in tokens]

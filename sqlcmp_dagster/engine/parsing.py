@@ -284,7 +284,7 @@ def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) ->
     """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator. ``ast`` is copied
     first unless it is ``owned`` (the caller's to give away: rewritten in place). Within :func:`parse`'s
     deadline every rewrite looks at the clock as it goes (:func:`_tick`)."""
-    tree = normalize_identifiers(ast if owned else ast.copy())
+    tree = normalize_identifiers(ast if owned else ast.copy(), dialect=dialect_of(None))
     for rewrite in (unalias_tables, sort_commutative):
         _tick(force=True)
         tree = rewrite(tree)
@@ -364,11 +364,11 @@ class _Clocked:
 
     def tokenize(self, sql: str, dialect: str | None) -> list[Token]:
         """``sql``'s tokens in ``dialect``, clocked when there is a deadline."""
-        engine = dialect_of(dialect)
         if self.deadline is None:
-            return engine.tokenize(sql)
+            return tokens_of(sql, dialect)
         if _COMPILED:
-            return self._after(engine.tokenize(sql))
+            return self._after(tokens_of(sql, dialect))
+        engine = dialect_of(dialect)
         core = _clocked_tokenizer()(engine.tokenizer()._core, self)
         try:
             tokens: list[Token] = core.tokenize(sql)
@@ -380,7 +380,7 @@ class _Clocked:
 
     def parse(self, sql: str, dialect: str) -> list[exp.Expression | None]:
         if self.deadline is None:
-            return sqlglot.parse(sql, read=dialect)
+            return dialect_of(dialect).parser().parse(tokens_of(sql, dialect), sql)
         self._tokens, self._sql, self._dialect = self.tokenize(sql, dialect), sql, dialect
         return self._parsed()
 
@@ -441,8 +441,20 @@ def dialect_of(name: str | None) -> sqlglot.Dialect:
     return sqlglot.Dialect.get_or_raise(name)
 
 
-#: This thread's generators (:func:`sql_text`), by dialect and whether function names are lower-cased.
-_PRINTERS = threading.local()
+#: This thread's generators (:func:`sql_text`) and tokenizers (:func:`tokens_of`).
+_PER_THREAD = threading.local()
+
+
+def tokens_of(sql: str, dialect: str | None) -> list[Token]:
+    """``dialect_of(dialect).tokenize(sql)``, by one tokenizer per thread and dialect: sqlglot builds a tokenizer
+    and its core for every call otherwise (10 us of the 20-40 a Spider query's tokens cost). A tokenizer resets
+    its state when it starts and hands back a list of its own, so reuse changes nothing it returns."""
+    tokenizers: dict[str | None, Any] = _PER_THREAD.__dict__.setdefault("tokenizers", {})
+    tokenizer = tokenizers.get(dialect)
+    if tokenizer is None:
+        tokenizer = tokenizers[dialect] = dialect_of(dialect).tokenizer()
+    tokens: list[Token] = tokenizer.tokenize(sql)
+    return tokens
 
 
 def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_functions: bool = False,
@@ -455,7 +467,7 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
     >>> sql_text(sqlglot.parse_one("SELECT COUNT(x) FROM t"), "sqlite", lower_functions=True)
     'SELECT count(x) FROM t'
     """
-    printers: dict[tuple[str | None, bool], Any] = _PRINTERS.__dict__.setdefault("by_setting", {})
+    printers: dict[tuple[str | None, bool], Any] = _PER_THREAD.__dict__.setdefault("printers", {})
     printer = printers.get((dialect, lower_functions))
     if printer is None:
         printer = printers[(dialect, lower_functions)] = dialect_of(dialect).generator(
@@ -594,7 +606,7 @@ def lowercase_keywords(sql: str, dialect: str) -> str:
     keep = {TokenType.STRING, TokenType.IDENTIFIER, TokenType.VAR, TokenType.NATIONAL_STRING,
             TokenType.BIT_STRING, TokenType.HEX_STRING, TokenType.BYTE_STRING, TokenType.RAW_STRING}
     clock = _CLOCK.get()
-    tokens = clock.tokenize(sql, dialect) if clock is not None else dialect_of(dialect).tokenize(sql)
+    tokens = clock.tokenize(sql, dialect) if clock is not None else tokens_of(sql, dialect)
     pieces: list[str] = []
     cursor = 0
     for token in tokens:
