@@ -224,6 +224,35 @@ def test_rows_told_the_same_make_equal_frames(tables: tuple[tuple[list[str], lis
     assert relation_from_rows(names, rows).same_rows(renamed, null_equals_null=nulls_equal) == plain
 
 
+def _same_cells(left: list[Any], right: list[Any]) -> bool:
+    """Cell for cell the same value and type, NaN equal to NaN and -0.0 told from 0.0."""
+    return len(left) == len(right) and all(
+        type(a) is type(b) and (repr(a) == repr(b) if isinstance(a, float) else a == b) for a, b in zip(left, right))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tables=_table_pairs(), extra=st.lists(st.sampled_from([2**63 - 1, 2**63, -(2**63), -(2**63) - 1, "\ud800"]),
+                                             max_size=2))
+def test_columns_told_from_rows_are_the_frames_columns(tables: tuple[tuple[list[str], list[tuple[Any, ...]]],
+                                                                     tuple[list[str], list[tuple[Any, ...]]]],
+                                                       extra: list[Any]) -> None:
+    """``Relation.columns``, what the plain comparison reads, tells each column's type and values from the rows
+    where it can (one plain Python type per column); they are what the frame holds, for every kind of cell
+    (integers past 64 bits included); where the frame refuses the rows, so do they."""
+    for names, rows in tables:
+        if extra and names:
+            rows = [*rows, *((value,) + tuple(row[1:]) for value, row in zip(extra, rows or [(None,) * len(names)]))]
+        try:
+            frame = relation_from_rows(names, rows).frame
+        except UnicodeEncodeError:  # a lone surrogate: the columns are refused as the frame is
+            with pytest.raises(UnicodeEncodeError):
+                relation_from_rows(names, rows).columns()
+            continue
+        told = relation_from_rows(names, rows).columns()
+        assert told[0] == list(frame.dtypes)
+        assert all(_same_cells(values, column.to_list()) for values, column in zip(told[1], frame.get_columns()))
+
+
 @pytest.mark.parametrize(("rows", "twin"), [
     ([(1,)], [(1.0,)]),  # equal in Python, an integer column against a float one
     ([(True,)], [(1,)]),  # a boolean is not the number 1

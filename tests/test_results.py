@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from sqlcmp_dagster.engine.equivalence import MAX_PERMUTED_COLUMNS
-from sqlcmp_dagster.engine.execution import relation_from_rows
+from sqlcmp_dagster.engine.execution import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
 from sqlcmp_dagster.engine.results import (
     _MAX_PERMUTATIONS,
@@ -225,10 +225,11 @@ def test_the_plain_path_writes_numbers_as_tagged_text_does() -> None:
 
     values = [0.0, -0.0, 1.5, 1e-5, -1.5e-5, 8.9e-5, 1e-6, -3.6e-7, 1e15, 1e16, 1e20, 5e-324, math.nan, math.inf,
               -math.inf, 2.0**63, None]
-    series = pl.Series(values, dtype=pl.Float64)
-    assert _tagged(series, values) == tagged_text(series).to_list()
-    integers = pl.Series([0, -7, 2**62, None])
-    assert _tagged(integers, integers.to_list()) == tagged_text(integers).to_list()
+    for column in (values, [0, -7, 2**62, None]):
+        # A relation of rows (its columns told from them) and one of a frame give polars' text.
+        told = relation_from_rows(["x"], [(value,) for value in column])
+        framed = Relation(pl.DataFrame({"c0": column}), ["x"])
+        assert _tagged(told, 0) == _tagged(framed, 0) == tagged_text(framed.frame.to_series(0)).to_list()
 
 
 @pytest.mark.parametrize(("columns", "searched"), [

@@ -76,14 +76,35 @@ class Relation:
     rows alone (:meth:`same_rows`) and never needs their frames.
     """
 
-    __slots__ = ("_frame", "_rows", "names", "truncated")
+    __slots__ = ("_columns", "_frame", "_rows", "names", "truncated")
 
     def __init__(self, frame: pl.DataFrame | None, names: list[str], truncated: bool = False, *,
                  rows: Sequence[Sequence[Any]] | None = None) -> None:
         if frame is None and rows is None:
             raise ValueError("a relation needs a frame or rows")
         self._frame, self._rows = frame, None if frame is not None else rows
+        self._columns: tuple[list[pl.DataType], list[list[Any]]] | None = None
         self.names, self.truncated = names, truncated
+
+    def columns(self) -> tuple[list[pl.DataType], list[list[Any]]]:
+        """Each column's type and values as its frame holds them (``frame.dtypes``, ``to_list()`` of each
+        column), kept once asked for. Told from the rows, without making the frame, where the relation has at
+        most :data:`PLAIN_CELLS` cells and each column holds one plain Python type (:func:`_plain_columns`):
+        the plain comparison of small results (:mod:`result_rows`) needs no more, and a frame costs about 0.1 ms.
+        """
+        if self._columns is None:
+            plain = _plain_columns(self._rows, len(self.names)) \
+                if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS else None
+            self._columns = plain if plain is not None else \
+                (list(self.frame.dtypes), [column.to_list() for column in self.frame.get_columns()])
+        return self._columns
+
+    @property
+    def dtypes(self) -> list[pl.DataType]:
+        """``frame.dtypes``, without making the frame where :meth:`columns` need not."""
+        if self._columns is None and self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS:
+            return self.columns()[0]
+        return self._columns[0] if self._columns is not None else list(self.frame.dtypes)
 
     @property
     def frame(self) -> pl.DataFrame:
@@ -207,6 +228,45 @@ def relation_from_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], trun
 
 #: The types of cell :meth:`Relation.same_rows` compares by value: what SQLite's driver returns.
 _ROW_CELL_TYPES = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+#: The most cells of a relation whose :meth:`Relation.columns` are told from its rows (beyond, from its frame).
+PLAIN_CELLS = 4_096
+#: The polars type of a column whose values (NULLs aside) are all of one of these Python types.
+_PLAIN_DTYPES: dict[type, pl.DataType] = {bool: pl.Boolean(), int: pl.Int64(), float: pl.Float64(),
+                                         str: pl.String(), bytes: pl.Binary()}
+
+
+def _plain_columns(rows: Sequence[Sequence[Any]], width: int) -> tuple[list[pl.DataType], list[list[Any]]] | None:
+    """The types and values of the columns :func:`_frame_of` would make of ``rows``, where each column holds
+    only NULLs and values of one type of :data:`_PLAIN_DTYPES` (integers within 64 bits, text UTF-8 can
+    encode): polars takes such a column as it is. None where a column holds anything else.
+
+    >>> _plain_columns([(1, "a", None), (None, "b", None)], 3)
+    ([Int64, String, Null], [[1, None], ['a', 'b'], [None, None]])
+    """
+    dtypes: list[pl.DataType] = []
+    columns: list[list[Any]] = []
+    for index in range(width):
+        values = list(map(itemgetter(index), rows))
+        kinds = set(map(type, values))
+        kinds.discard(type(None))
+        if not kinds:
+            dtypes.append(pl.Null())
+        else:
+            kind = kinds.pop()
+            if kinds or kind not in _PLAIN_DTYPES:
+                return None
+            if kind is int and not all(-(1 << 63) <= value < 1 << 63 for value in values if value is not None):
+                return None
+            if kind is str:
+                try:  # text polars cannot hold (lone surrogates, in a given result) makes the frame refuse it
+                    "".join(value for value in values if value is not None).encode()
+                except UnicodeEncodeError:
+                    return None
+            dtypes.append(_PLAIN_DTYPES[kind])
+        columns.append(values)
+    return dtypes, columns
 
 
 def _frame_of(rows: Sequence[Sequence[Any]], width: int) -> pl.DataFrame:

@@ -171,7 +171,7 @@ class ExpectedResults:
 
 def _cells(execution: Execution) -> int:
     relation = execution.relation
-    return 0 if relation is None else max(1, relation.frame.height) * max(1, relation.frame.width)
+    return 0 if relation is None else max(1, relation.height) * max(1, relation.width)
 
 
 def execute_layer(validation: Validation, database: ExecutionAdapter | None,

@@ -45,7 +45,7 @@ def suits(expected: Relation, actual: Relation) -> bool:
     equality and order (not nested, categorical or object columns)."""
     cells = (expected.height + actual.height) * max(expected.width, actual.width, 1)
     return (cells <= SMALL_RESULT_CELLS and expected.height * actual.height <= SMALL_RESULT_PAIRS
-            and all(_plain(t) for t in (*expected.frame.dtypes, *actual.frame.dtypes)))
+            and all(_plain(t) for t in (*expected.dtypes, *actual.dtypes)))
 
 
 def _plain(dtype: pl.DataType) -> bool:
@@ -75,8 +75,7 @@ class _Pairing:
 def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: list[int] | None,
          rules: frames.Rules) -> frames.Paired:
     """The plain path of :func:`results.compare_results` (mirrors ``results._pair_frames``)."""
-    e_values = [s.to_list() for s in expected.frame.get_columns()]
-    a_values = [s.to_list() for s in actual.frame.get_columns()]
+    e_values, a_values = expected.columns()[1], actual.columns()[1]
 
     def comparable(mapping: list[int | None]) -> _Columns:
         return _comparable(expected, actual, e_values, a_values, mapping)
@@ -88,7 +87,7 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
 
     mapping, matched, cut = frames.choose_mapping(
         expected, actual, positional=rules.positional, by_name=rules.by_name, rows_match=rows_match,
-        similarity=lambda: _similarity(expected, actual, e_values, a_values))
+        similarity=lambda: _similarity(expected, actual))
     if matched is not None:
         columns, bag = matched
     else:
@@ -130,22 +129,22 @@ def _comparable(expected: Relation, actual: Relation, e_values: list[list[Any]],
     numeric: list[bool] = []
     tolerant: list[int] = []
     for i, j in ((i, j) for i, j in enumerate(mapping) if j is not None):
-        left, right = expected.frame.to_series(i), actual.frame.to_series(j)
-        lf, rf = frames._dtype_family(left.dtype), frames._dtype_family(right.dtype)
+        left, right = expected.dtypes[i], actual.dtypes[j]
+        lf, rf = frames._dtype_family(left), frames._dtype_family(right)
         if lf == "null":
             lf = rf
         if rf == "null":
             rf = lf
         if lf == rf == "null" or (lf == rf and lf not in ("integer", "float")
-                                  and (left.dtype == right.dtype or pl.Null in (left.dtype, right.dtype))):
+                                  and (left == right or pl.Null in (left, right))):
             e_col, a_col, number = e_values[i], a_values[j], False  # one type already (or NULLs only)
         elif lf == rf == "integer":
             e_col, a_col, number = e_values[i], a_values[j], True
         elif {lf, rf} <= {"integer", "float"}:
-            e_col, a_col, number = _floats(left, e_values[i]), _floats(right, a_values[j]), True
+            e_col, a_col, number = _floats(expected, i), _floats(actual, j), True
             tolerant.append(len(numeric))
         else:
-            e_col, a_col, number = _tagged(left, e_values[i]), _tagged(right, a_values[j]), False
+            e_col, a_col, number = _tagged(expected, i), _tagged(actual, j), False
         e_columns.append(e_col)
         a_columns.append(a_col)
         numeric.append(number)
@@ -156,13 +155,15 @@ def _rows(columns: list[list[Any]], height: int) -> list[Row]:
     return list(zip(*columns)) if columns else [()] * height
 
 
-def _floats(series: pl.Series, values: list[Any]) -> list[Any]:
-    """``values`` cast to Float64 as polars casts them (Python's ``float`` is exact for integers only)."""
-    if series.dtype in (pl.Float64, pl.Null):
+def _floats(relation: Relation, index: int) -> list[Any]:
+    """Column ``index`` of ``relation`` cast to Float64 as polars casts it (Python's ``float`` is exact for
+    integers only)."""
+    dtype, values = relation.dtypes[index], relation.columns()[1][index]
+    if dtype in (pl.Float64, pl.Null):
         return values
-    if series.dtype.is_integer():
+    if dtype.is_integer():
         return [None if v is None else float(v) for v in values]
-    return series.cast(pl.Float64).to_list()
+    return relation.frame.to_series(index).cast(pl.Float64).to_list()
 
 
 class _NaN:
@@ -404,11 +405,10 @@ def _near_pairs(columns: _Columns, pairing: _Pairing, rules: frames.Rules) -> Pa
     return found
 
 
-def _similarity(expected: Relation, actual: Relation, e_values: list[list[Any]],
-                a_values: list[list[Any]]) -> list[list[float]]:
+def _similarity(expected: Relation, actual: Relation) -> list[list[float]]:
     """Multiset similarity of every expected column with every actual column (``results._column_similarity``)."""
-    left = [_counts(s, v) for s, v in zip(expected.frame.get_columns(), e_values)]
-    right = [_counts(s, v) for s, v in zip(actual.frame.get_columns(), a_values)]
+    left = [_counts(expected, i) for i in range(expected.width)]
+    right = [_counts(actual, j) for j in range(actual.width)]
     total = expected.height + actual.height
     scores: list[list[float]] = []
     for kind, counts in left:
@@ -423,15 +423,15 @@ def _similarity(expected: Relation, actual: Relation, e_values: list[list[Any]],
     return scores
 
 
-def _counts(series: pl.Series, values: list[Any]) -> tuple[bool, Counter[Any]]:
-    """Whether the column compares as numbers, and how often each of its values occurs (numbers rounded to 9
-    decimals, everything else as tagged text)."""
-    family = frames._type_class(series.dtype)
+def _counts(relation: Relation, index: int) -> tuple[bool, Counter[Any]]:
+    """Whether column ``index`` of ``relation`` compares as numbers, and how often each of its values occurs
+    (numbers rounded to 9 decimals, everything else as tagged text)."""
+    family = frames._type_class(relation.dtypes[index])
     if family == "numeric":
-        return True, Counter(None if v is None else _NAN if v != v else _round9(v) for v in _floats(series, values))
+        return True, Counter(None if v is None else _NAN if v != v else _round9(v) for v in _floats(relation, index))
     if family == "null":
-        return False, Counter(values)
-    return False, Counter(_tagged(series, values))
+        return False, Counter(relation.columns()[1][index])
+    return False, Counter(_tagged(relation, index))
 
 
 def _round9(value: float) -> float:
@@ -442,18 +442,19 @@ def _round9(value: float) -> float:
     return round(scaled) / 1e9
 
 
-def _tagged(series: pl.Series, values: list[Any]) -> list[str | None]:
-    """:func:`execution.tagged_text` written in Python where its text is known (booleans, numbers, text,
-    bytes), by polars for the rest (dates and times)."""
-    if series.dtype == pl.Boolean:
+def _tagged(relation: Relation, index: int) -> list[str | None]:
+    """:func:`execution.tagged_text` of column ``index`` of ``relation``, written in Python where its text is
+    known (booleans, numbers, text, bytes), by polars for the rest (dates and times)."""
+    dtype, values = relation.dtypes[index], relation.columns()[1][index]
+    if dtype == pl.Boolean:
         return [None if v is None else "l:true" if v else "l:false" for v in values]
-    if series.dtype.is_numeric():
-        return [None if v is None else "n:" + _float_text(v) for v in _floats(series, values)]
-    if series.dtype == pl.Utf8:
+    if dtype.is_numeric():
+        return [None if v is None else "n:" + _float_text(v) for v in _floats(relation, index)]
+    if dtype == pl.Utf8:
         return [None if v is None else "s:" + v for v in values]
-    if series.dtype == pl.Binary:
+    if dtype == pl.Binary:
         return [None if v is None else "b:" + v.hex() for v in values]
-    return tagged_text(series).to_list()
+    return tagged_text(relation.frame.to_series(index)).to_list()
 
 
 #: Whether the installed polars writes a positive exponent with its sign (``1e+16``, polars 2) or without it

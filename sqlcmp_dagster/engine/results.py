@@ -1084,9 +1084,9 @@ def _schema_match(expected: Relation, actual: Relation, mapping: list[int | None
     e_names = [n.lower() for n in expected.names]
     a_names = [n.lower() for n in actual.names]
     mapped = [(i, j) for i, j in enumerate(mapping) if j is not None]
+    e_types, a_types = expected.dtypes, actual.dtypes
     types_match = all(
-        _type_class(expected.frame.dtypes[i]) in (_type_class(actual.frame.dtypes[j]), "null")
-        or _type_class(actual.frame.dtypes[j]) == "null"
+        _type_class(e_types[i]) in (_type_class(a_types[j]), "null") or _type_class(a_types[j]) == "null"
         for i, j in mapped
     )
     used = {j for _, j in mapped}
