@@ -259,6 +259,19 @@ UNSOUND_IN_ANOTHER_COLUMN_ORDER = [
     ("CREATE TABLE t (a INTEGER, b INTEGER)", "INSERT INTO t VALUES (1, 1), (2, 2)",
      "INSERT INTO t VALUES (1, 3), (2, 2)",
      "SELECT a AS n, b AS n FROM t ORDER BY n LIMIT 1", "SELECT b AS n, a AS n FROM t ORDER BY n LIMIT 1"),
+    # Found by a review. A COLLATE does not hide a position from SQLite.
+    ("CREATE TABLE t (a INTEGER, b INTEGER)", "INSERT INTO t VALUES (1, 1), (2, 2)",
+     "INSERT INTO t VALUES (1, 5), (2, 1), (3, 3)",
+     "SELECT a, b FROM t ORDER BY 1 COLLATE NOCASE LIMIT 1", "SELECT b, a FROM t ORDER BY 1 COLLATE NOCASE LIMIT 1"),
+    # A bare column takes its value from the row the last MIN or MAX of the projection picked.
+    ("CREATE TABLE t (a INTEGER, b INTEGER, c TEXT)", "INSERT INTO t VALUES (1, 2, 'x'), (2, 1, 'y')",
+     "INSERT INTO t VALUES (1, 1, 'x'), (2, 2, 'y')",
+     "SELECT min(a), max(b), c FROM t", "SELECT c, max(b), min(a) FROM t"),
+    # Each window is computed in the order of the projection, the rows sorted again for it.
+    ("CREATE TABLE t (a INTEGER, b INTEGER, c TEXT)", "INSERT INTO t VALUES (1, 1, 'x'), (2, 2, 'y')",
+     "INSERT INTO t VALUES (1, 2, 'x'), (2, 1, 'y')",
+     "SELECT row_number() OVER (ORDER BY b) AS x, row_number() OVER () AS y FROM t",
+     "SELECT row_number() OVER () AS y, row_number() OVER (ORDER BY b) AS x FROM t"),
 ]
 
 
@@ -272,6 +285,22 @@ def test_columns_named_by_position_or_by_a_shared_alias_are_not_put_in_another_o
     assert tables is not None
     assert not proven_equivalent(trees[0], trees[1], "sqlite", tables, deadline=time.monotonic() + 10,
                                  unordered=True, columns_by_value=True)
+
+
+def test_duckdb_result_columns_are_not_put_in_another_order() -> None:
+    """DuckDB reads ``ORDER BY ALL`` and ``ORDER BY #1`` by the result columns' positions (a review's finding):
+    the column rewrite is SQLite's only (where the same pair ordered by a name is proven)."""
+    tables = {"t": frozenset({"a", "b"})}
+    for order in ("ALL", "#1"):
+        trees = [parse(f"SELECT {columns} FROM t ORDER BY {order} LIMIT 1", "duckdb").tree
+                 for columns in ("a, b", "b, a")]
+        assert trees[0] is not None and trees[1] is not None
+        assert not proven_equivalent(trees[0], trees[1], "duckdb", tables, deadline=time.monotonic() + 10,
+                                     unordered=True, columns_by_value=True)
+    same = [parse(f"SELECT {columns} FROM t ORDER BY a LIMIT 1", "sqlite").tree for columns in ("a, b", "b, a")]
+    assert same[0] is not None and same[1] is not None
+    assert proven_equivalent(same[0], same[1], "sqlite", tables, deadline=time.monotonic() + 10, unordered=True,
+                             columns_by_value=True)
 
 
 @pytest.mark.parametrize(("expected", "actual"), [

@@ -29,9 +29,10 @@ BY) and nothing in either query depends on the order rows are read in (:func:`or
   same columns, so that either names the result's columns.
 
 Where, besides, the comparison aligns columns by the values they hold (neither by position nor by name), the
-result columns of a SELECT are compared in one order (:func:`permutable_projection`): ``SELECT b, a`` is
+result columns of a SQLite SELECT are compared in one order (:func:`permutable_projection`): ``SELECT b, a`` is
 ``SELECT a, b`` but for the order of its result columns (no plan depends on it: the same rows are read in the same
-order), so it returns the same rows with their columns swapped, and the comparison tries every order of up to
+order; windows and a second MIN or MAX, which do depend on it, are not reordered), so it returns the same rows
+with their columns swapped, and the comparison tries every order of up to
 :data:`MAX_PERMUTED_COLUMNS` columns that it cannot tell apart by their values (``results._MAX_PERMUTATIONS``
 candidates), so it finds the one that pairs every row on any database whose results its cell budget covers (the
 neighbors' always are; past that budget it says so in a warning).
@@ -95,9 +96,9 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     go: past it, the answer is False (the search decides instead). When no rewrite changes either tree the
     answer is False without printing them: equal canonical trees are a proof of their own, the caller's. With
     ``unordered`` (the results are compared as bags), :func:`inner_joins` and :func:`set_operands` are applied
-    too where both queries are :func:`order_free`; with ``unordered`` and ``columns_by_value`` (the comparison
-    aligns columns by their values), the result columns are compared in one order where both queries'
-    projections are :func:`permutable_projection`. With ``affine`` (the columns SQLite gives an affinity,
+    too where both queries are :func:`order_free`; on SQLite, with ``unordered`` and ``columns_by_value`` (the
+    comparison aligns columns by their values), the result columns are compared in one order where both queries'
+    projections are :func:`permutable_projection` (DuckDB reads ``ORDER BY ALL`` and ``#1`` by position). With ``affine`` (the columns SQLite gives an affinity,
     :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.affine_columns`), :func:`numeric_text` is applied too.
 
     >>> import sqlglot
@@ -119,7 +120,8 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
             joins = unordered and all(order_free(tree) for tree in (actual, expected))
             rewritten = [_rewritten(tree.copy(), dialect, tables, edits, joins=joins, affine=affine)
                          for tree in (actual, expected)]
-            columns_sorted = unordered and columns_by_value and all(map(permutable_projection, rewritten))
+            columns_sorted = dialect == "sqlite" and unordered and columns_by_value \
+                and all(map(permutable_projection, rewritten))
             if not edits and not columns_sorted:  # the texts would be the canonical texts: nothing is proven
                 return False
             texts = [_proof_text(tree, dialect, columns_sorted=columns_sorted) for tree in rewritten]
@@ -301,27 +303,36 @@ MAX_PERMUTED_COLUMNS = 5
 
 def permutable_projection(tree: exp.Expression) -> bool:
     """Whether the result columns of ``tree`` can be put in another order without changing what any of them
-    holds: a SELECT (not a set operation, whose operands pair their columns by position) of at most
+    holds, in SQLite: a SELECT (not a set operation, whose operands pair their columns by position) of at most
     :data:`MAX_PERMUTED_COLUMNS` expressions, none of them a ``*`` (its width is the tables'), no two with one
-    alias (a name then resolves to the first of them), and no ORDER BY or GROUP BY term that is a literal
-    (SQLite and PostgreSQL read an integer there as a result column's position).
+    alias (a name then resolves to the first of them), no ORDER BY or GROUP BY term that is a literal, through
+    parentheses, a sign or a COLLATE (SQLite reads an integer there as a result column's position), no window
+    (SQLite computes each window in the order of the projection, sorting the rows again for each), and at most
+    one MIN or MAX (a bare column takes its value from the row the last of them picked).
 
     >>> import sqlglot
-    >>> [permutable_projection(sqlglot.parse_one(sql)) for sql in (
+    >>> [permutable_projection(sqlglot.parse_one(sql, read="sqlite")) for sql in (
     ...     "SELECT count(*), a AS n FROM t GROUP BY a", "SELECT a, b FROM t ORDER BY 1",
     ...     "SELECT a AS n, b AS n FROM t ORDER BY n", "SELECT *, a FROM t", "SELECT a FROM t UNION SELECT b FROM u",
-    ...     "SELECT a, b, c, d, e, f FROM t")]
-    [True, False, False, False, False, False]
+    ...     "SELECT a, b, c, d, e, f FROM t", "SELECT a, b FROM t ORDER BY (1) COLLATE nocase",
+    ...     "SELECT row_number() OVER (), a FROM t", "SELECT min(a), max(b), c FROM t")]
+    [True, False, False, False, False, False, False, False, False]
     """
     if not isinstance(tree, exp.Select) or len(tree.expressions) > MAX_PERMUTED_COLUMNS:
         return False
     aliases = [e.alias.lower() for e in tree.expressions if e.alias]
-    if len(set(aliases)) < len(aliases) or any(e.is_star for e in tree.expressions):
+    if len(set(aliases)) < len(aliases) or any(e.is_star for e in tree.expressions) \
+            or tree.find(exp.Window) is not None or sum(1 for _ in tree.find_all(exp.Min, exp.Max)) > 1:
         return False
     terms = [*(tree.args["order"].expressions if tree.args.get("order") else []),
              *(tree.args["group"].expressions if tree.args.get("group") else [])]
-    return not any(isinstance((term.this if isinstance(term, exp.Ordered) else term).unnest(), exp.Literal)
-                   for term in terms)
+    for term in terms:
+        inner = term.this if isinstance(term, exp.Ordered) else term
+        while isinstance(inner, (exp.Paren, exp.Collate, exp.Neg)):
+            inner = inner.this
+        if isinstance(inner, exp.Literal):
+            return False
+    return True
 
 
 def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozenset[str]], edits: list[str], *,
