@@ -849,7 +849,12 @@ def _similarity_values(relation: Relation, index: int) -> pl.Series:
 def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]]:
     """Multiset similarity of every expected column with every actual column (2|A∩B| / (|A|+|B|))."""
     def counts(relation: Relation, index: int) -> pl.DataFrame:
-        return _similarity_values(relation, index).to_frame().group_by("v").len()
+        values = _similarity_values(relation, index).to_frame()
+        if values["v"].dtype == pl.Float64:
+            # polars' join does not always pair NaN with NaN (one NaN row against one NaN row finds nothing), so
+            # NaN joins as a flag beside a NULL value, as the plain path counts it.
+            values = values.select(pl.col("v").fill_nan(None), pl.col("v").is_nan().fill_null(False).alias("nan"))
+        return values.group_by(values.columns).len()
 
     e_counts = [counts(expected, i) for i in range(expected.width)]
     a_counts = [counts(actual, j) for j in range(actual.width)]
@@ -861,7 +866,7 @@ def _column_similarity(expected: Relation, actual: Relation) -> list[list[float]
             if left["v"].dtype != right["v"].dtype:
                 row.append(0.0)
                 continue
-            shared = left.join(right, on="v", how="inner", nulls_equal=True)
+            shared = left.join(right, on=left.columns[:-1], how="inner", nulls_equal=True)
             common = int(shared.select(pl.min_horizontal("len", "len_right").sum()).item() or 0)
             row.append(1.0 if total == 0 else 2 * common / total)
         scores.append(row)
