@@ -504,6 +504,20 @@ UNSOUND_WITHOUT_AFFINITY = [
     # 05 is the integer 5, which a text column compares as '5'.
     ("CREATE TABLE t (id INTEGER, y TEXT)", "INSERT INTO t VALUES (1, '7')", "INSERT INTO t VALUES (1, '05')",
      "SELECT id FROM t WHERE y = '05'", "SELECT id FROM t WHERE y = 05"),
+    # Found by a review. A FULL join's shared column is coalesce(t.y, u.y), which has no affinity.
+    ("CREATE TABLE t (y INTEGER); CREATE TABLE u (y INTEGER)", "INSERT INTO t VALUES (7); INSERT INTO u VALUES (6)",
+     "INSERT INTO t VALUES (5); INSERT INTO u VALUES (6)",
+     "SELECT y FROM t FULL JOIN u USING (y) WHERE y = 5", "SELECT y FROM t FULL JOIN u USING (y) WHERE y = '5'"),
+    # ANY has no affinity in a STRICT table; SQLite folds only ASCII letters, so BLOBıNT names no INT to it.
+    ("CREATE TABLE t (id INTEGER, y ANY) STRICT", "INSERT INTO t VALUES (1, 7)", "INSERT INTO t VALUES (1, 5)",
+     "SELECT id FROM t WHERE y = 5", "SELECT id FROM t WHERE y = '5'"),
+    ("CREATE TABLE t (id INTEGER, y BLOBıNT)", "INSERT INTO t VALUES (1, 7)", "INSERT INTO t VALUES (1, 5)",
+     "SELECT id FROM t WHERE y = 5", "SELECT id FROM t WHERE y = '5'"),
+    # "1x" is a column of u only, which the outer SELECT does not read: there SQLite reads it as the text '1x'.
+    ('CREATE TABLE t (id INTEGER); CREATE TABLE u ("1x" INTEGER)', "INSERT INTO t VALUES (1)",
+     "INSERT INTO t VALUES (1); INSERT INTO u VALUES (7)",
+     'SELECT id FROM t WHERE "1x" < 5 AND EXISTS (SELECT 1 FROM u)',
+     """SELECT id FROM t WHERE "1x" < '5' AND EXISTS (SELECT 1 FROM u)"""),
 ]
 
 
@@ -511,8 +525,8 @@ UNSOUND_WITHOUT_AFFINITY = [
 def test_text_beside_a_column_without_affinity_is_not_read_as_a_number(
         tmp_path: Path, schema: str, agree: str, differ: str, expected: str, actual: str) -> None:
     """Each pair agrees on one database and differs on another with the same schema (checked here): the number
-    written as text is rewritten only beside a column SQLite gives an affinity, and only as the digits the
-    number prints as."""
+    written as text is rewritten only beside a column SQLite gives an affinity (of a table the column's SELECT
+    can see, in a query that joins without USING or NATURAL), and only as the digits the number prints as."""
     tables, trees = agree_then_differ(tmp_path, schema, agree, differ, expected, actual, as_bags=False)
     affine = schema_of(tmp_path / "db.sqlite").affine_columns
     assert tables is not None

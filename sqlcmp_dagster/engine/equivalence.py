@@ -555,18 +555,22 @@ def numeric_text(tree: exp.Expression, tables: Mapping[str, frozenset[str]], aff
                  edits: list[str] | None = None) -> exp.Expression:
     """``tree`` with each string literal that spells a whole number (:data:`_WHOLE_NUMBER`) and is compared
     (=, <>, <, <=, >, >=) with a column written as that number, in place, where the column's name is no alias of
-    the query and every table the query reads that has a column of that name (``tables``) gives it an affinity
-    (``affine``). SQLite applies the column's affinity to a literal before comparing (a literal has none): a
-    numeric affinity turns ``'2014'`` into 2014, and a text affinity turns 2014 into ``'2014'``, so both
-    spellings compare the same values on every row. A column without affinity (BLOB or no declared type)
-    compares the text as text: it is left as it is. Each literal rewritten is named in ``edits``.
+    the query and every table it may name (:func:`_visible_tables`; ``tables``) that has a column of that name
+    gives it an affinity (``affine``). SQLite applies the column's affinity to a literal before comparing (a
+    literal has none): a numeric affinity turns ``'2014'`` into 2014, and a text affinity turns 2014 into
+    ``'2014'``, so both spellings compare the same values on every row. A column without affinity (BLOB or no
+    declared type) compares the text as text, and so does a name no visible table has (a double-quoted one is a
+    string to SQLite then): they are left as they are, and so is every column of a query that joins with USING
+    or NATURAL (a FULL join's shared column is a ``coalesce()``, which has no affinity). Each literal rewritten
+    is named in ``edits``.
 
     >>> import sqlglot
     >>> t, typed = {"t": frozenset({"y", "b"})}, {"t": frozenset({"y"})}
     >>> numeric_text(sqlglot.parse_one("SELECT 1 FROM t WHERE y = '2014' AND b = '7' AND y > '03'"), t, typed).sql()
     "SELECT 1 FROM t WHERE y = 2014 AND b = '7' AND y > '03'"
     """
-    read = {table.name.lower() for table in tree.find_all(exp.Table)}
+    if any(join.args.get("using") or join.args.get("method") for join in tree.find_all(exp.Join)):
+        return tree
     introduced = _aliases(tree)
     for node in list(tree.find_all(*_AFFINITY_COMPARISONS)):
         _tick()
@@ -576,12 +580,23 @@ def numeric_text(tree: exp.Expression, tables: Mapping[str, frozenset[str]], aff
                     and _WHOLE_NUMBER.fullmatch(literal.this)):
                 continue
             name = column.name.lower()
-            owners = [table for table in read if name in tables.get(table, ())]
+            owners = [table for table in _visible_tables(column) if name in tables.get(table, ())]
             if owners and name not in introduced and all(name in affine.get(table, ()) for table in owners):
                 literal.replace(exp.Literal.number(literal.this))
                 if edits is not None:
                     edits.append(f"'{literal.this}'")
     return tree
+
+
+def _visible_tables(column: exp.Column) -> set[str]:
+    """The tables (lower-case names) whose columns ``column`` may name: those its own SELECT and the SELECTs
+    around it read, never those of a sibling (another operand of a UNION, a subquery beside it)."""
+    visible: set[str] = set()
+    select = column.find_ancestor(exp.Select)
+    while select is not None:
+        visible |= {source.name.lower() for source in _scope_sources(select) if isinstance(source, exp.Table)}
+        select = select.find_ancestor(exp.Select)
+    return visible
 
 
 def in_lists(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expression:

@@ -59,8 +59,12 @@ class Column:
     @property
     def affine(self) -> bool:
         """Whether SQLite gives the column an affinity at all: a declared type that names INT, CHAR, CLOB or TEXT,
-        or that is not empty and does not name BLOB (SQLite's rules, in their order)."""
+        or that is not empty and does not name BLOB (SQLite's rules, in their order). Said no, conservatively,
+        for a type that is not ASCII (SQLite folds ASCII letters only: ``BLOBıNT`` is BLOB to it, not INT) and
+        for ``ANY`` (no affinity in a STRICT table)."""
         declared = self.declared_type.upper()
+        if not self.declared_type.isascii() or declared.strip() == "ANY":
+            return False
         return any(fragment in declared for fragment in ("INT", "CHAR", "CLOB", "TEXT")) \
             or (declared.strip() != "" and "BLOB" not in declared)
 
