@@ -199,7 +199,8 @@ class _Search:
         mode the same rows in any order; the same names where names count) match under every tolerance, and
         under either NULL mode when they hold no NULL: most neighbors of a sound pass give identical results,
         and the full comparison is then skipped. Most are told identical from their rows
-        (:meth:`~sqlcmp_dagster.engine.execution.Relation.same_rows`) before any frame is made."""
+        (:meth:`~sqlcmp_dagster.engine.execution.Relation.same_rows`) before any frame is made; small results
+        that are not go to the plain comparison, which makes none either."""
         config = config or self.config
         mode, _ = self.semantics[id(side)]
         names_agree = expected.names == actual.names or not (mode == "exact" or config.require_column_name_match)
