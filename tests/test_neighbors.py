@@ -287,6 +287,27 @@ def test_columns_named_by_position_or_by_a_shared_alias_are_not_put_in_another_o
                                  unordered=True, columns_by_value=True)
 
 
+@pytest.mark.parametrize(("expected", "actual"), [
+    ("SELECT age / 10, count(*) FROM emp WHERE name = 'x' GROUP BY age / 10",
+     'SELECT age / 10, count(*) FROM emp WHERE name = "x" GROUP BY age / 10'),
+    ("SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 35 / 7 "
+     "INTERSECT SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id",
+     "SELECT dept.name, emp.name FROM dept JOIN emp ON emp.dept_id = dept.id"),
+])
+def test_the_proof_leaves_the_trees_it_reads_as_they_were(company_tables: dict[str, frozenset[str]], expected: str,
+                                                          actual: str) -> None:
+    """The canonical trees are the case's, shared with the structural comparison: the proof reads them and
+    rewrites copies. (sqlglot's default dialect rewrites a SQLite division into one by NULLIF as it prints it, so
+    printing one of them in place changed it; a review's finding.)"""
+    trees = [parse(sql, "sqlite").tree for sql in (expected, actual)]
+    assert trees[0] is not None and trees[1] is not None
+    before = [tree.copy() for tree in trees]
+    for _ in range(2):
+        proven_equivalent(trees[0], trees[1], "sqlite", company_tables, deadline=time.monotonic() + 10,
+                          unordered=True, columns_by_value=True)
+    assert trees == before
+
+
 def test_duckdb_result_columns_are_not_put_in_another_order() -> None:
     """DuckDB reads ``ORDER BY ALL`` and ``ORDER BY #1`` by the result columns' positions (a review's finding):
     the column rewrite is SQLite's only (where the same pair ordered by a name is proven)."""

@@ -95,7 +95,8 @@ def test_reused_generators_and_tokenizers_give_what_new_ones_give_in_every_threa
     tokenized again (from eight threads at once, interleaved) is what a new generator and tokenizer give."""
     queries = ["SELECT T1.a, COUNT(*) FROM t AS T1 JOIN u ON T1.id = u.id WHERE u.x IN (1, 'b') GROUP BY 1",
                "WITH w AS (SELECT a FROM t) SELECT a FROM w ORDER BY a DESC LIMIT 3",
-               "SELECT CAST(a AS TEXT) || 'x', STRFTIME('%Y', d) FROM t UNION SELECT b, c FROM u"]
+               "SELECT CAST(a AS TEXT) || 'x', STRFTIME('%Y', d) FROM t UNION SELECT b, c FROM u",
+               "SELECT * FROM (VALUES (1, 2)) AS (a, b)"]  # an unnamed alias: sqlglot names it _t0
     work = [(node, dialect, lower) for sql in queries for node in sqlglot.parse_one(sql).walk()
             for dialect in (None, "sqlite", "duckdb", "postgres") for lower in (False, True)]
     expected = [node.sql(dialect=dialect, normalize_functions="lower" if lower else None, copy=True)
@@ -103,6 +104,7 @@ def test_reused_generators_and_tokenizers_give_what_new_ones_give_in_every_threa
     with ThreadPoolExecutor(max_workers=8) as pool:
         printed = list(pool.map(lambda item: sql_text(item[0], item[1], lower_functions=item[2], copy=True), work))
     assert printed == expected and len(set(expected)) > 50
+    assert len({parse(queries[-1], "duckdb").normalized_sql for _ in range(3)}) == 1
     texts = [(text, dialect) for text, (_, dialect, _) in zip(expected, work)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         tokens = list(pool.map(lambda item: tokens_of(*item), texts))

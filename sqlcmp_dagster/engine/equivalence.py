@@ -61,7 +61,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _text, _tick, \
+from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _tick, \
     clocked_rewrites, sort_commutative, sql_text, tokens_of
 
 #: Names SQLite resolves in every table without declaring them.
@@ -347,6 +347,12 @@ def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozense
     return set_operands(inner_joins(tree, tables, edits), edits) if joins else tree
 
 
+def _printed(node: exp.Expression) -> str:
+    """``node.sql()``: sqlglot's default dialect, on a copy (it rewrites some nodes as it prints them, a SQLite
+    division into one by ``NULLIF(b, 0)``, and the trees :func:`order_free` reads are the caller's)."""
+    return sql_text(node, copy=True)
+
+
 #: The aggregates whose value does not depend on the order of their rows (a sum of floats does, in its last
 #: digits; GROUP_CONCAT in its text).
 _ORDERLESS_AGGREGATES = (exp.Count, exp.Min, exp.Max)
@@ -395,14 +401,14 @@ def _picked_whole(select: exp.Select) -> bool:
     key keep whichever of them they read first; shown, they compare equal (the comparison takes 1 for 1.0), but
     ``max(x) / 2`` is 0 against 0.5, and a HAVING on it keeps a group or not."""
     group = select.args.get("group")
-    keys = {_text(key) for key in group.expressions} if group is not None else set()
+    keys = {_printed(key) for key in group.expressions} if group is not None else set()
     having = select.args.get("having")
     parts = [(part, True) for part in select.expressions] + ([(having.this, False)] if having is not None else [])
     for part, shown in parts:
         value = part.this if shown and isinstance(part, exp.Alias) else part
         if shown and isinstance(value, (exp.Min, exp.Max)) and value.this.find(exp.AggFunc) is None:
             continue
-        if shown and isinstance(value, exp.Column) and _text(value) in keys:
+        if shown and isinstance(value, exp.Column) and _printed(value) in keys:
             continue
         if value.find(exp.Min, exp.Max) is not None or any(
                 column.find_ancestor(exp.Count) is None for column in value.find_all(exp.Column)):
@@ -431,7 +437,7 @@ def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
         if not joins or source is None or not all(_inner(join) for join in joins) \
                 or not isinstance(source.this, exp.Table):
             continue
-        sources = sorted([source.this, *(join.this for join in joins)], key=_text)
+        sources = sorted([source.this, *(join.this for join in joins)], key=_printed)
         names = [table.name.lower() for table in sources]
         if len(set(names)) < len(names) or not all(name in tables for name in names):
             continue
@@ -483,9 +489,9 @@ def set_operands(tree: exp.Expression, edits: list[str] | None = None) -> exp.Ex
         left, right = operation.this, operation.expression
         if not isinstance(left, exp.Select) or not isinstance(right, exp.Select) \
                 or any(operation.args.get(key) for key in ("by_name", "side", "kind", "on")) \
-                or [_text(e) for e in left.expressions] != [_text(e) for e in right.expressions]:
+                or [_printed(e) for e in left.expressions] != [_printed(e) for e in right.expressions]:
             continue
-        if _text(right) < _text(left):
+        if _printed(right) < _printed(left):
             operation.set("this", right)
             operation.set("expression", left)
             if edits is not None:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, SqlglotError, TokenError
+from sqlglot.helper import name_sequence
 from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokenizer_core import Token, TokenizerCore
 from sqlglot.tokens import SQLGLOTC_INSTALLED, TokenType
@@ -462,7 +463,8 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
     """``node.sql(dialect=dialect, normalize_functions="lower" if lower_functions else None, copy=copy)``, by one
     generator per thread, dialect and setting: ``sql()`` builds a new generator for every call, 5 us of the 7
     that printing a small operand costs. A generator holds state only while it prints (one print at a time, in
-    one thread), and prints exactly what a new one would.
+    one thread) but for the counter of the names it gives unnamed aliases, which is reset for each print: it
+    prints exactly what a new one would.
 
     >>> sql_text(sqlglot.parse_one("SELECT COUNT(x) FROM t"), "sqlite", lower_functions=True)
     'SELECT count(x) FROM t'
@@ -472,6 +474,9 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
     if printer is None:
         printer = printers[(dialect, lower_functions)] = dialect_of(dialect).generator(
             **({"normalize_functions": "lower"} if lower_functions else {}))
+    # The one state a print leaves behind: the names given to unnamed aliases (_t0, _t1, ...) go on counting,
+    # where a new generator starts again at _t0 (a review's finding).
+    printer._next_name = name_sequence("_t")
     text: str = printer.generate(node, copy=copy)
     return text
 
