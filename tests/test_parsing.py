@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -110,3 +111,17 @@ def test_reused_generators_and_tokenizers_give_what_new_ones_give_in_every_threa
         tokens = list(pool.map(lambda item: tokens_of(*item), texts))
     assert [[(t.token_type, t.text) for t in found] for found in tokens] == \
         [[(t.token_type, t.text) for t in sqlglot.Dialect.get_or_raise(d).tokenize(text)] for text, d in texts]
+
+
+@pytest.mark.parametrize("deadline", [None, 60.0])
+def test_ordering_operands_changes_none_of_them(deadline: float | None) -> None:
+    """The canonical rewrites print operands to order them; sqlglot's default dialect rewrites a SQLite division
+    into one by ``NULLIF(b, 0)`` as it prints it, so printing in place wrapped the divisor once per print: a
+    division read ``a / nullif(nullif(b, 0), 0)`` in an AND chain and ``a / nullif(b, 0)`` alone (a review's
+    finding). A division is the same text wherever it stands, as written."""
+    def normalized(sql: str) -> str | None:
+        return parse(sql, "sqlite", deadline=None if deadline is None else time.monotonic() + deadline).normalized_sql
+
+    assert normalized("SELECT * FROM t WHERE x = a / b") == "select * from t where a / b = x"
+    assert normalized("SELECT * FROM t WHERE y > 1 AND a / b = x OR z") == \
+        "select * from t where a / b = x and y > 1 or z"

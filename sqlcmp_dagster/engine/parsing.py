@@ -400,19 +400,20 @@ class _Clocked:
         parser.sqlcmp_clock = self
         return parser.parse(self._tokens, self._sql)
 
-    def generate(self, tree: exp.Expression, dialect: str | None, *, canonical: bool = True) -> str:
-        """``tree``'s text in ``dialect``, canonical (functions and keywords in lower case) or as sqlglot
-        prints it."""
+    def generate(self, tree: exp.Expression, dialect: str | None, *, canonical: bool = True,
+                 copy: bool = False) -> str:
+        """``tree``'s text in ``dialect``, canonical (functions and keywords in lower case, printed from a copy)
+        or as sqlglot prints it (from a copy with ``copy``)."""
         if self.deadline is None:
-            return _canonical_text(tree, dialect) if canonical else sql_text(tree, dialect)
+            return _canonical_text(tree, dialect) if canonical else sql_text(tree, dialect, copy=copy)
         self.check()
         if _COMPILED:
-            return self._after(_canonical_text(tree, dialect) if canonical else sql_text(tree, dialect))
+            return self._after(_canonical_text(tree, dialect) if canonical else sql_text(tree, dialect, copy=copy))
         engine = dialect_of(dialect)
         _, generator_class = _clocked_classes(type(engine))
         generator = generator_class(dialect=engine, **({"normalize_functions": "lower"} if canonical else {}))
         generator.sqlcmp_clock = self
-        text: str = generator.generate(tree, copy=canonical)
+        text: str = generator.generate(tree, copy=canonical or copy)
         return lowercase_keywords(text, dialect) if canonical and dialect is not None else text
 
 
@@ -482,10 +483,16 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
 
 
 def _text(node: exp.Expression) -> str:
-    """``node.sql()`` (the default dialect, no copy), clocked within a parse's deadline: the canonical
-    rewrites print operands to order them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
+    """``node.sql()`` (the default dialect, on a copy: it rewrites some nodes as it prints them, a SQLite division
+    into one by ``NULLIF(b, 0)``), clocked within a parse's deadline: the canonical rewrites print operands to
+    order them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
+    copy = not isinstance(node, _PRINTED_AS_THEY_ARE)
     clock = _CLOCK.get()
-    return sql_text(node) if clock is None else clock.generate(node, None, canonical=False)
+    return sql_text(node, copy=copy) if clock is None else clock.generate(node, None, canonical=False, copy=copy)
+
+
+#: Nodes whose print changes nothing in them (most operands ordered by :func:`sort_commutative`): not copied.
+_PRINTED_AS_THEY_ARE = (exp.Column, exp.Literal, exp.Identifier)
 
 
 @functools.cache
