@@ -290,8 +290,8 @@ def test_columns_named_by_position_or_by_a_shared_alias_are_not_put_in_another_o
 @pytest.mark.parametrize(("expected", "actual"), [
     ("SELECT age / 10, count(*) FROM emp WHERE name = 'x' GROUP BY age / 10",
      'SELECT age / 10, count(*) FROM emp WHERE name = "x" GROUP BY age / 10'),
-    ("SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 35 / 7 "
-     "INTERSECT SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id",
+    (("SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id WHERE salary > 35 / 7 "
+      "INTERSECT SELECT emp.name, dept.name FROM emp JOIN dept ON emp.dept_id = dept.id"),
      "SELECT dept.name, emp.name FROM dept JOIN emp ON emp.dept_id = dept.id"),
 ])
 def test_the_proof_leaves_the_trees_it_reads_as_they_were(company_tables: dict[str, frozenset[str]], expected: str,
