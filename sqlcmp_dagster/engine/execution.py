@@ -102,9 +102,11 @@ class Relation:
     @property
     def dtypes(self) -> list[pl.DataType]:
         """``frame.dtypes``, without making the frame where :meth:`columns` need not."""
-        if self._columns is None and self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS:
+        if self._columns is not None:
+            return self._columns[0]
+        if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS:
             return self.columns()[0]
-        return self._columns[0] if self._columns is not None else list(self.frame.dtypes)
+        return list(self.frame.dtypes)
 
     @property
     def frame(self) -> pl.DataFrame:
