@@ -13,10 +13,10 @@ with this schema, in the same order, so that the proof stays sound for every com
   SQLite reads it as (``WHERE name = "Aberdeen"``, the commonest spelling in Spider's gold queries). Both queries
   ran on this schema, and every neighbor has the same schema, so the name resolves the same way on all of them;
 - :func:`in_lists` (SQLite): ``x IN (1, 'a')`` is ``x = 1 OR x = 'a'`` for a column ``x`` when every listed
-  value is a literal (SQLite's own definition: the listed values carry no affinity, as literals never do).
-- :func:`numeric_text` (SQLite): ``year = '2014'`` is ``year = 2014`` for a column with an affinity (SQLite
-  turns the text into the number before it compares with a numeric column, and the number into the text with a
-  text column).
+  value is a literal (SQLite's own definition: the listed values carry no affinity, as literals never do);
+- :func:`numeric_text` (SQLite): ``year = '2014'`` is ``year = 2014`` for a column with an affinity, of a table
+  the column's SELECT can see, in a query that joins without USING or NATURAL (SQLite turns the text into the
+  number before it compares with a numeric column, and the number into the text with a text column).
 
 Two more rewrites keep the rows but not their order, and are applied only where the comparison ignores row order
 (``order-insensitive``, which a case's ``auto`` mode resolves to when the expected query has no top-level ORDER
@@ -46,8 +46,8 @@ that chain comparisons without parentheses (``x = a IN (1)``, ``'p' = NOT b``) a
 read their precedence as SQLite does, so their canonical text can equal another query's. An IN list is rewritten
 only where the IN is a whole condition (under WHERE, HAVING, AND, OR or parentheses, through any NOT). Every
 rewrite is bounded (:data:`MAX_COPIED_NODES`) and looks at the deadline; a query beyond either, or one sqlglot
-cannot rewrite, is not proven (the search decides). Two reviews reproduced wrong proofs against earlier versions
-of these limits; tests/test_neighbors.py keeps each reproduction.
+cannot rewrite, is not proven (the search decides). Helper reviews reproduced wrong proofs against earlier
+versions of these limits (four so far); tests/test_neighbors.py keeps each reproduction.
 
 Nothing here changes ``normalized_sql`` or the structural scores: the rewrites serve only this proof.
 """
