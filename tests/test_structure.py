@@ -64,3 +64,13 @@ def test_order_keys_map_to_projection_positions() -> None:
     assert not nested.has_top_level_order
     hidden = query_shape(canonical_tree(parse("SELECT a FROM t ORDER BY b", "sqlite").ast, "sqlite"))  # type: ignore[arg-type]
     assert hidden.order_keys is None
+
+
+def test_a_shape_leaves_the_tree_it_reads_as_it_was() -> None:
+    """The canonical tree is the case's, read by every layer: printing its fragments must not change it.
+    sqlglot's default dialect rewrites a SQLite division into one by ``NULLIF(b, 0)`` as it prints it, so a
+    fragment printed in place wrapped the divisor once more at each shape (a review's finding)."""
+    tree = parse("SELECT a / b FROM t WHERE x > a / b GROUP BY a / b", "sqlite").tree
+    assert tree is not None
+    before = tree.copy()
+    assert query_shape(tree) == query_shape(tree) and tree == before

@@ -61,8 +61,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _tick, \
-    clocked_rewrites, sort_commutative, sql_text, tokens_of
+from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _scope_tables, _tick, \
+    clocked_rewrites, plain_text, sort_commutative, sql_text, tokens_of
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -98,7 +98,8 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     ``unordered`` (the results are compared as bags), :func:`inner_joins` and :func:`set_operands` are applied
     too where both queries are :func:`order_free`; on SQLite, with ``unordered`` and ``columns_by_value`` (the
     comparison aligns columns by their values), the result columns are compared in one order where both queries'
-    projections are :func:`permutable_projection` (DuckDB reads ``ORDER BY ALL`` and ``#1`` by position). With ``affine`` (the columns SQLite gives an affinity,
+    projections are :func:`permutable_projection` (DuckDB reads ``ORDER BY ALL`` and ``#1`` by position). With
+    ``affine`` (the columns SQLite gives an affinity,
     :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.affine_columns`), :func:`numeric_text` is applied too.
 
     >>> import sqlglot
@@ -347,12 +348,6 @@ def _rewritten(tree: exp.Expression, dialect: str, tables: Mapping[str, frozense
     return set_operands(inner_joins(tree, tables, edits), edits) if joins else tree
 
 
-def _printed(node: exp.Expression) -> str:
-    """``node.sql()``: sqlglot's default dialect, on a copy (it rewrites some nodes as it prints them, a SQLite
-    division into one by ``NULLIF(b, 0)``, and the trees :func:`order_free` reads are the caller's)."""
-    return sql_text(node, copy=True)
-
-
 #: The aggregates whose value does not depend on the order of their rows (a sum of floats does, in its last
 #: digits; GROUP_CONCAT in its text).
 _ORDERLESS_AGGREGATES = (exp.Count, exp.Min, exp.Max)
@@ -401,14 +396,14 @@ def _picked_whole(select: exp.Select) -> bool:
     key keep whichever of them they read first; shown, they compare equal (the comparison takes 1 for 1.0), but
     ``max(x) / 2`` is 0 against 0.5, and a HAVING on it keeps a group or not."""
     group = select.args.get("group")
-    keys = {_printed(key) for key in group.expressions} if group is not None else set()
+    keys = {plain_text(key) for key in group.expressions} if group is not None else set()
     having = select.args.get("having")
     parts = [(part, True) for part in select.expressions] + ([(having.this, False)] if having is not None else [])
     for part, shown in parts:
         value = part.this if shown and isinstance(part, exp.Alias) else part
         if shown and isinstance(value, (exp.Min, exp.Max)) and value.this.find(exp.AggFunc) is None:
             continue
-        if shown and isinstance(value, exp.Column) and _printed(value) in keys:
+        if shown and isinstance(value, exp.Column) and plain_text(value) in keys:
             continue
         if value.find(exp.Min, exp.Max) is not None or any(
                 column.find_ancestor(exp.Count) is None for column in value.find_all(exp.Column)):
@@ -437,7 +432,7 @@ def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
         if not joins or source is None or not all(_inner(join) for join in joins) \
                 or not isinstance(source.this, exp.Table):
             continue
-        sources = sorted([source.this, *(join.this for join in joins)], key=_printed)
+        sources = sorted([source.this, *(join.this for join in joins)], key=plain_text)
         names = [table.name.lower() for table in sources]
         if len(set(names)) < len(names) or not all(name in tables for name in names):
             continue
@@ -489,9 +484,9 @@ def set_operands(tree: exp.Expression, edits: list[str] | None = None) -> exp.Ex
         left, right = operation.this, operation.expression
         if not isinstance(left, exp.Select) or not isinstance(right, exp.Select) \
                 or any(operation.args.get(key) for key in ("by_name", "side", "kind", "on")) \
-                or [_printed(e) for e in left.expressions] != [_printed(e) for e in right.expressions]:
+                or [plain_text(e) for e in left.expressions] != [plain_text(e) for e in right.expressions]:
             continue
-        if _printed(right) < _printed(left):
+        if plain_text(right) < plain_text(left):
             operation.set("this", right)
             operation.set("expression", left)
             if edits is not None:
@@ -600,7 +595,7 @@ def _visible_tables(column: exp.Column) -> set[str]:
     visible: set[str] = set()
     select = column.find_ancestor(exp.Select)
     while select is not None:
-        visible |= {source.name.lower() for source in _scope_sources(select) if isinstance(source, exp.Table)}
+        visible |= {table.name.lower() for table in _scope_tables(select)}
         select = select.find_ancestor(exp.Select)
     return visible
 
@@ -610,9 +605,9 @@ def in_lists(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expres
     all literals, and which is a whole condition (under WHERE, HAVING, AND, OR or parentheses, through any NOT),
     written as ``x = v1 OR x = v2 ...``, in place (parenthesized unless it is a whole WHERE or HAVING
     condition). SQLite defines the list form as that disjunction, with values that carry no affinity; literals
-    carry none either. Elsewhere (``x = a IN (1)``)
-    sqlglot's precedence for IN is not SQLite's, and the IN is left as it is. Raises :class:`_NotProven` past
-    :data:`MAX_COPIED_NODES` copied nodes. Each IN rewritten is named in ``edits``.
+    carry none either. Elsewhere (``x = a IN (1)``) sqlglot's precedence for IN is not SQLite's, and the IN is
+    left as it is. Raises :class:`_NotProven` past :data:`MAX_COPIED_NODES` copied nodes. Each IN rewritten is
+    named in ``edits``.
 
     >>> import sqlglot
     >>> in_lists(sqlglot.parse_one("SELECT 1 FROM t WHERE a IN (1, 'x') AND b IN (SELECT c FROM u)")).sql()

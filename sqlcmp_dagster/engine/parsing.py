@@ -482,17 +482,29 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
     return text
 
 
-def _text(node: exp.Expression) -> str:
-    """``node.sql()`` (the default dialect, on a copy: it rewrites some nodes as it prints them, a SQLite division
-    into one by ``NULLIF(b, 0)``), clocked within a parse's deadline: the canonical rewrites print operands to
-    order them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
-    copy = not isinstance(node, _PRINTED_AS_THEY_ARE)
-    clock = _CLOCK.get()
-    return sql_text(node, copy=copy) if clock is None else clock.generate(node, None, canonical=False, copy=copy)
+def plain_text(node: exp.Expression) -> str:
+    """``node.sql()``: sqlglot's default dialect, with ``node`` left as it is. That dialect's generator rewrites
+    some nodes as it prints them (a SQLite division into one by ``NULLIF(b, 0)``, again at each print), so a
+    node is printed from a copy unless its print changes nothing in it (a column, literal or identifier: most
+    operands the canonical form orders, most fragments the structural comparison prints).
+
+    >>> tree = sqlglot.parse_one("SELECT a FROM t WHERE x > a / b", read="sqlite")
+    >>> plain_text(tree.args["where"].this), tree.sql(dialect="sqlite")
+    ('x > a / NULLIF(b, 0)', 'SELECT a FROM t WHERE x > a / b')
+    """
+    return sql_text(node, copy=not isinstance(node, _PRINTED_AS_THEY_ARE))
 
 
-#: Nodes whose print changes nothing in them (most operands ordered by :func:`sort_commutative`): not copied.
+#: Nodes whose print changes nothing in them: not copied by :func:`plain_text`.
 _PRINTED_AS_THEY_ARE = (exp.Column, exp.Literal, exp.Identifier)
+
+
+def _text(node: exp.Expression) -> str:
+    """:func:`plain_text`, clocked within a parse's deadline: the canonical rewrites print operands to order
+    them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
+    clock = _CLOCK.get()
+    return plain_text(node) if clock is None else \
+        clock.generate(node, None, canonical=False, copy=not isinstance(node, _PRINTED_AS_THEY_ARE))
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.parsing import sql_text
+from sqlcmp_dagster.engine.parsing import plain_text
 
 #: Clause weights of clause_weighted_distance. The projection and the predicates decide most of what a query
 #: returns, so they weigh most; clauses that rarely change the answer (windows) weigh least.
@@ -79,18 +79,14 @@ class StructuralComparison:
 
 
 def fragment(node: exp.Expression) -> str:
-    """Canonical text of one clause fragment, printed without copying the subtree first.
-
-    sqlglot's generator copies its input by default because dialect rewrites may mutate it; the default
-    dialect that fragments are printed in rewrites nothing, and the copy was most of the cost of a shape. The
-    dialect and generator are one instance per thread (:func:`~sqlcmp_dagster.engine.parsing.sql_text`), not one
-    built per fragment.
+    """Canonical text of one clause fragment (:func:`~sqlcmp_dagster.engine.parsing.plain_text`: the default
+    dialect, the subtree copied first only where printing could change it, which a column never does).
 
     >>> import sqlglot
     >>> fragment(sqlglot.parse_one("SELECT a FROM t WHERE x = 1").args["where"].this)
     'x = 1'
     """
-    return sql_text(node)
+    return plain_text(node)
 
 
 def query_shape(tree: exp.Expression) -> QueryShape:
