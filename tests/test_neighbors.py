@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
 
 from conftest import plain_tables_of, schema_of, sqlite_file
@@ -948,6 +950,65 @@ def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: 
     assert [rejected for _, rejected, _ in shared] == [1, 3]
     assert [row[:3] for row in shared[1][2]["rows"]] == [[1, "p", None], [7, "q", 1]]
     assert shared[1][2]["rows"][0][3] == "parent:7"  # the counter starts again: 1, then the 7 given
+
+
+CONSTRAINED = """
+CREATE TABLE parent (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, n INTEGER CHECK (n >= 0));
+CREATE TABLE child (id INTEGER PRIMARY KEY, pid INTEGER REFERENCES parent(id), v INTEGER NOT NULL);
+"""
+
+
+@pytest.fixture(scope="module")
+def constrained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("constrained") / "constrained.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(CONSTRAINED)
+    connection.close()
+    return path
+
+
+_KEYS = st.one_of(st.none(), st.integers(0, 4))
+_PARENTS = st.lists(st.tuples(_KEYS, st.sampled_from([None, "a", "b", "A"]),
+                              st.sampled_from([None, -1, 0, 3, 2**70])), max_size=8)
+_CHILDREN = st.lists(st.tuples(_KEYS, _KEYS, st.sampled_from([None, 1, 2**70])), max_size=8)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(parents=_PARENTS, children=_CHILDREN)
+def test_a_neighbor_keeps_exactly_the_rows_inserting_them_one_at_a_time_keeps(
+        constrained: Path, parents: list[tuple[object, ...]], children: list[tuple[object, ...]]) -> None:
+    """A table's rows go into a neighbor in batches that stop at a rejected row and go on after it; what the
+    neighbor holds and the rows it counts as rejected are what inserting each row on its own gives (a repeated
+    key or name, a NULL where NOT NULL, a CHECK, a child of a missing parent, an integer SQLite cannot hold)."""
+    rows: Rows = {"parent": parents, "child": children}
+    oracle = sqlite3.connect(":memory:")
+    oracle.execute("PRAGMA foreign_keys = ON")
+    oracle.executescript(CONSTRAINED)
+    kept: Rows = {"parent": [], "child": []}
+    for table in ("parent", "child"):
+        for row in rows[table]:
+            try:
+                oracle.execute(f"INSERT INTO {table} VALUES (?, ?, ?)", row)
+            except (sqlite3.IntegrityError, OverflowError):
+                continue
+            kept[table].append(row)
+    stored = {t: oracle.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall() for t in kept}
+    oracle.close()
+    database = ExecutionAdapter(str(constrained))
+    try:
+        schema = read_schema(database, 10, 5_000)
+        assert not isinstance(schema, str)
+        with neighborhood(database) as place:
+            for _ in range(2):  # the second neighbor of a search is built over the first one's emptied tables
+                with scratch(schema, schema.scope({"child"}), rows, place) as neighbor:
+                    assert neighbor.accepted == kept
+                    assert neighbor.rejected == len(parents) + len(children) - len(kept["parent"]) - len(kept["child"])
+                    for table, expected in stored.items():
+                        result = place.adapter.execute(f"SELECT * FROM {table} ORDER BY rowid")
+                        assert result.relation is not None
+                        assert [tuple(r) for r in result.relation.to_rows()["rows"]] == expected
+    finally:
+        database.close()
 
 
 DEFERRED = """
