@@ -445,9 +445,7 @@ class ExecutionAdapter:
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         # The gate's own parse counts against the query's timeout (a pathological text stops there); the gate
         # reads the tree only, so the text is not canonicalized (the fix search hands every candidate as text).
-        outcome = parsed if parsed is not None else parse(
-            sql, self.dialect, deadline=time.monotonic() + timeout / 1000, budget=f"the query's timeout ({timeout} ms)",
-            canonical=False)
+        outcome = parsed if parsed is not None else self.gate_parse(sql, timeout)
         # Only what the gate has read may run: text it cannot read (too long, cut by the clock, beyond sqlglot)
         # is refused, never sent to the engine unchecked.
         reason = _gate(outcome, self.dialect) if outcome.success else \
@@ -496,6 +494,13 @@ class ExecutionAdapter:
             return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
         relation = relation_from_rows(names, fetched.rows, fetched.truncated)
         return Execution(True, relation, None, elapsed, fetched.warnings)
+
+    def gate_parse(self, sql: str, timeout_ms: int) -> ParseOutcome:
+        """The parse of ``sql`` that the statement gate reads (no canonical form), cut at ``timeout_ms``: what
+        :meth:`execute` makes of a query given as text, for a caller that runs one text many times and hands
+        it this parse instead (the neighbor search's tie check runs one on every neighbor)."""
+        return parse(sql, self.dialect, deadline=time.monotonic() + timeout_ms / 1000,
+                     budget=f"the query's timeout ({timeout_ms} ms)", canonical=False)
 
     def _execute_duckdb(self, request: Request) -> Execution:
         """Run ``request`` in a DuckDB process of this adapter (:mod:`~sqlcmp_dagster.engine.duckdb_process`),

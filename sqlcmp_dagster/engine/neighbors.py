@@ -36,7 +36,7 @@ from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_num
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
     read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
-from sqlcmp_dagster.engine.parsing import sql_text
+from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.result_rows import suits
 from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
@@ -100,9 +100,10 @@ class _Search:
     nondeterminism: list[str] = field(default_factory=list)
     cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
     failures: list[str] = field(default_factory=list)  # queries that failed on a neighbor, for the warnings
-    # Per side (by id): the text of its query without LIMIT and with its ORDER BY keys appended, and how many
-    # keys (:func:`_keyed_uncut`), built once per search instead of once per neighbor with a tie to look at.
-    keyed_uncut: dict[int, tuple[str, int] | None] = field(default_factory=dict)
+    # Per side (by id): the text of its query without LIMIT and with its ORDER BY keys appended, the gate's parse
+    # of that text, and how many keys (:func:`_keyed_uncut`), built once per search instead of once per neighbor
+    # with a tie to look at.
+    keyed_uncut: dict[int, tuple[str, ParseOutcome, int] | None] = field(default_factory=dict)
     # What :meth:`differs` answered per row set (tables in order, each table's rows in order) in this search.
     tested: dict[tuple[tuple[str, tuple[tuple[Any, ...], ...]], ...], tuple[_Run, Rows] | None] = \
         field(default_factory=dict)
@@ -132,12 +133,16 @@ class _Search:
             raise _Spent()
         return left
 
-    def execute(self, side: Side, sql: str | None = None) -> Relation | None:
-        """Run ``side`` (or ``sql`` derived from it) on the current neighbor under the case's timeout, cut to
-        the time left in the budget; None when it fails there."""
+    def timeout_ms(self) -> int:
+        """A query's timeout on a neighbor: the case's, cut to the time left in the budget."""
+        return max(1, min(self.config.query_timeout_ms, self.remaining_ms()))
+
+    def execute(self, side: Side, derived: tuple[str, ParseOutcome] | None = None) -> Relation | None:
+        """Run ``side`` (or a query ``derived`` from it: its text and the gate's parse of it) on the current
+        neighbor under :meth:`timeout_ms`; None when it fails there."""
         config = self.config
-        timeout = max(1, min(config.query_timeout_ms, self.remaining_ms()))
-        execution = self.adapter.execute(sql or side.sql, parsed=None if sql else side.parsed, timeout_ms=timeout,
+        sql, parsed = derived if derived is not None else (side.sql, side.parsed)
+        execution = self.adapter.execute(sql, parsed=parsed, timeout_ms=self.timeout_ms(),
                                          max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                                          max_cell_bytes=config.max_cell_bytes)
         self.elapsed_queries_ms += execution.elapsed_ms
@@ -237,13 +242,16 @@ class _Search:
         if id(side) not in self.keyed_uncut:
             keyed = _keyed_uncut(side.parsed.ast) if shape.limit is not None and side.parsed.ast is not None \
                 else None
-            self.keyed_uncut[id(side)] = None if keyed is None else \
-                (sql_text(keyed[0], self.validation.dialect), keyed[1])
+            if keyed is None:
+                self.keyed_uncut[id(side)] = None
+            else:
+                text = sql_text(keyed[0], self.validation.dialect)
+                self.keyed_uncut[id(side)] = (text, self.adapter.gate_parse(text, self.timeout_ms()), keyed[1])
         keyed_text = self.keyed_uncut[id(side)]
         if keyed_text is None:
             return False
-        sql, width = keyed_text
-        uncut = self.execute(side, sql)
+        sql, parsed, width = keyed_text
+        uncut = self.execute(side, (sql, parsed))
         cut = (shape.offset or 0) + (shape.limit or 0)
         if uncut is None or uncut.height <= cut or cut == 0:
             return False
