@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine import pipeline
@@ -327,6 +329,32 @@ def test_worker_processes_run_polars_on_one_thread(sample_dir: Path) -> None:
     with pipeline._pool(Evaluator(db_dir=sample_dir), 2) as pool:
         assert pool.submit(pl.thread_pool_size).result() == 1
     assert dict(os.environ) == before  # this process keeps its own setting
+
+
+def test_a_batch_runs_under_the_batch_collector_and_gives_the_process_its_own_back(sample_dir: Path) -> None:
+    """During a batch the collector runs at BATCH_THRESHOLDS with what the process held frozen, in this process
+    and in each worker; afterwards this process has its own thresholds back and nothing frozen."""
+    cases = load_suite(sample_suite_path()).cases[:3]
+    before = gc.get_threshold(), gc.get_freeze_count()
+    seen: list[tuple[tuple[int, ...], bool]] = []
+    Evaluator(db_dir=sample_dir).evaluate_all(
+        cases, progress=lambda report: seen.append((gc.get_threshold(), gc.get_freeze_count() > 0)))
+    assert seen == [(BATCH_THRESHOLDS, True)] * len(cases)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    with pipeline._pool(Evaluator(db_dir=sample_dir), 2) as pool:
+        assert pool.submit(gc.get_threshold).result() == BATCH_THRESHOLDS
+        assert pool.submit(gc.get_freeze_count).result() > 0
+
+
+def test_overlapping_batches_restore_the_collector_when_the_last_one_ends() -> None:
+    before = gc.get_threshold(), gc.get_freeze_count()
+    first, second = batch_collector(), batch_collector()
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold() == BATCH_THRESHOLDS and gc.get_freeze_count() > 0  # the second batch still runs
+    second.__exit__(None, None, None)
+    assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
 def test_an_expected_query_runs_once_per_batch_and_file_state(tmp_path: Path, sample_db: Path) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlglot import exp
 
+from sqlcmp_dagster.engine.collector import batch_collector, tune_worker
 from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose, diagnose_pass
 from sqlcmp_dagster.engine.judge import JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
@@ -542,14 +543,15 @@ class Evaluator:
         """
         self._cache = ExpectedResults()
         try:
-            if workers <= 1 or len(cases) <= 1:
-                done = []
-                for case in cases:
-                    done.append(self._deterministic(case))
-                    if progress is not None:
-                        progress(done[-1][0])
-            else:
-                done = _in_processes(self, cases, workers, progress)
+            with batch_collector():
+                if workers <= 1 or len(cases) <= 1:
+                    done = []
+                    for case in cases:
+                        done.append(self._deterministic(case))
+                        if progress is not None:
+                            progress(done[-1][0])
+                else:
+                    done = _in_processes(self, cases, workers, progress)
         finally:
             self._cache = None
         reports = [report for report, _ in done]
@@ -583,6 +585,7 @@ _Done = tuple[Report, PendingJudgment | None]
 
 def _start_worker(evaluator: Evaluator) -> None:
     global _WORKER
+    tune_worker()
     evaluator._cache = ExpectedResults()  # one cache per worker, for the whole batch
     _WORKER = evaluator
 
