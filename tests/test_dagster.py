@@ -309,32 +309,33 @@ def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, samp
 
 
 def test_a_step_freezes_the_heap_it_started_with_and_only_its_own_freeze() -> None:
-    """Inside ``heap_frozen`` the objects alive at its start are frozen (out of the collector's full passes);
-    they are collectable again after it, also when the step's generator is closed early; a heap frozen by
-    someone else stays frozen."""
+    """Inside ``batch_collector`` (each layer step's block) the objects alive at its start are frozen (out of the
+    collector's full passes) and the collector runs at BATCH_THRESHOLDS; both are undone after it, also when the
+    step's generator is closed early; a heap frozen by someone else stays frozen."""
     import gc
 
-    from sqlcmp_dagster.assets.common import heap_frozen
+    from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
 
     assert gc.get_freeze_count() == 0
-    with heap_frozen():
-        assert gc.get_freeze_count() > 0
-    assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
+    with batch_collector():
+        assert gc.get_freeze_count() > 0 and gc.get_threshold() == BATCH_THRESHOLDS
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
     def step() -> Iterator[int]:
-        with heap_frozen():
+        with batch_collector():
             yield 1
             yield 2
 
     steps = step()
     assert next(steps) == 1 and gc.get_freeze_count() > 0
     steps.close()
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
     gc.freeze()
     try:
         theirs = gc.get_freeze_count()
-        with heap_frozen():
+        with batch_collector():
             assert gc.get_freeze_count() == theirs
         assert gc.get_freeze_count() == theirs
     finally:

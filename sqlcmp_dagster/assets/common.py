@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import gc
 import inspect
 import json
 import os
@@ -12,7 +11,6 @@ import time
 import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import dagster as dg
@@ -22,6 +20,7 @@ import polars as pl
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
 from sqlcmp_dagster.contracts import SCHEMAS, contract_check, contract_spec
+from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Validation, finish_timings
@@ -103,7 +102,7 @@ def layer_asset(name: str, description: str,
         @functools.wraps(compute)
         def run(*args: Any, **inner: Any) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult |
                                                        dg.AssetCheckEvaluation]:
-            with heap_frozen():
+            with batch_collector():
                 frame = compute(*args, **inner)
                 faults = frame.filter(pl.col("fault").is_not_null()).height if "fault" in frame.columns else 0
                 yield dg.Output(frame, output_name=name, metadata={"cases": frame.height, "faults": faults})
@@ -130,26 +129,6 @@ def layer_asset(name: str, description: str,
         )(run)
 
     return decorate
-
-
-@contextmanager
-def heap_frozen() -> Iterator[None]:
-    """Leave the objects alive when a step starts out of the garbage collector's full passes until it ends
-    (``gc.freeze``; its output is stored and its check results logged inside the block, as Dagster takes them
-    from the step's generator).
-
-    A step runs beside everything the run has kept: the earlier layers' frames and the Layer 1 records with
-    their sqlglot trees, about 500,000 objects on the 1,034 Spider dev cases. Each full collection walked all
-    of them again: 12 full passes, 2.7 s of a 38 s run. Objects the step makes are collected as before, the
-    frozen ones become collectable again when it ends, and a heap someone else froze is left as it is."""
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 def table_schema(columns: dict[str, pa.Column]) -> dg.TableSchema:
