@@ -331,11 +331,11 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
             at, to = _position(source, first_column), _position(target, second_column)
             if at is None or to is None or not rows.get(first) or not rows.get(second):
                 continue
-            sampled = set(schema.sample.get(first, []))
+            sampled = schema.sampled(first)
             added = [row for row in rows[first] if row not in sampled]
             out = rows[second]
             literals = _literal_columns(target, found)
-            sampled_target = set(schema.sample.get(second, []))
+            sampled_target = schema.sampled(second)
             carrying = [row for row in out if _carries(row, literals)] or \
                 [row for row in out if row not in sampled_target] or list(out)
             for row in (added or rng.sample(rows[first], 1))[:3]:
@@ -359,7 +359,7 @@ def _bridge(schema: Schema, rows: Rows, pairs: set[tuple[tuple[str, str], tuple[
         for _ in range(2):
             changes = {}
             for to, (partner, at) in columns.items():
-                sampled = set(schema.sample.get(partner, []))
+                sampled = schema.sampled(partner)
                 source = [row for row in rows.get(partner, []) if row not in sampled] or rows.get(partner, [])
                 if source:
                     changes[to] = rng.choice(source)[at]
@@ -368,7 +368,7 @@ def _bridge(schema: Schema, rows: Rows, pairs: set[tuple[tuple[str, str], tuple[
 
 
 def _position(table: Table, column: str) -> int | None:
-    return next((i for i, c in enumerate(table.columns) if c.name.lower() == column), None)
+    return table.positions.get(column)
 
 
 def subset(rows: list[tuple[Any, ...]], rng: random.Random, keep: float) -> list[tuple[Any, ...]]:
@@ -509,7 +509,7 @@ def null_counted(schema: Schema, tables: list[str], rows: Rows, found: Hints, rn
     for name in tables:
         table = schema.tables[name]
         targets = _counted(table, found)
-        sampled = set(schema.sample.get(name, []))
+        sampled = schema.sampled(name)
         if targets and rows.get(name):
             rows[name] = [row if row in sampled else _with(row, {i: None for i in targets}) for row in rows[name]]
     return rows
@@ -611,7 +611,7 @@ def ladder(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: ran
     sizes = _ladder_sizes(found)
     table = schema.tables[name]
     values = _group_values(schema, rows, name, position, parent, parent_position, len(sizes), found, rng)
-    sampled = set(schema.sample.get(name, []))
+    sampled = schema.sampled(name)
     sources = [row for row in rows[name] if row not in sampled] or rows[name]
     # Every column of the grouped table that the queries join to the same parent column takes the group's value
     # (``ON a.code = f.dest OR a.code = f.source``: a row then meets its parent once, and no other).
@@ -689,7 +689,7 @@ def _group_values(schema: Schema, rows: Rows, name: str, position: int, parent: 
         return own[:count]
     table = schema.tables[parent]
     grouping = [i for i, c in enumerate(table.columns) if c.name.lower() in found.group_columns and i != parent_position]
-    sampled = set(schema.sample.get(parent, []))
+    sampled = schema.sampled(parent)
     candidates = sorted(rows[parent], key=lambda row: (row in sampled, rng.random()))
     named = [i for i, c in enumerate(table.columns) if c.name.lower() in found.columns]
     chosen: list[tuple[Any, ...]] = []
