@@ -906,9 +906,10 @@ def test_an_empty_table_gets_rows_on_its_neighbors(clubs: Path) -> None:
 
 def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: Path) -> None:
     """One search builds all its neighbors over the same connections (its tables created once, emptied after
-    each neighbor). Each neighbor still holds what a fresh database would: the same accepted and rejected rows,
-    AUTOINCREMENT counters starting again, and a query cut short on one neighbor (``max_rows``) holds nothing
-    open that would refuse the next neighbor's rows."""
+    each neighbor), and the next search over the same tables takes them again. Each neighbor still holds what a
+    fresh database would: the same accepted and rejected rows, AUTOINCREMENT counters starting again, and a
+    query cut short on one neighbor (``max_rows``) holds nothing open that would refuse the next neighbor's
+    rows."""
     path = tmp_path / "auto.sqlite"
     connection = sqlite3.connect(path)
     connection.executescript("""
@@ -943,9 +944,21 @@ def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: 
         for rows in neighbors:
             with neighborhood(database) as place:
                 fresh.append(built(place, rows))
+        # One search after another over the same tables of the same schema: the second takes the first's
+        # neighborhood (its connections, its emptied tables) and gets what a fresh one gives.
+        kept, places = [], []
+        for rows in neighbors:
+            with neighborhood(database, schema, tables) as place:
+                places.append(place)
+                kept.append(built(place, rows))
+        with pytest.raises(RuntimeError), neighborhood(database, schema, tables) as place:
+            assert place is places[0]
+            raise RuntimeError("a search that ends with an error")
+        with neighborhood(database, schema, tables) as place:
+            assert place is not places[0]  # the failed search's neighborhood was closed, not kept
     finally:
         database.close()
-    assert shared == fresh
+    assert shared == fresh == kept and places[1] is places[0]
     # Rejected: a child of a missing parent; a repeated name, a NULL v and a child of a missing parent.
     assert [rejected for _, rejected, _ in shared] == [1, 3]
     assert [row[:3] for row in shared[1][2]["rows"]] == [[1, "p", None], [7, "q", 1]]

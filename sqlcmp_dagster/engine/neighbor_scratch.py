@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import itertools
+import os
 import re
 import sqlite3
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -402,22 +404,72 @@ class Neighborhood:
 
 
 @contextmanager
-def neighborhood(database: ExecutionAdapter) -> Iterator[Neighborhood]:
+def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, tables: list[str] | None = None) \
+        -> Iterator[Neighborhood]:
     """The :class:`Neighborhood` of a search on ``database``: SQLite's shared in-memory database (alive while
     the search's connections are open), or the in-memory neighbor database of a DuckDB process borrowed from
-    ``database`` for the search (already started, and given back afterwards)."""
-    name = scratch_name()
-    process = database.borrow_duckdb_process() if database.dialect == "duckdb" else None
-    writer = _writer(name) if process is None else None
-    adapter = ExecutionAdapter(f"neighbor:{name}", scratch=name, neighbor_process=process)
+    ``database`` for the search (already started, and given back afterwards).
+
+    On SQLite, given the search's ``schema`` and ``tables``, the neighborhood of an earlier search over the same
+    tables of the same schema is taken again when one is idle, and kept for the next one afterwards (at most
+    :data:`_IDLE_KEPT` per process, the least recently used closed first): its tables were emptied after its last
+    neighbor (:func:`_writable`), so it holds what a new one would once its first neighbor has created them.
+    Opening the two connections and creating the tables cost about 1.2 ms a search on Spider dev. A search that
+    ends with an error closes its neighborhood instead."""
+    key = (os.getpid(), id(schema), tuple(tables)) if schema is not None and tables is not None \
+        and database.dialect != "duckdb" else None
+    place = _idle_place(key) if key is not None else None
+    process = None
+    if place is None:
+        name = scratch_name()
+        process = database.borrow_duckdb_process() if database.dialect == "duckdb" else None
+        writer = _writer(name) if process is None else None
+        place = Neighborhood(ExecutionAdapter(f"neighbor:{name}", scratch=name, neighbor_process=process), name,
+                             writer)
+    ended = False
     try:
-        yield Neighborhood(adapter, name, writer)
+        yield place
+        ended = True
     finally:
-        adapter.close()
-        if writer is not None:
-            writer.close()
+        if ended and key is not None:
+            _keep_idle(key, schema, place)
+        else:
+            _close(place)
         if process is not None:
             database.return_duckdb_process(process)
+
+
+#: Idle SQLite neighborhoods, by (process, schema, tables), each with its schema held so that the schema's id
+#: names it while the entry lives.
+_IDLE: OrderedDict[tuple[int, int, tuple[str, ...]], tuple[Schema | None, Neighborhood]] = OrderedDict()
+_IDLE_LOCK = threading.Lock()
+#: At most this many idle neighborhoods per process (two connections and the empty tables each).
+_IDLE_KEPT = 16
+
+
+def _idle_place(key: tuple[int, int, tuple[str, ...]]) -> Neighborhood | None:
+    with _IDLE_LOCK:
+        kept = _IDLE.pop(key, None)
+    return kept[1] if kept is not None else None
+
+
+def _keep_idle(key: tuple[int, int, tuple[str, ...]], schema: Schema | None, place: Neighborhood) -> None:
+    """Keep ``place`` for the next search with ``key`` (one per key: a second, from a search that ran beside the
+    first in another thread, is closed), closing the least recently kept beyond :data:`_IDLE_KEPT`."""
+    with _IDLE_LOCK:
+        if key in _IDLE:
+            evicted = [place]
+        else:
+            _IDLE[key] = (schema, place)
+            evicted = [_IDLE.popitem(last=False)[1][1] for _ in range(max(0, len(_IDLE) - _IDLE_KEPT))]
+    for old in evicted:
+        _close(old)
+
+
+def _close(place: Neighborhood) -> None:
+    place.adapter.close()
+    if place.writer is not None:
+        place.writer.close()
 
 
 @contextmanager
@@ -556,7 +608,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
             (``executemany`` takes the next row only when it runs it), and the batch goes on after it. Row by row
             cost two thirds of building a Spider neighbor (about 25 rows each, half of the tables with a row
             rejected)."""
-            insert, accepted = _insert_sql(table), []
+            insert, accepted = _insert_sql(table), list[bool]()
             while len(accepted) < len(rows):
                 handed = 0
 

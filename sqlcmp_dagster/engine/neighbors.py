@@ -334,7 +334,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     unread = sample(database, schema, tables, deadline, config.query_timeout_ms)
     if unread is not None:
         return _outcome(False, f"{unread} ({limit})" if unread.startswith("the time ran out") else unread, started)
-    with neighborhood(database) as place:
+    with neighborhood(database, schema, tables) as place:
         search = _Search(validation, index, schema, tables, deadline, limit, place)
         return _searched(search, found, started, min(cap, budget_ms))
 
