@@ -13,7 +13,7 @@ run.
 For the length of a batch, :func:`batch_collector` moves what exists when the batch starts out of the
 collector's sight (``gc.freeze``), collects the young generation every 5,000 allocations instead of 700 and the
 middle one every 50 young collections instead of 10: 0.36 s of collection in all on Spider dev, 1.5 s instead
-of 2.8 s on three models' answers to it (3,102 cases, where the reports a batch keeps make each full collection
+of 3.4 s on three models' answers to it (3,102 cases, where the reports a batch keeps make each full collection
 longer). Objects the batch makes are collected as before, only later, which is what it costs in memory: the
 peak of ``evaluate`` stayed at 208 MB on Spider dev and went from 257 to 295 MB on the 3,102 cases. The frozen
 objects become collectable again when the batch ends. A worker process of ``evaluate --workers N`` keeps the
