@@ -539,7 +539,9 @@ class Evaluator:
         ``workers`` > 1 runs the cases in that many processes (the engine's own work is Python that holds the
         GIL, so threads would not scale). Cases that share a database and expected SQL go to the same worker, so
         the batch's expected-result cache (:class:`ExpectedResults`) serves them there. The advisory judge, when
-        configured, then runs over the batch in this process with its own bounded concurrency and budget.
+        configured, then runs over the batch in this process with its own bounded concurrency and budget. The
+        deterministic part runs with Python's garbage collector set for a batch
+        (:func:`~sqlcmp_dagster.engine.collector.batch_collector`; a tenth of a Spider dev run was collection).
         """
         self._cache = ExpectedResults()
         try:
