@@ -4,8 +4,10 @@ touched; the verdict scope and the summary."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
+import os
 import random
 import re
 import sqlite3
@@ -19,13 +21,13 @@ from sqlglot import exp
 
 from conftest import plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
-from sqlcmp_dagster.engine import equivalence
+from sqlcmp_dagster.engine import equivalence, execution, neighbor_scratch
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
 from sqlcmp_dagster.engine.neighbors import PROVEN_BY_REWRITES, neighborhood_of
-from sqlcmp_dagster.engine.parsing import parse
+from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import render_summary, summarize
 
@@ -963,6 +965,59 @@ def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: 
     assert [rejected for _, rejected, _ in shared] == [1, 3]
     assert [row[:3] for row in shared[1][2]["rows"]] == [[1, "p", None], [7, "q", 1]]
     assert shared[1][2]["rows"][0][3] == "parent:7"  # the counter starts again: 1, then the 7 given
+
+
+def test_kept_neighborhoods_are_bounded_by_their_memory_their_schema_and_the_process(company: Path) -> None:
+    """An idle neighborhood is kept only while it holds little (an in-memory database keeps the pages of its
+    largest neighbor until it is closed), holds its schema weakly, and is not seen by a forked child (SQLite's
+    connections must not cross a fork)."""
+    database = ExecutionAdapter(str(company))
+    try:
+        schema = read_schema(database, 10, 5_000)
+        assert not isinstance(schema, str)
+        tables = schema.scope({"dept"})
+        with neighborhood(database, schema, tables) as first, scratch(schema, tables, {"dept": [(1, "a")]}, first):
+            pass
+        with neighborhood(database, schema, tables) as place:
+            assert place is first  # a small one is kept
+            with scratch(schema, tables, {"dept": [(1, "x" * (2 << 20))]}, place):
+                pass
+        with neighborhood(database, schema, tables) as place:
+            assert place is not first  # the 2 MB neighbor's pages were not kept
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child reports through the pipe
+            os.write(write, str(len(neighbor_scratch._IDLE)).encode())
+            os._exit(0)
+        os.waitpid(child, 0)
+        assert os.read(read, 16) == b"0" and len(neighbor_scratch._IDLE) >= 1
+    finally:
+        database.close()
+    (held,) = [entry for key, entry in neighbor_scratch._IDLE.items() if key == (id(schema), tuple(tables))]
+    schema_ref = held[0]
+    del schema
+    neighbor_scratch._CACHE.clear()
+    gc.collect()
+    assert schema_ref() is None  # the kept neighborhood did not keep the schema and its samples alive
+
+
+def test_a_tie_check_whose_parse_ran_late_once_is_parsed_again_on_the_next_neighbor(
+        company: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LIMIT-tie check's query is parsed once per search, but a parse the clock cut (a pause on a busy
+    machine) is not kept: the next neighbor parses again, sees the tie, and the tie is not a counterexample."""
+    real, cut = execution.parse, []
+
+    def late_once(sql: str, *args: object, **kwargs: object) -> ParseOutcome:
+        if "sqlcmp_key_" in sql and not cut:  # the tie check's derived query (keys named sqlcmp_key_N)
+            cut.append(sql)
+            return ParseOutcome(False, None, None, "parse cut: it ran past the query's timeout (5000 ms)")
+        return real(sql, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(execution, "parse", late_once)
+    found = search(compare(company, "SELECT name FROM emp ORDER BY salary DESC LIMIT 1",
+                           "SELECT name FROM emp ORDER BY salary DESC, id DESC LIMIT 1", neighbor_count=24))
+    assert cut and not found["counterexample_found"] and found["neighbors_tried"] == 24
+    assert any("LIMIT cuts inside a tie" in note for note in found["nondeterminism"])
 
 
 CONSTRAINED = """

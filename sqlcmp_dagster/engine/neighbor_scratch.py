@@ -20,6 +20,7 @@ import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -411,14 +412,17 @@ def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, table
     ``database`` for the search (already started, and given back afterwards).
 
     On SQLite, given the search's ``schema`` and ``tables``, the neighborhood of an earlier search over the same
-    tables of the same schema is taken again when one is idle, and kept for the next one afterwards (at most
-    :data:`_IDLE_KEPT` per process, the least recently used closed first): its tables were emptied after its last
-    neighbor (:func:`_writable`), so it holds what a new one would once its first neighbor has created them.
-    Opening the two connections and creating the tables cost about 1.2 ms a search on Spider dev. A search that
-    ends with an error closes its neighborhood instead."""
-    key = (os.getpid(), id(schema), tuple(tables)) if schema is not None and tables is not None \
+    tables of the same schema is taken again when one is idle, and kept for the next one afterwards: its tables
+    were emptied after its last neighbor (:func:`_writable`), so it holds what a new one would once its first
+    neighbor has created them. Opening the two connections and creating the tables cost about 1.2 ms a search on
+    Spider dev. What is kept is bounded: at most :data:`_IDLE_KEPT` neighborhoods per process (the least recently
+    used closed first), none whose emptied database still holds more than :data:`_IDLE_MAX_FREE_BYTES` of free
+    pages (an in-memory database keeps the pages of its largest neighbor until it is closed), none of a schema
+    no longer in use elsewhere (held weakly), none inherited across a fork. A search that ends with an error
+    closes its neighborhood."""
+    key = (id(schema), tuple(tables)) if schema is not None and tables is not None \
         and database.dialect != "duckdb" else None
-    place = _idle_place(key) if key is not None else None
+    place = _idle_place(key, schema) if key is not None else None
     process = None
     if place is None:
         name = scratch_name()
@@ -431,7 +435,7 @@ def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, table
         yield place
         ended = True
     finally:
-        if ended and key is not None:
+        if ended and key is not None and schema is not None and _holds_little(place):
             _keep_idle(key, schema, place)
         else:
             _close(place)
@@ -439,37 +443,66 @@ def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, table
             database.return_duckdb_process(process)
 
 
-#: Idle SQLite neighborhoods, by (process, schema, tables), each with its schema held so that the schema's id
-#: names it while the entry lives.
-_IDLE: OrderedDict[tuple[int, int, tuple[str, ...]], tuple[Schema | None, Neighborhood]] = OrderedDict()
+_Key = tuple[int, tuple[str, ...]]
+#: Idle SQLite neighborhoods by (id of their schema, tables), each with a weak reference to that schema: an
+#: entry whose schema is gone (and whose id may name another) is closed, not taken.
+_IDLE: OrderedDict[_Key, tuple[weakref.ref[Schema], Neighborhood]] = OrderedDict()
 _IDLE_LOCK = threading.Lock()
-#: At most this many idle neighborhoods per process (two connections and the empty tables each).
+#: At most this many idle neighborhoods per process (two connections and the emptied tables each).
 _IDLE_KEPT = 16
+#: A neighborhood whose emptied database holds more free pages than this is closed rather than kept.
+_IDLE_MAX_FREE_BYTES = 1 << 20
+#: What a forked child inherited: held, never used nor closed (SQLite's connections must not cross a fork).
+_INHERITED: list[object] = []
 
 
-def _idle_place(key: tuple[int, int, tuple[str, ...]]) -> Neighborhood | None:
+def _idle_place(key: _Key, schema: Schema | None) -> Neighborhood | None:
     with _IDLE_LOCK:
         kept = _IDLE.pop(key, None)
-    return kept[1] if kept is not None else None
+    if kept is None:
+        return None
+    if kept[0]() is not schema:
+        _close(kept[1])
+        return None
+    return kept[1]
 
 
-def _keep_idle(key: tuple[int, int, tuple[str, ...]], schema: Schema | None, place: Neighborhood) -> None:
+def _keep_idle(key: _Key, schema: Schema, place: Neighborhood) -> None:
     """Keep ``place`` for the next search with ``key`` (one per key: a second, from a search that ran beside the
     first in another thread, is closed), closing the least recently kept beyond :data:`_IDLE_KEPT`."""
     with _IDLE_LOCK:
         if key in _IDLE:
             evicted = [place]
         else:
-            _IDLE[key] = (schema, place)
+            _IDLE[key] = (weakref.ref(schema), place)
             evicted = [_IDLE.popitem(last=False)[1][1] for _ in range(max(0, len(_IDLE) - _IDLE_KEPT))]
     for old in evicted:
         _close(old)
+
+
+def _holds_little(place: Neighborhood) -> bool:
+    """Whether ``place``'s emptied SQLite database holds at most :data:`_IDLE_MAX_FREE_BYTES` of free pages."""
+    if place.writer is None:
+        return False
+    (free,) = place.writer.execute("PRAGMA freelist_count").fetchone()
+    (size,) = place.writer.execute("PRAGMA page_size").fetchone()
+    return bool(free * size <= _IDLE_MAX_FREE_BYTES)
 
 
 def _close(place: Neighborhood) -> None:
     place.adapter.close()
     if place.writer is not None:
         place.writer.close()
+
+
+def _forget_idle() -> None:
+    """In a forked child: no idle neighborhood, and a new lock (another thread may have held it at the fork)."""
+    global _IDLE, _IDLE_LOCK
+    _INHERITED.append(_IDLE)
+    _IDLE, _IDLE_LOCK = OrderedDict(), threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_idle)
 
 
 @contextmanager

@@ -101,9 +101,10 @@ class _Search:
     cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
     failures: list[str] = field(default_factory=list)  # queries that failed on a neighbor, for the warnings
     # Per side (by id): the text of its query without LIMIT and with its ORDER BY keys appended, the gate's parse
-    # of that text, and how many keys (:func:`_keyed_uncut`), built once per search instead of once per neighbor
-    # with a tie to look at.
-    keyed_uncut: dict[int, tuple[str, ParseOutcome, int] | None] = field(default_factory=dict)
+    # of that text when it succeeded, and how many keys (:func:`_keyed_uncut`), built once per search instead of
+    # once per neighbor with a tie to look at. A parse that failed is not kept: one cut by the clock says nothing
+    # of the next neighbor's (the text is parsed again there, as without the kept parse).
+    keyed_uncut: dict[int, tuple[str, ParseOutcome | None, int] | None] = field(default_factory=dict)
     # What :meth:`differs` answered per row set (tables in order, each table's rows in order) in this search.
     tested: dict[tuple[tuple[str, tuple[tuple[Any, ...], ...]], ...], tuple[_Run, Rows] | None] = \
         field(default_factory=dict)
@@ -137,9 +138,9 @@ class _Search:
         """A query's timeout on a neighbor: the case's, cut to the time left in the budget."""
         return max(1, min(self.config.query_timeout_ms, self.remaining_ms()))
 
-    def execute(self, side: Side, derived: tuple[str, ParseOutcome] | None = None) -> Relation | None:
-        """Run ``side`` (or a query ``derived`` from it: its text and the gate's parse of it) on the current
-        neighbor under :meth:`timeout_ms`; None when it fails there."""
+    def execute(self, side: Side, derived: tuple[str, ParseOutcome | None] | None = None) -> Relation | None:
+        """Run ``side`` (or a query ``derived`` from it: its text and the gate's parse of it, None to have the
+        text parsed) on the current neighbor under :meth:`timeout_ms`; None when it fails there."""
         config = self.config
         sql, parsed = derived if derived is not None else (side.sql, side.parsed)
         execution = self.adapter.execute(sql, parsed=parsed, timeout_ms=self.timeout_ms(),
@@ -246,7 +247,8 @@ class _Search:
                 self.keyed_uncut[id(side)] = None
             else:
                 text = sql_text(keyed[0], self.validation.dialect)
-                self.keyed_uncut[id(side)] = (text, self.adapter.gate_parse(text, self.timeout_ms()), keyed[1])
+                gated = self.adapter.gate_parse(text, self.timeout_ms())
+                self.keyed_uncut[id(side)] = (text, gated if gated.success else None, keyed[1])
         keyed_text = self.keyed_uncut[id(side)]
         if keyed_text is None:
             return False
