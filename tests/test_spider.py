@@ -26,6 +26,7 @@ from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.records import reports_from_frame
+from sqlcmp_dagster.engine.results import Rules
 from sqlcmp_dagster.engine.pipeline import Evaluator, resolve_mode
 from sqlcmp_dagster.engine.structure import query_shape
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
@@ -111,8 +112,8 @@ def test_passes_proven_by_the_rewrites_never_have_a_counterexample(spider_suites
         if actual.tree is None or expected.tree is None or actual.normalized_sql == expected.normalized_sql \
                 or len(gold) > 1:
             continue
-        unordered = resolve_mode(case.config, query_shape(expected.tree)) == "order-insensitive"  # as the search
-        by_value = not (case.config.require_column_order_match or case.config.require_column_name_match)
+        mode = resolve_mode(case.config, query_shape(expected.tree))  # as the search
+        unordered, by_value = mode == "order-insensitive", Rules.of(mode, case.config).by_value
         schema = schemas[case.db]
         if proven_equivalent(actual.tree, expected.tree, "sqlite", schema.plain_tables or {},
                              deadline=time.monotonic() + 10, unordered=unordered, columns_by_value=by_value,

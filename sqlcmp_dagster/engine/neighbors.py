@@ -38,7 +38,7 @@ from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhoo
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
 from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.result_rows import suits
-from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results
+from sqlcmp_dagster.engine.results import ResultComparison, Rules, can_pass, compare_results
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
 
@@ -423,8 +423,7 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
     if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
                                                deadline=deadline,
                                                unordered=result.comparison_mode == "order-insensitive",
-                                               columns_by_value=not (config.require_column_order_match
-                                                                     or config.require_column_name_match),
+                                               columns_by_value=Rules.of(result.comparison_mode, config).by_value,
                                                affine=schema.affine_columns):
         return PROVEN_BY_REWRITES
     return None

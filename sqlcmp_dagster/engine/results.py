@@ -154,6 +154,21 @@ class Rules:
     by_name: bool  # columns are matched by name
     max_rows: int  # ``max_rows_for_cell_alignment``
 
+    @classmethod
+    def of(cls, mode: ResolvedMode, config: EvalConfig) -> Rules:
+        """The rules of a comparison in ``mode`` under ``config``."""
+        atol, rtol = config.tolerances(mode)
+        return cls(Tolerance(atol, rtol), nulls_equal=config.null_equality_mode == "strict",
+                   positional=mode == "exact" or config.require_column_order_match,
+                   by_name=mode == "exact" or config.require_column_name_match,
+                   max_rows=config.max_rows_for_cell_alignment)
+
+    @property
+    def by_value(self) -> bool:
+        """Whether columns are paired by the values they hold alone (neither by position nor by name): then no
+        order of the result columns can be told from another (what the neighbor search's proof relies on)."""
+        return not (self.positional or self.by_name)
+
 
 @dataclass
 class Paired:
@@ -192,11 +207,7 @@ def compare_results(
     """
     from sqlcmp_dagster.engine import result_rows  # it builds on this module's types; imported once used
 
-    atol, rtol = config.tolerances(mode)
-    rules = Rules(Tolerance(atol, rtol), nulls_equal=config.null_equality_mode == "strict",
-                  positional=mode == "exact" or config.require_column_order_match,
-                  by_name=mode == "exact" or config.require_column_name_match,
-                  max_rows=config.max_rows_for_cell_alignment)
+    rules = Rules.of(mode, config)
     rows_path = result_rows.suits(expected, actual) if path is None else path == "rows"
     paired = (result_rows.pair if rows_path else _pair_frames)(expected, actual, mode, order_keys, rules)
     mapping, stats = paired.mapping, paired.columns
@@ -249,8 +260,8 @@ def compare_results(
             "match": expected.height == actual.height,
         },
         numeric_tolerance_match={
-            "atol": atol,
-            "rtol": rtol,
+            "atol": rules.tolerance.atol,
+            "rtol": rules.tolerance.rtol,
             "numeric_columns": [s.name for s in numeric_stats],
             "compared_cells": sum(s.compared for s in numeric_stats),
             "within_tolerance_cells": sum(s.within_tolerance for s in numeric_stats),
