@@ -93,8 +93,8 @@ class Relation:
         the plain comparison of small results (:mod:`result_rows`) needs no more, and a frame costs about 0.1 ms.
         """
         if self._columns is None:
-            plain = _plain_columns(self._rows, len(self.names)) \
-                if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS else None
+            rows = self._small_rows()
+            plain = _plain_columns(rows, len(self.names)) if rows is not None else None
             self._columns = plain if plain is not None else \
                 (list(self.frame.dtypes), [column.to_list() for column in self.frame.get_columns()])
         return self._columns
@@ -102,11 +102,12 @@ class Relation:
     @property
     def dtypes(self) -> list[pl.DataType]:
         """``frame.dtypes``, without making the frame where :meth:`columns` need not."""
-        if self._columns is not None:
-            return self._columns[0]
-        if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS:
-            return self.columns()[0]
-        return list(self.frame.dtypes)
+        return self.columns()[0] if self._columns is not None or self._small_rows() is not None \
+            else list(self.frame.dtypes)
+
+    def _small_rows(self) -> Sequence[Sequence[Any]] | None:
+        """The relation's rows where it holds them and at most :data:`PLAIN_CELLS` cells (:meth:`columns`)."""
+        return self._rows if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS else None
 
     @property
     def frame(self) -> pl.DataFrame:
