@@ -492,11 +492,13 @@ def plain_text(node: exp.Expression) -> str:
     >>> plain_text(tree.args["where"].this), tree.sql(dialect="sqlite")
     ('x > a / NULLIF(b, 0)', 'SELECT a FROM t WHERE x > a / b')
     """
-    return sql_text(node, copy=not isinstance(node, _PRINTED_AS_THEY_ARE))
+    return sql_text(node, copy=_changed_by_print(node))
 
 
-#: Nodes whose print changes nothing in them: not copied by :func:`plain_text`.
-_PRINTED_AS_THEY_ARE = (exp.Column, exp.Literal, exp.Identifier)
+def _changed_by_print(node: exp.Expression) -> bool:
+    """Whether printing ``node`` in the default dialect may change it (anything but a column, literal or
+    identifier): :func:`plain_text` and :func:`_text` print such a node from a copy."""
+    return not isinstance(node, (exp.Column, exp.Literal, exp.Identifier))
 
 
 def _text(node: exp.Expression) -> str:
@@ -504,7 +506,7 @@ def _text(node: exp.Expression) -> str:
     them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
     clock = _CLOCK.get()
     return plain_text(node) if clock is None else \
-        clock.generate(node, None, canonical=False, copy=not isinstance(node, _PRINTED_AS_THEY_ARE))
+        clock.generate(node, None, canonical=False, copy=_changed_by_print(node))
 
 
 @functools.cache
