@@ -213,11 +213,17 @@ def test_100_spider_cases_on_two_celery_workers_match_the_in_process_run(
                        SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN=str(CASES_PER_RUN))
     processes = Processes(tmp_path, env)
     try:
+        # The storage's tables first, by one process: Dagster's PostgreSQL storage creates missing tables as an
+        # instance opens, and instances opening at once on a fresh database race (DuplicateTable).
+        migrated = subprocess.run([str(BIN / "dagster"), "instance", "migrate"], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=300)
+        assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
         for worker in ("sqlcmp-w1", "sqlcmp-w2"):
             processes.start(worker, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
                             "-y", str(dagster_home / "celery.yaml"), "-n", worker, "--", "--concurrency=1")
-        subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
-                       cwd=ROOT, env=env, check=True, capture_output=True, timeout=300)
+        started = subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:] + processes.logs()
         processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
         # The reference run meanwhile: the deployment spends most of its time waiting (process starts, the
         # sensor's interval, the executor's polling), and the reports must not depend on the machine's load.
