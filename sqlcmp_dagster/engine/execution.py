@@ -105,6 +105,26 @@ class Relation:
         return self.columns()[0] if self._columns is not None or self._small_rows() is not None \
             else list(self.frame.dtypes)
 
+    def distinct_rows(self) -> int:
+        """How many distinct rows the relation holds: its frame's ``n_unique()``, told from the values of
+        :meth:`columns` without making the frame where the relation has at most :data:`PLAIN_CELLS` cells and
+        each column holds one plain type (polars' ``n_unique`` has a fixed cost of about half a millisecond).
+        Counted as polars counts: NULL equals NULL, NaN equals NaN, and ``-0.0`` equals ``0.0``.
+
+        >>> relation_from_rows(["x", "y"], [(1, None), (1, None), (2.0, "a")]).distinct_rows()
+        2
+        >>> relation_from_rows(["x"], [(float("nan"),), (float("nan"),), (-0.0,), (0.0,)]).distinct_rows()
+        2
+        """
+        if self.height * len(self.names) > PLAIN_CELLS or (self._columns is None and self._small_rows() is None):
+            return self.frame.n_unique()
+        dtypes, columns = self.columns()
+        if not all(type(dtype) in _PLAIN_DTYPE_CLASSES for dtype in dtypes):
+            return self.frame.n_unique()
+        keyed = [[_NAN if value != value else value for value in column] if dtype == pl.Float64 else column
+                 for dtype, column in zip(dtypes, columns)]  # NaN != NaN in Python; the same key in polars
+        return len(set(zip(*keyed))) if keyed else min(self.height, 1)
+
     def _small_rows(self) -> Sequence[Sequence[Any]] | None:
         """The relation's rows where it holds them and at most :data:`PLAIN_CELLS` cells (:meth:`columns`)."""
         return self._rows if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS else None
@@ -238,6 +258,12 @@ PLAIN_CELLS = 4_096
 #: The polars type of a column whose values (NULLs aside) are all of one of these Python types.
 _PLAIN_DTYPES: dict[type, pl.DataType] = {bool: pl.Boolean(), int: pl.Int64(), float: pl.Float64(),
                                          str: pl.String(), bytes: pl.Binary()}
+
+
+#: The polars types of :data:`_PLAIN_DTYPES` and of a column of NULLs.
+_PLAIN_DTYPE_CLASSES = frozenset({*(type(dtype) for dtype in _PLAIN_DTYPES.values()), pl.Null})
+#: The key of a NaN among a column's values when rows are counted as polars counts them.
+_NAN = object()
 
 
 def _plain_columns(rows: Sequence[Sequence[Any]], width: int) -> tuple[list[pl.DataType], list[list[Any]]] | None:
