@@ -402,6 +402,9 @@ class Neighborhood:
     name: str
     writer: sqlite3.Connection | None = None
     created: bool = False  # SQLite: the search's tables exist (the first neighbor created them)
+    #: SQLite: whether the database has ``sqlite_sequence`` (created with the first AUTOINCREMENT table, so known
+    #: once the tables are), None until asked.
+    sequenced: bool | None = None
 
 
 @contextmanager
@@ -668,7 +671,10 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
                 connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order
                 for table in tables:
                     connection.execute(f'DELETE FROM {_quoted(table)}')
-                if connection.execute("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone():
+                if place.sequenced is None:
+                    place.sequenced = connection.execute(
+                        "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() is not None
+                if place.sequenced:
                     connection.execute("DELETE FROM sqlite_sequence")
                 connection.commit()
         return
