@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
 from sqlglot import exp
@@ -780,15 +781,18 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
     copy or change values do not simply lose their rows to the constraint (a row whose key is NULL keeps it).
     A key that holds one of the queries' literals keeps it instead, and its parent gets a row with that key (a
     copy of one of its rows, inserted before the child): the row built to satisfy a WHERE stays in."""
+    if not table.foreign_keys:
+        return list(rows)
     out = []
     # Each key's parent values (a list, in the parents' order, for the random choice, and a set to look them up),
     # read once instead of once per row; forgotten when a parent row is added.
     known: dict[int, tuple[list[tuple[Any, ...]], set[tuple[Any, ...]]]] = {}
+    keys = [(index, key, _cells(key.columns)) for index, key in enumerate(table.foreign_keys)]
     for row in rows:
-        for index, key in enumerate(table.foreign_keys):
-            values = tuple(row[i] for i in key.columns)
+        for index, key, cells in keys:
+            values = cells(row)
             if index not in known:
-                listed = [tuple(p[i] for i in key.parent_columns) for p in built.get(key.parent, [])]
+                listed = list(map(_cells(key.parent_columns), built.get(key.parent, [])))
                 known[index] = (listed, set(listed))
             parents, present = known[index]
             if None in values or values in present or not parents:
@@ -806,6 +810,18 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
             row = _with(row, dict(zip(key.columns, rng.choice(parents))))
         out.append(row)
     return out
+
+
+def _cells(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """The function taking the cells at ``positions`` out of a row, as a tuple (one cell too).
+
+    >>> _cells([2])(("a", "b", "c")), _cells([2, 0])(("a", "b", "c"))
+    (('c',), ('c', 'a'))
+    """
+    if len(positions) != 1:
+        return itemgetter(*positions) if positions else lambda row: ()
+    (position,) = positions
+    return lambda row: (row[position],)
 
 
 Rule = Callable[[Table, list[tuple[Any, ...]], Hints, random.Random], list[tuple[Any, ...]]]
