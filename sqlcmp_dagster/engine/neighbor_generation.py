@@ -282,7 +282,7 @@ def unmatched(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: 
             value = None if declared else _fresh(rng.choice(rows[table_name])[at], table.columns[at].numeric,
                                                  [(v,) for v in taken], 0)
             carrying = _literal_columns(table, found)
-            source = [r for r in rows[table_name] if _carries(r, carrying)] or rows[table_name]
+            source = _carrying(rows[table_name], carrying) or rows[table_name]
             rows[table_name].append(_copy(table, rng.choice(source), {at: value}, rows[table_name]))
     return rows
 
@@ -337,7 +337,7 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
             out = rows[second]
             literals = _literal_columns(target, found)
             sampled_target = schema.sampled(second)
-            carrying = [row for row in out if _carries(row, literals)] or \
+            carrying = _carrying(out, literals) or \
                 [row for row in out if row not in sampled_target] or list(out)
             for row in (added or rng.sample(rows[first], 1))[:3]:
                 out.append(_copy(target, rng.choice(carrying), {to: row[at]}, out))
@@ -458,7 +458,7 @@ def null_columns(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: r
         return rows
     chosen = {i for i in targets if rng.random() < 0.7} or {rng.choice(targets)}
     carrying = _literal_columns(table, found)
-    counted = [row for row in rows if _carries(row, carrying)]
+    counted = _carrying(rows, carrying)
     mode = rng.random()
     if mode < 0.25 and counted:  # exactly the rows the query counts: those the rules built to satisfy its WHERE
         return [_with(row, {i: None for i in chosen}) if row in counted else row for row in rows]
@@ -525,9 +525,18 @@ def _literal_columns(table: Table, found: Hints) -> dict[int, list[Any]]:
     return found.fitted[table.name]
 
 
-def _carries(row: tuple[Any, ...], literals: dict[int, list[Any]]) -> bool:
-    """Whether some column of ``row`` holds a literal the queries compare that column with."""
-    return any(row[i] is not None and row[i] in values for i, values in literals.items())
+def _carrying(rows: list[tuple[Any, ...]], literals: dict[int, list[Any]]) -> list[tuple[Any, ...]]:
+    """The rows some column of which holds a literal the queries compare that column with (in their order).
+    Asked about 90,000 rows a Spider dev run, most often with one such column: that column is read directly.
+
+    >>> _carrying([(1, "a"), (2, "b"), (None, "c")], {0: [2, 3]}), _carrying([(1, "a"), (2, "b")], {0: [3], 1: ["a"]})
+    ([(2, 'b')], [(1, 'a')])
+    """
+    if len(literals) == 1:
+        ((position, values),) = literals.items()
+        return [row for row in rows if row[position] is not None and row[position] in values]
+    checks = list(literals.items())
+    return [row for row in rows if any(row[i] is not None and row[i] in values for i, values in checks)]
 
 
 def group_sizes(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
@@ -892,7 +901,7 @@ def _copy(table: Table, row: tuple[Any, ...], changes: dict[int, Any], rows: lis
         -> tuple[Any, ...]:
     """A copy of ``row`` with ``changes`` and fresh values in its PRIMARY KEY and UNIQUE columns (unless
     changed), so that the copy is a new row the key constraints allow."""
-    keys = {i for unique in table.unique_sets for i in unique} - set(changes)
+    keys = table.keyed - changes.keys()
     return _with(row, {**changes, **{i: _fresh(row[i], table.columns[i].numeric, rows, i) for i in keys}})
 
 

@@ -91,6 +91,11 @@ class Table:
     declared_only: bool = True
 
     @functools.cached_property
+    def keyed(self) -> frozenset[int]:
+        """The positions of the columns of its PRIMARY KEY and UNIQUE constraints, kept once computed."""
+        return frozenset(i for unique in self.unique_sets for i in unique)
+
+    @functools.cached_property
     def positions(self) -> dict[str, int]:
         """Lower-case column name -> position of the first column of that name. Kept once computed: generating
         a Spider dev run's neighbors looks a column up about 26,000 times."""
