@@ -127,14 +127,24 @@ def test_mixed_type_column_keeps_numbers_and_text_apart(adapter: ExecutionAdapte
 
 
 def test_non_utf8_text_does_not_fail_the_query(tmp_path: Path) -> None:
+    """Text that is not UTF-8 comes back with replacement characters, wherever it stands in the result (the
+    driver's strict decoder reads valid text first; a result with invalid text is read again): every row, in
+    order, and the same on the next query over the kept connection."""
     path = tmp_path / "bytes.sqlite"
     connection = sqlite3.connect(path)
-    connection.execute("CREATE TABLE t (a TEXT)")
-    connection.execute("INSERT INTO t VALUES (CAST(X'FF00FE61' AS TEXT))")
+    connection.execute("CREATE TABLE t (n INTEGER, a TEXT)")
+    connection.executemany("INSERT INTO t VALUES (?, ?)", [(i, f"row {i} é") for i in range(300)])
+    connection.execute("INSERT INTO t VALUES (300, CAST(X'FF00FE61' AS TEXT))")
     connection.commit()
     connection.close()
-    execution = ExecutionAdapter(str(path)).execute("SELECT a FROM t")
-    assert execution.success and execution.relation is not None and execution.relation.height == 1
+    adapter = ExecutionAdapter(str(path))
+    for sql in ("SELECT a FROM t WHERE n = 300", "SELECT n, a FROM t ORDER BY n", "SELECT n, a FROM t ORDER BY n"):
+        execution = adapter.execute(sql)
+        assert execution.success and execution.relation is not None, execution.error
+        values = execution.relation.frame[:, -1].to_list()
+        assert values[-1] == b"\xff\x00\xfea".decode("utf-8", errors="replace")
+        assert values[:-1] == [f"row {i} é" for i in range(len(values) - 1)]
+    assert adapter.execute("SELECT 'ok' || a FROM t WHERE n = 1").relation.frame.item() == "okrow 1 é"
 
 
 def test_resolve_database_finds_spider_and_flat_layouts(tmp_path: Path) -> None:
