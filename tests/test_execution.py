@@ -127,9 +127,8 @@ def test_mixed_type_column_keeps_numbers_and_text_apart(adapter: ExecutionAdapte
 
 
 def test_non_utf8_text_does_not_fail_the_query(tmp_path: Path) -> None:
-    """Text that is not UTF-8 comes back with replacement characters, wherever it stands in the result (the
-    driver's strict decoder reads valid text first; a result with invalid text is read again): every row, in
-    order, and the same on the next query over the kept connection."""
+    """Text that is not UTF-8 comes back with replacement characters, wherever it stands in the result: every
+    row, in order, and the same on the next query over the kept connection."""
     path = tmp_path / "bytes.sqlite"
     connection = sqlite3.connect(path)
     connection.execute("CREATE TABLE t (n INTEGER, a TEXT)")

@@ -36,7 +36,7 @@ import polars as pl
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from sqlcmp_dagster.engine.bounds import CutBytes, CutText, Fetched, fetch_bounded, interrupt_after
+from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
 from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
     memory_bound
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
@@ -494,12 +494,9 @@ class ExecutionAdapter:
                     query = shape.query(query, max_cell_bytes) if shape is not None else query
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
                 try:
-                    if isinstance(raw, sqlite3.Connection):
-                        cursor, fetched = _sqlite_fetched(raw, cursor, query, limit, max_bytes, max_cell_bytes)
-                    else:
-                        cursor.execute(query)
-                        fetched = fetch_bounded(shape.rows(cursor) if shape is not None else cursor, limit,
-                                                max_bytes, max_cell_bytes)
+                    cursor.execute(query)
+                    fetched = fetch_bounded(shape.rows(cursor) if shape is not None else cursor, limit, max_bytes,
+                                            max_cell_bytes)
                     if cursor.description is None:
                         raise _NoRows()
                     names = shape.names if shape is not None else [str(c[0]) for c in cursor.description]
@@ -865,41 +862,8 @@ def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
     connection.execute("PRAGMA query_only = ON")
     connection.set_authorizer(sqlite_authorizer)
     # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
-    connection.text_factory = _replacing
+    connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     return connection
-
-
-def _replacing(raw: bytes) -> str:
-    """SQLite text as ``str``, bytes that are not UTF-8 as replacement characters."""
-    return raw.decode("utf-8", errors="replace")
-
-
-def _sqlite_fetched(connection: sqlite3.Connection, cursor: sqlite3.Cursor, query: str, limit: int, max_bytes: int,
-                    max_cell_bytes: int) -> tuple[sqlite3.Cursor, Fetched]:
-    """``query`` run on a sandboxed SQLite ``connection`` and its rows fetched (:func:`fetch_bounded`), with its
-    text as :func:`_replacing` makes it, and the cursor that ran it. The text is decoded by the driver's own
-    (C) decoder first, which gives the same ``str`` for valid UTF-8; a result holding text that is not
-    is fetched again from the start with :func:`_replacing`, which costs about half a microsecond a text cell
-    (a third of the adapter's cost on a neighbor's small results)."""
-    connection.text_factory = str
-    try:
-        try:
-            cursor.execute(query)
-            return cursor, fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
-        except sqlite3.OperationalError as failure:
-            if not str(failure).startswith("Could not decode to UTF-8"):
-                raise
-        cursor.close()
-        connection.text_factory = _replacing
-        again = connection.cursor()
-        try:
-            again.execute(query)
-            return again, fetch_bounded(again, limit, max_bytes, max_cell_bytes)
-        except BaseException:
-            again.close()  # a statement cut short keeps reading until it is closed
-            raise
-    finally:
-        connection.text_factory = _replacing
 
 
 #: What a query may do on SQLite (authorizer actions): read, select, call a function, recurse, and the
