@@ -247,3 +247,31 @@ def test_a_kept_sqlite_connection_carries_nothing_to_the_next_query(sample_db: P
     assert kept is not None and replaced is not None
     assert kept.frame.item() == 12 and replaced.frame.item() == 2 and len(opened) == 2
     adapter.close()
+
+
+def test_a_run_over_sqlite_files_never_imports_sqlalchemy() -> None:
+    """SQLAlchemy serves servers, DuckDB and URLs; a batch over SQLite files (queries that succeed and fail, the
+    neighbor search, the fix search) runs without importing it, which spares every process start its import."""
+    import json
+    import subprocess
+    import sys
+
+    from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
+
+    script = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from sqlcmp_dagster.cases.suite import load_suite\n"
+        "from sqlcmp_dagster.engine.pipeline import Evaluator\n"
+        f"suite = load_suite(Path({str(sample_suite_path())!r}))\n"
+        f"reports = Evaluator(db_dir={str(sample_db_dir())!r}).evaluate_all(suite.cases)\n"
+        "print(json.dumps({'verdicts': sorted({r.deterministic_verdict for r in reports}),\n"
+        "                  'errors': sorted({e for r in reports for e in r.error_types}),\n"
+        "                  'searched': sum(bool(r.metrics['diagnostics'] and r.metrics['diagnostics'].get('neighbors_tried'))\n"
+        "                                  for r in reports),\n"
+        "                  'sqlalchemy': 'sqlalchemy' in sys.modules}))\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.splitlines()[-1])
+    assert {"pass", "fail"} <= set(seen["verdicts"]) and "missing_table" in seen["errors"] and seen["searched"]
+    assert seen["sqlalchemy"] is False
