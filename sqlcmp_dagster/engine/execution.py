@@ -20,6 +20,7 @@ import json
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 from collections import OrderedDict
@@ -29,12 +30,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import polars as pl
-import sqlalchemy as sa
-from sqlalchemy.pool import NullPool
 
 from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
 from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
@@ -43,6 +42,9 @@ from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RES
     binary_text
 from sqlcmp_dagster.engine.parsing import ParseOutcome, denied, parse, unsafe_reason
 from sqlcmp_dagster.engine.taxonomy import execution_error
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
@@ -395,29 +397,32 @@ class ExecutionAdapter:
         self._sqlite_kept_for: tuple[int, tuple[int, int] | None] = (os.getpid(), None)  # see _borrow_sqlite
         self._sqlite_length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
         self.neighbor_process = neighbor_process
+        self.engine: sa.Engine | None = None  # SQLAlchemy's, for a server, DuckDB or a URL; none for SQLite files
         if neighbor_process is not None:
             self.identifier = target
             self._duckdb_database = NEIGHBOR_DATABASE
             # Never connected by a query (they run in the neighbor's process); it names the dialect.
-            self.engine = sa.create_engine("duckdb:///:memory:", poolclass=NullPool,
-                                           connect_args={"config": dict(DUCKDB_SANDBOX)})
+            self.engine = _create_engine("duckdb:///:memory:", connect_args={"config": dict(DUCKDB_SANDBOX)})
         elif scratch is not None:
             # One connection for every query of the search, as for a SQLite file (:meth:`_sqlite_session`); its
             # statement is closed before the next neighbor is built.
             self.identifier = target
             self._sqlite_open = lambda: sqlite_memory_read_only(scratch)
-            self.engine = sa.create_engine("sqlite+pysqlite://", creator=self._sqlite_open, poolclass=NullPool)
         else:
             self.engine = self._open(target)
-        backend = self.engine.dialect.name
-        self.dialect = _DIALECTS.get(backend, backend)
-        dbapi = self.engine.dialect.loaded_dbapi
-        self._driver_errors: tuple[type[BaseException], ...] = (dbapi.Error,) if hasattr(dbapi, "Error") else ()
+        if self.engine is None:  # a SQLite file or neighbor: the adapter's own connections, no engine
+            self.dialect = "sqlite"
+            self._driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
+        else:
+            backend = self.engine.dialect.name
+            self.dialect = _DIALECTS.get(backend, backend)
+            dbapi = self.engine.dialect.loaded_dbapi
+            self._driver_errors = (dbapi.Error,) if hasattr(dbapi, "Error") else ()
         if self.dialect == "duckdb":
             import duckdb
 
             self._driver_errors += (duckdb.Error,)
-        if self.dialect == "postgres" and not allow_privileged_role:
+        if self.dialect == "postgres" and not allow_privileged_role and self.engine is not None:
             privileges = postgres_privileges(self.engine)
             if privileges:
                 self.engine.dispose()
@@ -426,11 +431,14 @@ class ExecutionAdapter:
                     "connect as a role granted SELECT on the evaluated tables only, or opt in with "
                     "--allow-privileged-role")
 
-    def _open(self, target: str) -> sa.Engine:
-        """A read-only engine over ``target`` (URL or file path); sets ``identifier`` and the SQLite path."""
+    def _open(self, target: str) -> sa.Engine | None:
+        """A read-only engine over ``target`` (URL or file path), None for a SQLite file (the adapter opens its
+        own connections to it); sets ``identifier`` and the SQLite path."""
         if "://" not in target and Path(target).suffix.lower() in DUCKDB_SUFFIXES:
             target = f"duckdb:///{Path(target).resolve()}"
         if "://" in target:
+            import sqlalchemy as sa
+
             url = sa.make_url(target)
             self.identifier = url.render_as_string(hide_password=True)
             if url.get_backend_name() == "sqlite" and url.database:
@@ -438,14 +446,13 @@ class ExecutionAdapter:
         else:
             self._sqlite_path = Path(target)
             self.identifier = str(self._sqlite_path)
-        if "://" in target and sa.make_url(target).get_backend_name() == "duckdb":
-            database = sa.make_url(target).database
+        if "://" in target and url.get_backend_name() == "duckdb":
+            database = url.database
             if database and database != ":memory:" and not Path(database).is_file():
                 raise FileNotFoundError(f"DuckDB database not found: {database}")
             self._duckdb_database = str(Path(database).resolve()) if database and database != ":memory:" \
                 else ":memory:"
-            return sa.create_engine(target, poolclass=NullPool,
-                                    connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
+            return _create_engine(target, connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
         if self._sqlite_path is not None:
             path = self._sqlite_path.resolve()
             if not path.is_file():
@@ -453,8 +460,8 @@ class ExecutionAdapter:
             self._sqlite_path = path
             self.identifier = f"sqlite:///{path}"
             self._sqlite_open = lambda: sqlite_read_only(path)
-            return sa.create_engine("sqlite+pysqlite://", creator=self._sqlite_open, poolclass=NullPool)
-        return sa.create_engine(target, poolclass=NullPool)
+            return None
+        return _create_engine(target)
 
     def execute(
         self,
@@ -507,14 +514,14 @@ class ExecutionAdapter:
         except _NoRows:
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
             return Execution(False, None, error, (time.perf_counter() - started) * 1000)
-        except sa.exc.DBAPIError as failure:
+        except _sqlalchemy_errors("DBAPIError") as failure:
             return Execution(False, None, execution_error(_db_message(failure)), (time.perf_counter() - started) * 1000)
         except self._driver_errors as failure:
             message = str(failure).strip()
             if isinstance(failure, sqlite3.DataError) and "too big" in message:  # the length limit of _session
                 message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
             return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
-        except sa.exc.SQLAlchemyError as failure:
+        except _sqlalchemy_errors("SQLAlchemyError") as failure:
             return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
         except (ValueError, OverflowError, UnicodeError, sqlite3.Error) as failure:  # driver-side conversions
             message = f"{type(failure).__name__}: {failure}"
@@ -587,7 +594,7 @@ class ExecutionAdapter:
                     rows = cursor.fetchall()
                 finally:
                     cursor.close()
-        except (sa.exc.SQLAlchemyError, *self._driver_errors):
+        except (*_sqlalchemy_errors("SQLAlchemyError"), *self._driver_errors):
             return None
         if self.dialect == "sqlite":
             return Plan(operators=[str(row[-1]) for row in rows], cost=None)
@@ -597,6 +604,16 @@ class ExecutionAdapter:
             return _postgres_plan(nodes[0]["Plan"]) if self.dialect == "postgres" else _duckdb_plan(nodes)
         except (ValueError, KeyError, IndexError, TypeError):
             return None
+
+    @property
+    def database_file(self) -> str | None:
+        """The file a SQLite or DuckDB adapter reads (None for a server, an in-memory database or a neighbor):
+        what its results depend on, with the file's size and times, in the expected-result cache."""
+        if self.neighbor_process is not None:
+            return None
+        if self._sqlite_path is not None:
+            return str(self._sqlite_path)
+        return self._duckdb_database if self._duckdb_database not in (None, ":memory:") else None
 
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself."""
@@ -613,7 +630,8 @@ class ExecutionAdapter:
         if self._sqlite_kept_for[0] == os.getpid():
             for connection in connections:
                 connection.close()
-        self.engine.dispose()
+        if self.engine is not None:
+            self.engine.dispose()
 
     def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> AbstractContextManager[Any]:
         """A DBAPI connection of its own in a read-only transaction that is always rolled back, with the engine's
@@ -627,6 +645,7 @@ class ExecutionAdapter:
 
     @contextmanager
     def _engine_session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[Any]:
+        assert self.engine is not None, "an adapter without an engine reads a SQLite file or neighbor"
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
             if isinstance(driver, sqlite3.Connection):
@@ -948,8 +967,26 @@ class _NoRows(Exception):
     """The statement ran but produced no result set (it was not a query)."""
 
 
-def _db_message(failure: sa.exc.DBAPIError) -> str:
-    original = failure.orig
+def _create_engine(url: str, **options: Any) -> sa.Engine:
+    """A SQLAlchemy engine without a pool (each session its own connection)."""
+    import sqlalchemy as sa
+    from sqlalchemy.pool import NullPool
+
+    return sa.create_engine(url, poolclass=NullPool, **options)
+
+
+def _sqlalchemy_errors(name: str) -> tuple[type[BaseException], ...]:
+    """SQLAlchemy's exception class ``name`` (``DBAPIError``, ``SQLAlchemyError``) for an ``except`` clause; none
+    while SQLAlchemy is not imported, when nothing can have raised one. SQLAlchemy is imported only by an adapter
+    that needs an engine (a server, DuckDB, a database given as a URL): about 0.17 s of every process start that
+    reads SQLite files only."""
+    errors = sys.modules.get("sqlalchemy.exc")
+    return (getattr(errors, name),) if errors is not None else ()
+
+
+def _db_message(failure: BaseException) -> str:
+    """A SQLAlchemy ``DBAPIError``'s message: the driver's own error, else the first line of SQLAlchemy's."""
+    original = getattr(failure, "orig", None)
     return str(original).strip() if original is not None else str(failure).splitlines()[0]
 
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlalchemy as sa
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.collector import batch_collector, tune_worker
@@ -144,7 +143,7 @@ class ExpectedResults:
     def key(database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> tuple[object, ...] | None:
         if database.dialect not in ("sqlite", "duckdb"):
             return None
-        path = sa.make_url(database.identifier).database
+        path = database.database_file
         try:
             stat = os.stat(path) if path else None
         except OSError:
