@@ -275,3 +275,18 @@ def test_a_run_over_sqlite_files_never_imports_sqlalchemy() -> None:
     seen = json.loads(out.stdout.splitlines()[-1])
     assert {"pass", "fail"} <= set(seen["verdicts"]) and "missing_table" in seen["errors"] and seen["searched"]
     assert seen["sqlalchemy"] is False
+
+
+def test_a_failing_sqlite_query_while_another_thread_imports_sqlalchemy(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """While another thread imports SQLAlchemy, ``sqlalchemy.exc`` is in ``sys.modules`` before its classes are
+    defined: a SQLite query failing then is still told apart by its own error (none of SQLAlchemy's can have been
+    raised), not lost to the ``except`` clause that names them."""
+    import sys
+    import types
+
+    path = tmp_path / "t.sqlite"
+    sqlite3.connect(path).close()
+    monkeypatch.setitem(sys.modules, "sqlalchemy.exc", types.ModuleType("sqlalchemy.exc"))  # classes not yet made
+    execution = ExecutionAdapter(str(path)).execute("SELECT * FROM nowhere")
+    assert execution.error is not None and execution.error.category == "missing_table"

@@ -977,11 +977,12 @@ def _create_engine(url: str, **options: Any) -> sa.Engine:
 
 def _sqlalchemy_errors(name: str) -> tuple[type[BaseException], ...]:
     """SQLAlchemy's exception class ``name`` (``DBAPIError``, ``SQLAlchemyError``) for an ``except`` clause; none
-    while SQLAlchemy is not imported, when nothing can have raised one. SQLAlchemy is imported only by an adapter
-    that needs an engine (a server, DuckDB, a database given as a URL): about 0.17 s of every process start that
-    reads SQLite files only."""
-    errors = sys.modules.get("sqlalchemy.exc")
-    return (getattr(errors, name),) if errors is not None else ()
+    while it is not defined, when nothing can have raised one: SQLAlchemy not imported, or being imported by
+    another thread (``sqlalchemy.exc`` is in ``sys.modules`` before its classes are). SQLAlchemy is imported only
+    by an adapter that needs an engine (a server, DuckDB, a database given as a URL): about 0.17 s of every
+    process start that reads SQLite files only."""
+    error = getattr(sys.modules.get("sqlalchemy.exc"), name, None)
+    return (error,) if error is not None else ()
 
 
 def _db_message(failure: BaseException) -> str:
