@@ -441,18 +441,18 @@ class ExecutionAdapter:
 
             url = sa.make_url(target)
             self.identifier = url.render_as_string(hide_password=True)
+            if url.get_backend_name() == "duckdb":
+                database = url.database
+                if database and database != ":memory:" and not Path(database).is_file():
+                    raise FileNotFoundError(f"DuckDB database not found: {database}")
+                self._duckdb_database = str(Path(database).resolve()) if database and database != ":memory:" \
+                    else ":memory:"
+                return _create_engine(target, connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
             if url.get_backend_name() == "sqlite" and url.database:
                 self._sqlite_path = Path(url.database)
         else:
             self._sqlite_path = Path(target)
             self.identifier = str(self._sqlite_path)
-        if "://" in target and url.get_backend_name() == "duckdb":
-            database = url.database
-            if database and database != ":memory:" and not Path(database).is_file():
-                raise FileNotFoundError(f"DuckDB database not found: {database}")
-            self._duckdb_database = str(Path(database).resolve()) if database and database != ":memory:" \
-                else ":memory:"
-            return _create_engine(target, connect_args={"read_only": True, "config": dict(DUCKDB_SANDBOX)})
         if self._sqlite_path is not None:
             path = self._sqlite_path.resolve()
             if not path.is_file():
