@@ -35,7 +35,7 @@ from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
     read_schema, sample, scratch, stored
-from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_at_a_time
+from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_minimal
 from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.result_rows import suits
 from sqlcmp_dagster.engine.results import ResultComparison, Rules, can_pass, compare_results
@@ -47,10 +47,8 @@ if TYPE_CHECKING:
 
 #: Names of the Layer 4 neighbor metrics (README glossary), in ``metrics.diagnostics``.
 NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
-#: Most delta-debugging tests spent shrinking one counterexample.
-MAX_SHRINK_TESTS = 30
-#: Most tests per row of the one-at-a-time pass after delta debugging (a pass over the rows, the rows it removed
-#: and the pass that confirms none can go).
+#: Most tests per row of the pass that removes rows after the whole tables (:func:`one_minimal`): its removals,
+#: the longer runs that lost the difference, and the round that confirms no single row can go.
 SHRINK_TESTS_PER_ROW = 3
 #: Most rows of each result shown in a counterexample.
 SHOWN_ROWS = 20
@@ -456,9 +454,10 @@ def _random(tree: exp.Expression) -> bool:
 
 
 def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any]:
-    """Delta debugging over the counterexample's rows (whole tables first), then rows removed one at a time
-    until no single removal keeps the difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row), then
-    its report, which says whether it is 1-minimal."""
+    """Delta debugging over the counterexample's whole tables, then runs of its rows removed until no single
+    removal keeps the difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row), then its report,
+    which says whether it is 1-minimal. A row the engine rejected on a set that still differs (a child whose
+    parent went, a repeated key) changes nothing there and goes with the removal that left it out."""
     best: list[tuple[Rows, _Run]] = [(rows, found)]
 
     def still_fails(base: Rows) -> Callable[[list[tuple[str, int]]], bool | None]:
@@ -480,13 +479,25 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
     def items(base: Rows) -> list[tuple[str, int]]:
         return [(t, i) for t in base for i in range(len(base[t]))]
 
-    by_table = ddmin([[item for item in items(rows) if item[0] == t] for t in rows if rows[t]],
-                     lambda groups: still_fails(rows)([x for g in groups for x in g]), max_tests=len(rows) + 2)
-    ddmin([x for g in by_table for x in g], still_fails(rows), max_tests=MAX_SHRINK_TESTS)
-    # The rows the engine accepted from the smallest set so far, one at a time (a row removed may let another in).
+    ddmin([[item for item in items(rows) if item[0] == t] for t in rows if rows[t]],
+          lambda groups: still_fails(rows)([x for g in groups for x in g]), max_tests=len(rows) + 2)
+    # The rows the engine accepted from the smallest set so far (a row removed may let another in).
     shrunk, _ = best[-1]
-    _, minimal = one_at_a_time(items(shrunk), still_fails(shrunk),
-                               max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
+
+    def accepted(candidate: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The items of ``candidate``, which was just tested, whose rows the engine accepted (each table's
+        accepted rows are a subsequence of its candidate rows, in the same order)."""
+        rows_in = {table: iter(kept) for table, kept in best[-1][0].items()}
+        waiting = {table: next(kept, None) for table, kept in rows_in.items()}
+        chosen = []
+        for table, position in candidate:
+            if waiting.get(table) is not None and waiting[table] == shrunk[table][position]:
+                chosen.append((table, position))
+                waiting[table] = next(rows_in[table], None)
+        return chosen
+
+    _, minimal = one_minimal(items(shrunk), still_fails(shrunk), kept=accepted,
+                             max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
     # The smallest difference that is not chance (checked for the few smallest; the first was checked before).
     ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))  # the last one found first
     for rank, (smallest, run) in enumerate(ranked[:3]):
