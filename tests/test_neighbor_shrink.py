@@ -21,10 +21,9 @@ def _predicates(draw: st.DrawFn) -> tuple[list[int], Predicate, frozenset[int]]:
     child's duplicate key in."""
     n = draw(st.integers(1, 40))
     rejected = frozenset(draw(st.sets(st.integers(0, n - 1), max_size=n // 2)))
-    usable = [i for i in range(n) if i not in rejected]
-    required = draw(st.lists(st.sets(st.sampled_from(usable), max_size=5) if usable else st.just(set()),
-                             min_size=1, max_size=3))
-    spoilers = frozenset(draw(st.sets(st.sampled_from(usable), max_size=3))) if usable and draw(st.booleans()) \
+    usable = [i for i in range(n) if i not in rejected]  # never empty: at most half the items are rejected
+    required = draw(st.lists(st.sets(st.sampled_from(usable), max_size=5), min_size=1, max_size=3))
+    spoilers = frozenset(draw(st.sets(st.sampled_from(usable), max_size=3))) if draw(st.booleans()) \
         else frozenset()
 
     def holds(items: frozenset[int]) -> bool:
