@@ -13,7 +13,6 @@ connections opened once for the search rather than once per neighbor and per que
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 import re
 import sqlite3
@@ -94,6 +93,12 @@ class Table:
     def keyed(self) -> frozenset[int]:
         """The positions of the columns of its PRIMARY KEY and UNIQUE constraints, kept once computed."""
         return frozenset(i for unique in self.unique_sets for i in unique)
+
+    @functools.cached_property
+    def insert_sql(self) -> str:
+        """The statement inserting one row, all its columns as parameters (kept: a neighbor inserts into each of
+        its tables)."""
+        return f'INSERT INTO {_quoted(self.name)} VALUES ({", ".join("?" * len(self.columns))})'
 
     @functools.cached_property
     def positions(self) -> dict[str, int]:
@@ -572,7 +577,7 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
             kept.extend(row for row, took in zip(rows[table], taken) if took)
             rejected += taken.count(False)
             continue
-        insert = _insert_sql(spec)
+        insert = spec.insert_sql
         for position, row in enumerate(rows.get(table, [])):
             if (table, position) in refused:
                 continue
@@ -589,11 +594,6 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
             if rowid is not None:
                 positions.setdefault(table, {})[rowid] = position
     return accepted, rejected, positions
-
-
-def _insert_sql(table: Table) -> str:
-    """The statement inserting one row of ``table``, all its columns as parameters."""
-    return f'INSERT INTO {_quoted(table.name)} VALUES ({", ".join("?" * len(table.columns))})'
 
 
 def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Rows) -> Rows:
@@ -645,26 +645,23 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
 
         def sqlite_batch(table: Table, rows: list[tuple[Any, ...]]) -> list[bool]:
             """The rows through ``executemany``, which stops at a row the engine rejects (that row's statement
-            undone, the rows before it kept, as one at a time): the rejected row is the last one handed out
-            (``executemany`` takes the next row only when it runs it), and the batch goes on after it. A Spider
-            dev neighbor has about 25 rows, 27% of them rejected (a generated row repeating a key, a child whose
-            parent a shrinking step left out), so the batches are short; searched passes still take 4% less."""
-            insert, accepted = _insert_sql(table), list[bool]()
-            while len(accepted) < len(rows):
-                handed = 0
-
-                def feed(start: int = len(accepted)) -> Iterator[tuple[Any, ...]]:
-                    nonlocal handed
-                    for row in itertools.islice(rows, start, None):
-                        handed += 1
-                        yield row
-
+            undone, the rows before it kept, as one at a time): the rejected row is the last one taken from the
+            list's iterator (``executemany`` takes the next row only when it runs it; what is left says how many
+            it took), and the batch goes on after it with the same iterator. A statement refused before any row
+            (a table that is missing) rejects the next row. A Spider dev neighbor has about 25 rows, 27% of them
+            rejected (a generated row repeating a key, a child whose parent a shrinking step left out), so the
+            batches are short; searched passes still take 4% less."""
+            insert, accepted, remaining = table.insert_sql, list[bool](), iter(rows)
+            while left := remaining.__length_hint__():
                 try:
-                    connection.executemany(insert, feed())
+                    connection.executemany(insert, remaining)
                 except (*rejections, OverflowError):
-                    accepted += [True] * (handed - 1) + [False]
+                    taken = left - remaining.__length_hint__()
+                    if taken == 0:
+                        next(remaining)
+                    accepted += [True] * (taken - 1) + [False]
                     continue
-                accepted += [True] * handed
+                accepted += [True] * left
             return accepted
 
         try:
