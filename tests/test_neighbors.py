@@ -967,10 +967,23 @@ def test_every_neighbor_of_a_search_is_what_a_fresh_database_would_be(tmp_path: 
     assert shared[1][2]["rows"][0][3] == "parent:7"  # the counter starts again: 1, then the 7 given
 
 
-def test_kept_neighborhoods_are_bounded_by_their_memory_their_schema_and_the_process(company: Path) -> None:
+def test_kept_neighborhoods_are_bounded_by_their_memory_their_schema_and_the_process(
+        company: Path, deferred: Path) -> None:
     """An idle neighborhood is kept only while it holds little (an in-memory database keeps the pages of its
-    largest neighbor until it is closed), holds its schema weakly, and is not seen by a forked child (SQLite's
-    connections must not cross a fork)."""
+    largest committed neighbor until it is closed), holds its schema weakly, and is not seen by a forked child
+    (SQLite's connections must not cross a fork). A neighbor read uncommitted and rolled back leaves no page."""
+    other = ExecutionAdapter(str(deferred))
+    try:
+        committed = read_schema(other, 10, 5_000)
+        assert not isinstance(committed, str)
+        scope = committed.scope({"ch"})  # ch's key is deferred: its neighbors are committed, then deleted
+        with neighborhood(other, committed, scope) as place, \
+                scratch(committed, scope, {"p": [(1, "x" * (2 << 20))], "ch": []}, place):
+            pass
+        with neighborhood(other, committed, scope) as again:
+            assert again is not place  # the 2 MB neighbor's pages were not kept
+    finally:
+        other.close()
     database = ExecutionAdapter(str(company))
     try:
         schema = read_schema(database, 10, 5_000)
@@ -978,12 +991,15 @@ def test_kept_neighborhoods_are_bounded_by_their_memory_their_schema_and_the_pro
         tables = schema.scope({"dept"})
         with neighborhood(database, schema, tables) as first, scratch(schema, tables, {"dept": [(1, "a")]}, first):
             pass
+        assert first.writer is not None
+        (pages,) = first.writer.execute("PRAGMA page_count").fetchone()
         with neighborhood(database, schema, tables) as place:
             assert place is first  # a small one is kept
             with scratch(schema, tables, {"dept": [(1, "x" * (2 << 20))]}, place):
                 pass
         with neighborhood(database, schema, tables) as place:
-            assert place is not first  # the 2 MB neighbor's pages were not kept
+            assert place is first  # the 2 MB neighbor was rolled back: nothing of it is left
+            assert place.writer is not None and place.writer.execute("PRAGMA page_count").fetchone() == (pages,)
         read, write = os.pipe()
         child = os.fork()
         if child == 0:  # pragma: no cover - the child reports through the pipe

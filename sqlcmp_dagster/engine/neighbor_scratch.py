@@ -36,6 +36,9 @@ Rows = dict[str, list[tuple[Any, ...]]]
 _NUMERIC_TYPES = ("INT", "REAL", "FLOA", "DOUB", "NUM", "DEC", "BOOL")
 #: A collation named in a table's DDL (:attr:`Schema.collates`).
 _COLLATE = re.compile(r"\bCOLLATE\b", re.IGNORECASE)
+#: A foreign key checked only at commit (``DEFERRABLE INITIALLY DEFERRED``) in a table's DDL, or a name that
+#: reads ``deferred`` (taken for one: :attr:`Table.defers_keys` is then true for nothing worse than a commit).
+_DEFERRED = re.compile(r"\bDEFERRED\b", re.IGNORECASE)
 #: Engines whose neighbors can be built in memory here.
 SCRATCH_DIALECTS = ("sqlite", "duckdb")
 _CACHE: dict[tuple[str, str, int], Schema] = {}
@@ -93,6 +96,11 @@ class Table:
     def keyed(self) -> frozenset[int]:
         """The positions of the columns of its PRIMARY KEY and UNIQUE constraints, kept once computed."""
         return frozenset(i for unique in self.unique_sets for i in unique)
+
+    @functools.cached_property
+    def defers_keys(self) -> bool:
+        """Whether a foreign key of the table may be checked only at commit (its DDL says ``DEFERRED``)."""
+        return bool(_DEFERRED.search(self.ddl))
 
     @functools.cached_property
     def insert_sql(self) -> str:
@@ -404,9 +412,10 @@ class Neighborhood:
     read-only connection (``query_only``, the authorizer, a progress handler and the watchdog's deadline per
     query, every query's transaction rolled back) to the shared in-memory database ``name``, and ``writer`` is
     the one writable connection to it: it creates the search's tables once (every neighbor of a search has the
-    same tables) and empties them after each neighbor (:func:`_writable`), so that a neighbor costs no
-    connection and no schema. On DuckDB both are the in-memory neighbor database of the process borrowed from
-    the case's database (``adapter.neighbor_process``)."""
+    same tables) and builds each neighbor in a transaction that the read-only connection reads uncommitted
+    (``read_uncommitted``, which shared-cache databases allow) and that is rolled back after it
+    (:func:`_writable`), so that a neighbor costs no connection, no schema and no commit. On DuckDB both are the
+    in-memory neighbor database of the process borrowed from the case's database (``adapter.neighbor_process``)."""
 
     adapter: ExecutionAdapter
     name: str
@@ -415,6 +424,8 @@ class Neighborhood:
     #: SQLite: whether the database has ``sqlite_sequence`` (created with the first AUTOINCREMENT table, so known
     #: once the tables are), None until asked.
     sequenced: bool | None = None
+    #: SQLite: the writer's ``PRAGMA foreign_keys``, None until set.
+    keys_enforced: bool | None = None
 
 
 @contextmanager
@@ -531,7 +542,9 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
     queries run with ``max_bytes`` as their ``max_result_bytes``) and gets each table in one statement, row by
     row only when that statement is refused."""
     enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
-    with _writable(place, [schema.tables[t].name for t in tables], max_bytes, enforce_keys=enforced) as writer:
+    committed = any(schema.tables[t].defers_keys for t in tables)
+    with _writable(place, [schema.tables[t].name for t in tables], max_bytes, enforce_keys=enforced,
+                   commit=committed) as writer:
         if not place.created:
             for table in tables:
                 writer.execute(schema.tables[table].ddl)
@@ -613,8 +626,9 @@ def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Row
 @dataclass
 class _Writer:
     """A writable connection to a neighbor being built: ``execute(sql, params)``, the engine's errors that
-    mean a row was rejected, and ``finish`` (commit) before the neighbor is queried, which returns the rows
-    (table name, rowid or None) a foreign key checked only at commit refuses: then nothing is committed."""
+    mean a row was rejected, and ``finish`` before the neighbor is queried, which returns the rows (table name,
+    rowid or None) a foreign key checked only at commit refuses (then nothing is committed): on SQLite, where a
+    table in scope may defer a key, a commit, else nothing (the neighbor is read uncommitted)."""
 
     execute: Callable[..., Any]
     rejections: tuple[type[BaseException], ...]
@@ -629,18 +643,23 @@ class _Refused(Exception):
 
 
 @contextmanager
-def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce_keys: bool = True) \
-        -> Iterator[_Writer]:
+def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce_keys: bool = True,
+              commit: bool = True) -> Iterator[_Writer]:
     """The writable neighbor database of ``place``: its DuckDB process's (its queries to come bounded by
-    ``max_bytes``; every table is dropped when this closes), else SQLite's, whose ``tables`` are emptied when
-    this closes. Emptied rather than dropped, the tables are as a fresh database would hold them: each table's
-    rows go, and so do the AUTOINCREMENT counters (``sqlite_sequence``); the schema, root pages included, is
-    the one the first neighbor created."""
+    ``max_bytes``; every table is dropped when this closes), else SQLite's, whose ``tables`` are empty again
+    when this closes. Emptied rather than dropped, the tables are as a fresh database would hold them: each
+    table's rows go, and so do the AUTOINCREMENT counters (``sqlite_sequence``); the schema, root pages
+    included, is the one the first neighbor created (its DDL commits as it runs, outside the neighbor's
+    transaction). Without ``commit`` the neighbor's rows stay in the writer's transaction, which the search's
+    read-only connection reads uncommitted, and emptying them is rolling it back; with it (a foreign key in
+    scope may be deferred, and only a commit checks it) the rows are committed and then deleted."""
     process = place.adapter.neighbor_process
     if process is None:
         connection = place.writer
         assert connection is not None
-        connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
+        if place.keys_enforced is not enforce_keys:
+            connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
+            place.keys_enforced = enforce_keys
         rejections = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.OperationalError)
 
         def sqlite_batch(table: Table, rows: list[tuple[Any, ...]]) -> list[bool]:
@@ -665,12 +684,13 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
             return accepted
 
         try:
-            yield _Writer(connection.execute, rejections, lambda: _commit(connection),
+            yield _Writer(connection.execute, rejections, (lambda: _commit(connection)) if commit else list,
                           sqlite_batch if enforce_keys else None)
         finally:
             connection.rollback()
-            if place.created:
+            if commit and place.created:
                 connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order
+                place.keys_enforced = False
                 for table in tables:
                     connection.execute(f'DELETE FROM {_quoted(table)}')
                 if place.sequenced is None:
