@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from conftest import plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
-from sqlcmp_dagster.engine import equivalence, execution, neighbor_scratch
+from sqlcmp_dagster.engine import equivalence, execution, neighbor_scratch, neighbors
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
@@ -1195,6 +1195,27 @@ def test_rows_a_check_constraint_refuses_are_left_out(company: Path) -> None:
             assert neighbor.rejected == 1
     finally:
         database.close()
+
+
+@pytest.mark.parametrize(("ddl", "rows", "expected"), [
+    # The parent '1.0' takes the child 1.0 and '1' takes 1: which child went in is told by position.
+    ("CREATE TABLE p (k TEXT PRIMARY KEY); CREATE TABLE c (v TEXT REFERENCES p(k));",
+     {"p": [("1.0",), ("1",)], "c": [(1.0,), (1,), (None,)]}, "SELECT count(*) FROM c WHERE v = '1'"),
+    # The set without 1.0 and the set without 1 are equal in Python: each is tested on its own.
+    ("CREATE TABLE c (v TEXT);", {"c": [(1.0,), (1,)]}, "SELECT count(*) FROM c WHERE v = '1.0'"),
+])
+def test_rows_equal_in_python_but_stored_apart_shrink_to_a_one_minimal_counterexample(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ddl: str, rows: Rows, expected: str) -> None:
+    """``1.0`` and ``1`` are equal in Python and stored apart in a TEXT column ('1.0', '1'): the shrinker
+    neither mistakes one for the other nor answers a test with the other's answer (helper-39's review)."""
+    path = tmp_path / "apart.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript(ddl)
+    connection.close()
+    monkeypatch.setattr(neighbors, "neighbor_rows", lambda *args, **kwargs: {t: list(r) for t, r in rows.items()})
+    actual = "SELECT count(*) FROM c WHERE v = 'zz'"
+    example = search(compare(path, expected, actual))["counterexample"]
+    assert example is not None and example["minimal"] and one_minimal(ddl, example, expected, actual)
 
 
 @pytest.mark.spider

@@ -13,6 +13,7 @@ connections opened once for the search rather than once per neighbor and per que
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 import re
 import sqlite3
@@ -392,11 +393,14 @@ def _resolve_keys(tables: dict[str, Table]) -> list[str]:
 
 @dataclass
 class Scratch:
-    """One neighbor database, open while in use: the rows the engine accepted per table, and how many rows it
-    rejected for a declared constraint."""
+    """One neighbor database, open while in use: the rows the engine accepted per table, where they were in the
+    rows given (``kept``: per table, their positions there, in order), and how many rows it rejected for a
+    declared constraint. The positions say which rows went in where two rows are equal in Python but not to the
+    engine (``1`` and ``1.0`` in a TEXT column, ``0.0`` and ``-0.0``)."""
 
     accepted: Rows
     rejected: int
+    kept: dict[str, list[int]] = field(default_factory=dict)
 
 
 def scratch_name() -> str:
@@ -554,7 +558,7 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
         refused: set[tuple[str, int]] = set()  # (table, position in rows) a deferred foreign key refused
         batched = True  # a table's rows in one batch, until a deferred foreign key needs each row's rowid
         while True:
-            accepted, rejected, positions = _insert(writer, schema, tables, rows, enforced, refused, batched)
+            accepted, kept, rejected, positions = _insert(writer, schema, tables, rows, enforced, refused, batched)
             deferred = writer.finish()
             if not deferred:
                 break
@@ -568,26 +572,31 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
                     {(table, positions[table][rowid])} if rowid in positions.get(table, {}) else set()
             if len(refused) == before:  # nothing left to name (never seen): no row of the scope is kept
                 refused |= {(t, p) for t in tables for p in range(len(rows.get(t, [])))}
-        yield Scratch(accepted, rejected + len(refused))
+        yield Scratch(accepted, rejected + len(refused), kept)
 
 
 def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enforced: bool,
-            refused: set[tuple[str, int]], batched: bool = True) -> tuple[Rows, int, dict[str, dict[int, int]]]:
-    """Insert ``rows`` but the ``refused`` ones: the rows accepted per table, how many the engine rejected, and
+            refused: set[tuple[str, int]], batched: bool = True) \
+        -> tuple[Rows, dict[str, list[int]], int, dict[str, dict[int, int]]]:
+    """Insert ``rows`` but the ``refused`` ones: the rows accepted per table and their positions in ``rows``
+    (:attr:`Scratch.kept`), how many the engine rejected, and
     on SQLite the rowid each accepted row got (by table, rowid -> position in ``rows``), which names the rows a
     deferred foreign key refuses at commit. When ``batched``, a table's rows go in as one batch where the writer
     has one (:attr:`_Writer.batch`): the table then holds what inserting row by row would give, but no rowid
     is recorded for its rows; a batch the writer refuses as a whole (DuckDB's) goes row by row."""
     accepted: Rows = {}
+    kept_at: dict[str, list[int]] = {}
     rejected = 0
     positions: dict[str, dict[int, int]] = {}
     for table in tables:
         spec = schema.tables[table]
         kept = accepted.setdefault(table, [])
+        at = kept_at.setdefault(table, [])
         taken = writer.batch(spec, rows[table]) if batched and writer.batch is not None and rows.get(table) \
             else None
         if taken is not None:
-            kept.extend(row for row, took in zip(rows[table], taken) if took)
+            at.extend(itertools.compress(range(len(taken)), taken))
+            kept.extend(itertools.compress(rows[table], taken))
             rejected += taken.count(False)
             continue
         insert = spec.insert_sql
@@ -603,10 +612,11 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
                 rejected += 1
                 continue
             kept.append(row)
+            at.append(position)
             rowid = getattr(cursor, "lastrowid", None)  # a SQLite cursor's; DuckDB's writer returns nothing
             if rowid is not None:
                 positions.setdefault(table, {})[rowid] = position
-    return accepted, rejected, positions
+    return accepted, kept_at, rejected, positions
 
 
 def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Rows) -> Rows:

@@ -33,8 +33,8 @@ from sqlcmp_dagster.engine.equivalence import proven_equivalent, provable
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
-from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, neighborhood, \
-    read_schema, sample, scratch, stored
+from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, Scratch, \
+    neighborhood, read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_minimal
 from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.result_rows import suits
@@ -104,7 +104,7 @@ class _Search:
     # of the next neighbor's (the text is parsed again there, as without the kept parse).
     keyed_uncut: dict[int, tuple[str, ParseOutcome | None, int] | None] = field(default_factory=dict)
     # What :meth:`differs` answered per row set (tables in order, each table's rows in order) in this search.
-    tested: dict[tuple[tuple[str, tuple[tuple[Any, ...], ...]], ...], tuple[_Run, Rows] | None] = \
+    tested: dict[tuple[tuple[str, tuple[tuple[Any, ...], ...]], ...], tuple[_Run, Scratch] | None] = \
         field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -160,11 +160,12 @@ class _Search:
             return None
         return execution.relation
 
-    def run(self, rows: Rows, *, reverse: bool = False) -> tuple[_Run | None, Rows, int]:
-        """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it."""
+    def run(self, rows: Rows, *, reverse: bool = False) -> tuple[_Run | None, Scratch]:
+        """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it: the run and
+        what the neighbor accepted."""
         ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
         with scratch(self.schema, self.tables, ordered, self.place, self.config.max_result_bytes) as built:
-            return self._compare(), built.accepted, built.rejected
+            return self._compare(), built
 
     def stored(self, rows: Rows) -> Rows:
         """``rows`` as a neighbor built from them stores them (what a counterexample shows)."""
@@ -266,15 +267,17 @@ class _Search:
         if message not in self.cuts:
             self.cuts.append(message)
 
-    def differs(self, rows: Rows) -> tuple[_Run, Rows] | None:
-        """The run on ``rows`` when no alternative matches the actual query there, else None. A row set tested
-        before in this search (the same rows in the same order, so the same database) gets the answer it got
-        then: shrinking a counterexample asks about one set again in about one test out of six."""
-        key = tuple((table, tuple(table_rows)) for table, table_rows in rows.items())
+    def differs(self, rows: Rows) -> tuple[_Run, Scratch] | None:
+        """The run on ``rows`` and what the neighbor accepted when no alternative matches the actual query
+        there, else None. A row set tested before in this search (the same rows in the same order, so the same
+        database) gets the answer it got then: shrinking a counterexample asks about one set again in about one
+        test out of six. Values are told apart by type and a float by its bits (:func:`_exactly`): ``1`` and
+        ``1.0``, ``0.0`` and ``-0.0`` are equal in Python, not in a TEXT column."""
+        key = tuple((table, tuple(map(_exactly, table_rows))) for table, table_rows in rows.items())
         if key in self.tested:
             return self.tested[key]
-        outcome, accepted, _ = self.run(rows)
-        answer = None if outcome is None or outcome.matches else (outcome, accepted)
+        outcome, built = self.run(rows)
+        answer = None if outcome is None or outcome.matches else (outcome, built)
         self.tested[key] = answer
         return answer
 
@@ -283,7 +286,7 @@ class _Search:
         or when the rows are inserted in the other order (SQLite then scans them in another order). A result is
         compared with its re-run with NULL equal to NULL, whatever the case's NULL mode."""
         for reverse in (False, True):
-            again, _, _ = self.run(rows, reverse=reverse)
+            again, _ = self.run(rows, reverse=reverse)
             if again is None:
                 return True
             for label, before, after in (("actual", first.actual, again.actual),
@@ -350,9 +353,10 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
         for number in neighbor_numbers(config.neighbor_count, tables, found):
             rows = neighbor_rows(schema, tables, found, number,
                                  random.Random(seed_of(config.neighbor_seed, number)))
-            outcome, accepted, dropped = search.run(rows)
+            outcome, built = search.run(rows)
+            accepted = built.accepted
             tried += 1
-            rejected += dropped
+            rejected += built.rejected
             if outcome is None:
                 continue
             nonempty += outcome.expected.height > 0
@@ -459,12 +463,15 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
     which says whether it is 1-minimal. A row the engine rejected on a set that still differs (a child whose
     parent went, a repeated key) changes nothing there and goes with the removal that left it out."""
     best: list[tuple[Rows, _Run]] = [(rows, found)]
+    last_kept: list[tuple[str, int]] = []  # the items of the last set that still differed, the engine accepted
 
     def still_fails(base: Rows) -> Callable[[list[tuple[str, int]]], bool | None]:
         def test(items: list[tuple[str, int]]) -> bool | None:
             candidate: Rows = {t: [] for t in base}
+            sources: dict[str, list[tuple[str, int]]] = {t: [] for t in base}
             for table, position in items:
                 candidate[table].append(base[table][position])
+                sources[table].append((table, position))
             try:
                 outcome = search.differs(candidate)
             except _Spent:
@@ -472,7 +479,10 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
                 return None
             if outcome is None:
                 return False
-            best.append((outcome[1], outcome[0]))
+            run, built = outcome
+            best.append((built.accepted, run))
+            chosen = {sources[table][at] for table, positions in built.kept.items() for at in positions}
+            last_kept[:] = [item for item in items if item in chosen]
             return True
         return test
 
@@ -481,22 +491,10 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
 
     ddmin([[item for item in items(rows) if item[0] == t] for t in rows if rows[t]],
           lambda groups: still_fails(rows)([x for g in groups for x in g]), max_tests=len(rows) + 2)
-    # The rows the engine accepted from the smallest set so far (a row removed may let another in).
+    # The rows the engine accepted from the smallest set so far (a row removed may let another in). one_minimal
+    # asks which items of a set count right after that set was found to differ: those ``last_kept`` holds.
     shrunk, _ = best[-1]
-
-    def accepted(candidate: list[tuple[str, int]]) -> list[tuple[str, int]]:
-        """The items of ``candidate``, which was just tested, whose rows the engine accepted (each table's
-        accepted rows are a subsequence of its candidate rows, in the same order)."""
-        rows_in = {table: iter(kept) for table, kept in best[-1][0].items()}
-        waiting = {table: next(kept, None) for table, kept in rows_in.items()}
-        chosen = []
-        for table, position in candidate:
-            if waiting.get(table) is not None and waiting[table] == shrunk[table][position]:
-                chosen.append((table, position))
-                waiting[table] = next(rows_in[table], None)
-        return chosen
-
-    _, minimal = one_minimal(items(shrunk), still_fails(shrunk), kept=accepted,
+    _, minimal = one_minimal(items(shrunk), still_fails(shrunk), kept=lambda candidate: list(last_kept),
                              max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
     # The smallest difference that is not chance (checked for the few smallest; the first was checked before).
     ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))  # the last one found first
@@ -508,6 +506,16 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
             search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             break
     return _counterexample(search, rows, found, number, minimal=False)
+
+
+def _exactly(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``row`` as a key equal only to a row the engine stores the same: each value with its type, a float by its
+    bits (NaN, which SQLite stores as NULL, is one key).
+
+    >>> _exactly((1, 1.0, -0.0)) == _exactly((1.0, 1, 0.0))
+    False
+    """
+    return tuple((value.__class__, value.hex() if value.__class__ is float else value) for value in row)
 
 
 def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, minimal: bool) -> dict[str, Any]:
