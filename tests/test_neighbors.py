@@ -1197,6 +1197,30 @@ def test_rows_a_check_constraint_refuses_are_left_out(company: Path) -> None:
         database.close()
 
 
+def test_a_conflict_that_rolls_back_loses_only_its_own_row(tmp_path: Path) -> None:
+    """``ON CONFLICT ROLLBACK`` undoes the transaction the conflict happens in: the neighbor is built a row per
+    transaction, so that it holds what inserting one row at a time into a fresh database holds (helper-39)."""
+    path = tmp_path / "rollback.sqlite"
+    connection = sqlite3.connect(path)
+    connection.executescript("CREATE TABLE t (id INTEGER PRIMARY KEY ON CONFLICT ROLLBACK, v TEXT);"
+                             "CREATE TABLE u (id INTEGER PRIMARY KEY, w TEXT);")
+    connection.close()
+    database = ExecutionAdapter(str(path))
+    try:
+        schema = read_schema(database, 10, 5_000)
+        assert not isinstance(schema, str)
+        rows: Rows = {"t": [(1, "a"), (2, "b"), (1, "c"), (3, "d")], "u": [(1, "x")]}
+        with neighborhood(database) as place:
+            for _ in range(2):  # the second neighbor starts from empty tables
+                with scratch(schema, ["t", "u"], rows, place) as neighbor:
+                    held = place.adapter.execute("SELECT * FROM t ORDER BY id").relation
+                    assert held is not None and held.to_rows()["rows"] == [[1, "a"], [2, "b"], [3, "d"]]
+                    assert neighbor.accepted == {"t": [(1, "a"), (2, "b"), (3, "d")], "u": [(1, "x")]}
+                    assert neighbor.rejected == 1 and neighbor.kept == {"t": [0, 1, 3], "u": [0]}
+    finally:
+        database.close()
+
+
 @pytest.mark.parametrize(("ddl", "rows", "expected"), [
     # The parent '1.0' takes the child 1.0 and '1' takes 1: which child went in is told by position.
     ("CREATE TABLE p (k TEXT PRIMARY KEY); CREATE TABLE c (v TEXT REFERENCES p(k));",

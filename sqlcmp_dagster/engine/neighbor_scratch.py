@@ -40,6 +40,9 @@ _COLLATE = re.compile(r"\bCOLLATE\b", re.IGNORECASE)
 #: A foreign key checked only at commit (``DEFERRABLE INITIALLY DEFERRED``) in a table's DDL, or a name that
 #: reads ``deferred`` (taken for one: :attr:`Table.defers_keys` is then true for nothing worse than a commit).
 _DEFERRED = re.compile(r"\bDEFERRED\b", re.IGNORECASE)
+#: A conflict clause that undoes the whole transaction (``ON CONFLICT ROLLBACK``) in a table's DDL, or a name
+#: that reads ``rollback`` (:attr:`Table.rolls_back`).
+_ROLLBACK = re.compile(r"\bROLLBACK\b", re.IGNORECASE)
 #: Engines whose neighbors can be built in memory here.
 SCRATCH_DIALECTS = ("sqlite", "duckdb")
 _CACHE: dict[tuple[str, str, int], Schema] = {}
@@ -102,6 +105,12 @@ class Table:
     def defers_keys(self) -> bool:
         """Whether a foreign key of the table may be checked only at commit (its DDL says ``DEFERRED``)."""
         return bool(_DEFERRED.search(self.ddl))
+
+    @functools.cached_property
+    def rolls_back(self) -> bool:
+        """Whether a row refused by one of the table's constraints may undo the whole transaction it is in
+        (``ON CONFLICT ROLLBACK``) instead of its own statement only: its DDL says ``ROLLBACK``."""
+        return bool(_ROLLBACK.search(self.ddl))
 
     @functools.cached_property
     def insert_sql(self) -> str:
@@ -546,9 +555,10 @@ def scratch(schema: Schema, tables: list[str], rows: Rows, place: Neighborhood,
     queries run with ``max_bytes`` as their ``max_result_bytes``) and gets each table in one statement, row by
     row only when that statement is refused."""
     enforced = not any(_in_scope(m, tables) for m in schema.malformed_keys)
-    committed = any(schema.tables[t].defers_keys for t in tables)
+    one_by_one = any(schema.tables[t].rolls_back for t in tables)
+    committed = one_by_one or any(schema.tables[t].defers_keys for t in tables)
     with _writable(place, [schema.tables[t].name for t in tables], max_bytes, enforce_keys=enforced,
-                   commit=committed) as writer:
+                   commit=committed, autocommit=one_by_one) as writer:
         if not place.created:
             for table in tables:
                 writer.execute(schema.tables[table].ddl)
@@ -654,7 +664,7 @@ class _Refused(Exception):
 
 @contextmanager
 def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce_keys: bool = True,
-              commit: bool = True) -> Iterator[_Writer]:
+              commit: bool = True, autocommit: bool = False) -> Iterator[_Writer]:
     """The writable neighbor database of ``place``: its DuckDB process's (its queries to come bounded by
     ``max_bytes``; every table is dropped when this closes), else SQLite's, whose ``tables`` are empty again
     when this closes. Emptied rather than dropped, the tables are as a fresh database would hold them: each
@@ -662,7 +672,10 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
     included, is the one the first neighbor created (its DDL commits as it runs, outside the neighbor's
     transaction). Without ``commit`` the neighbor's rows stay in the writer's transaction, which the search's
     read-only connection reads uncommitted, and emptying them is rolling it back; with it (a foreign key in
-    scope may be deferred, and only a commit checks it) the rows are committed and then deleted."""
+    scope may be deferred, and only a commit checks it) the rows are committed and then deleted. With
+    ``autocommit`` (a table in scope may resolve a conflict ``ON CONFLICT ROLLBACK``, which would undo every row
+    inserted before it in one transaction) each row commits as it goes, as inserting one row at a time into a
+    fresh database does; a deferred key is then checked at each row's own commit."""
     process = place.adapter.neighbor_process
     if process is None:
         connection = place.writer
@@ -670,6 +683,8 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
         if place.keys_enforced is not enforce_keys:
             connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
             place.keys_enforced = enforce_keys
+        if autocommit:
+            connection.isolation_level = None
         rejections = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.OperationalError)
 
         def sqlite_batch(table: Table, rows: list[tuple[Any, ...]]) -> list[bool]:
@@ -709,6 +724,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
                 if place.sequenced:
                     connection.execute("DELETE FROM sqlite_sequence")
                 connection.commit()
+            connection.isolation_level = ""
         return
 
     def execute(sql: str, params: Any = ()) -> None:
