@@ -632,12 +632,13 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
 def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Rows) -> Rows:
     """The rows of the neighbor open in ``place`` read back as the engine stored them (a key SQLite assigned to
     an ``INTEGER PRIMARY KEY`` given as NULL, a value converted to its column's type), through the search's
-    sandboxed adapter; a table that cannot be read back keeps its ``inserted`` rows."""
+    sandboxed adapter; a table that cannot be read back keeps its ``inserted`` rows. The rows are the values its
+    frame would hold, read without making the frame where the result is small (:meth:`Relation.columns`)."""
     rows: Rows = {}
     for table in tables:
         spec = schema.tables[table]
         result = place.adapter.execute(f'SELECT * FROM {_quoted(spec.name)}')
-        rows[table] = _untagged([tuple(r) for r in result.relation.frame.iter_rows()]) \
+        rows[table] = _untagged(list(zip(*result.relation.columns()[1]))) \
             if result.success and result.relation is not None and result.relation.width == len(spec.columns) \
             else inserted.get(table, [])
     return rows
