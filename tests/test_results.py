@@ -268,3 +268,24 @@ def test_the_identity_mapping_is_kept_without_similarity_joins_when_bounds_decid
     assert scored.called is searched
     assert fast == full
     assert fast.bag_matched_rows == 2999 and fast.schema_match["column_mapping"] == {n: n for n in names}
+
+
+def test_a_tolerance_pass_too_large_for_the_plain_path_is_made_on_frames() -> None:
+    """Rows that pair only within tolerance and across their numeric order reach the pass that examines every
+    pair of rows. The plain path, chosen for the results' size, stops before examining more than
+    ``SMALL_RESULT_PAIRS`` pairs one by one, and the comparison is the frame path's; within the bound it is its own,
+    and the same."""
+    from unittest import mock
+
+    from sqlcmp_dagster.engine import result_rows, results
+
+    expected = relation_from_rows(["x", "y"], [(0.0, 1.0), (1e-7, 0.0)])
+    actual = relation_from_rows(["x", "y"], [(1e-7, 1.0), (0.0, 0.0)])
+    config = EvalConfig(numeric_abs_tolerance=1e-6)
+    framed = compare_results(expected, actual, mode="order-insensitive", config=config, path="frames")
+    assert framed.mode_pass  # paired only by the pass over every pair
+    for bound, frames_used in ((4, False), (3, True)):
+        with mock.patch.object(result_rows, "SMALL_RESULT_PAIRS", bound), \
+                mock.patch.object(results, "_pair_frames", wraps=results._pair_frames) as spy:
+            assert compare_results(expected, actual, mode="order-insensitive", config=config) == framed
+        assert spy.called is frames_used

@@ -29,12 +29,18 @@ from sqlcmp_dagster.engine import results as frames
 from sqlcmp_dagster.engine.execution import Relation, tagged_text
 from sqlcmp_dagster.engine.models import ResolvedMode
 
-#: Results of at most this many cells (both sides' rows times the wider side's columns) take the plain path,
-#: and only while the sides' heights multiplied stay within ``SMALL_RESULT_PAIRS`` (the tolerance pass may
-#: examine every pair of rows: polars does that as one vectorized join, Python pair by pair). Measured with
-#: benchmarks/small_results.py, see BENCHMARKS.md.
-SMALL_RESULT_CELLS = 2_000
+#: Results of at most this many cells (both sides' rows times the wider side's columns) take the plain path.
+#: Measured with benchmarks/small_results.py (2026-12-05, quiet: rows/frames 0.33-0.38 at 4,000 cells, 0.67-0.76
+#: at 10,000, 1.4-1.5 at 20,000), see BENCHMARKS.md.
+SMALL_RESULT_CELLS = 8_000
+#: The most pairs of rows the plain path's tolerance pass examines (the rows left unpaired on each side,
+#: multiplied): polars examines them as one vectorized join, Python pair by pair. Beyond, the plain path stops
+#: (:class:`TooManyPairs`) and the comparison is made again on the frame path.
 SMALL_RESULT_PAIRS = 40_000
+
+
+class TooManyPairs(Exception):
+    """The plain path's tolerance pass would examine more than :data:`SMALL_RESULT_PAIRS` pairs of rows."""
 
 Row = tuple[Any, ...]
 Pairs = list[tuple[int, int]]
@@ -42,10 +48,11 @@ Pairs = list[tuple[int, int]]
 
 def suits(expected: Relation, actual: Relation) -> bool:
     """Whether the plain path compares these results: small, and only types whose Python values keep polars'
-    equality and order (not nested, categorical or object columns)."""
+    equality and order (not nested, categorical or object columns). The rows a tolerance pass pairs one by one
+    are bounded as the pass begins (:data:`SMALL_RESULT_PAIRS`): most results of a few hundred rows pair exactly
+    and never reach it."""
     cells = (expected.height + actual.height) * max(expected.width, actual.width, 1)
-    return (cells <= SMALL_RESULT_CELLS and expected.height * actual.height <= SMALL_RESULT_PAIRS
-            and all(_plain(t) for t in (*expected.dtypes, *actual.dtypes)))
+    return cells <= SMALL_RESULT_CELLS and all(_plain(t) for t in (*expected.dtypes, *actual.dtypes))
 
 
 def _plain(dtype: pl.DataType) -> bool:
@@ -73,8 +80,10 @@ class _Pairing:
 
 
 def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: list[int] | None,
-         rules: frames.Rules) -> frames.Paired:
-    """The plain path of :func:`results.compare_results` (mirrors ``results._pair_frames``)."""
+         rules: frames.Rules, *, bounded: bool = False) -> frames.Paired:
+    """The plain path of :func:`results.compare_results` (mirrors ``results._pair_frames``). ``bounded``: raise
+    :class:`TooManyPairs` rather than examine more than :data:`SMALL_RESULT_PAIRS` pairs of rows one by one."""
+    limit = SMALL_RESULT_PAIRS if bounded else None
     e_values, a_values = expected.columns()[1], actual.columns()[1]
 
     def comparable(mapping: list[int | None]) -> _Columns:
@@ -82,7 +91,7 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
 
     def rows_match(mapping: list[int | None]) -> tuple[_Columns, _Pairing] | None:
         columns = comparable(mapping)
-        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules)
+        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, limit)
         return (columns, bag) if not (bag.unpaired_expected or bag.unpaired_actual) else None
 
     mapping, matched, cut = frames.choose_mapping(
@@ -92,13 +101,14 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
         columns, bag = matched
     else:
         columns = comparable(mapping)
-        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules)
+        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, limit)
     ties_checked = frames.ties_checkable(mode, order_keys, expected, actual, mapping)
     if expected.height == actual.height:
         if ties_checked:
             groups = _tie_groups(columns.expected, [_position(mapping, k) for k in order_keys or []])
             ordered = _pair_rows([r + (g,) for r, g in zip(columns.expected, groups)],
-                                 [r + (g,) for r, g in zip(columns.actual, groups)], columns.tolerant, rules)
+                                 [r + (g,) for r, g in zip(columns.actual, groups)], columns.tolerant, rules,
+                                 limit)
         else:
             ordered = _positional(columns, rules)
         ordered_pass = len(ordered.pairs) == expected.height
@@ -205,8 +215,10 @@ def _sort_key(row: Row, positions: Sequence[int]) -> tuple[Any, ...]:
     return tuple((2,) if row[p] is None else (1,) if row[p] != row[p] else (0, row[p]) for p in positions)
 
 
-def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules: frames.Rules) -> _Pairing:
-    """Bag pairing (``results.pair_rows``): exact copies one to one, then tolerant pairs of the rest."""
+def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules: frames.Rules,
+               limit: int | None = None) -> _Pairing:
+    """Bag pairing (``results.pair_rows``): exact copies one to one, then tolerant pairs of the rest (at most
+    ``limit`` pairs of rows examined one by one, else :class:`TooManyPairs`)."""
     width = len(e_rows[0]) if e_rows else len(a_rows[0]) if a_rows else 0
     e_left, a_left = list(range(len(e_rows))), list(range(len(a_rows)))
     pairs = _occurrence_pairs(e_rows, a_rows, e_left, a_left, list(range(width)), rules.nulls_equal)
@@ -214,6 +226,9 @@ def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules:
     tolerance = rules.tolerance
     if tolerant and e_left and a_left and (tolerance.atol > 0 or tolerance.rtol > 0):
         for matcher in (_ordered_tolerance_pairs, _greedy_tolerance_pairs):
+            if matcher is _greedy_tolerance_pairs and limit is not None and len(e_left) * len(a_left) > limit \
+                    and len(e_left) * len(a_left) <= frames._GREEDY_PAIR_BUDGET:
+                raise TooManyPairs()
             found = matcher(e_rows, a_rows, e_left, a_left, width, tolerant, rules)
             if found:
                 pairs += found
