@@ -33,14 +33,28 @@ from sqlcmp_dagster.engine.models import ResolvedMode
 #: Measured with benchmarks/small_results.py (2026-12-05, quiet: rows/frames 0.33-0.38 at 4,000 cells, 0.67-0.76
 #: at 10,000, 1.4-1.5 at 20,000), see BENCHMARKS.md.
 SMALL_RESULT_CELLS = 8_000
-#: The most pairs of rows the plain path's tolerance pass examines (the rows left unpaired on each side,
-#: multiplied): polars examines them as one vectorized join, Python pair by pair. Beyond, the plain path stops
-#: (:class:`TooManyPairs`) and the comparison is made again on the frame path.
+#: The most checks of a pair of cells the plain path's tolerance passes make in one comparison (each pass: the
+#: rows left unpaired on each side, multiplied, times the columns compared within tolerance; the column
+#: permutation search may run a pass for each candidate mapping): polars makes a pass as one vectorized join,
+#: Python pair by pair. Beyond, the plain path stops (:class:`TooManyPairs`) and the comparison is made again on
+#: the frame path.
 SMALL_RESULT_PAIRS = 40_000
 
 
 class TooManyPairs(Exception):
-    """The plain path's tolerance pass would examine more than :data:`SMALL_RESULT_PAIRS` pairs of rows."""
+    """The plain path's tolerance passes would check more than :data:`SMALL_RESULT_PAIRS` pairs of cells."""
+
+
+class _PairBudget:
+    """What is left of :data:`SMALL_RESULT_PAIRS` for one comparison."""
+
+    def __init__(self) -> None:
+        self.left = SMALL_RESULT_PAIRS
+
+    def spend(self, checks: int) -> None:
+        self.left -= checks
+        if self.left < 0:
+            raise TooManyPairs()
 
 Row = tuple[Any, ...]
 Pairs = list[tuple[int, int]]
@@ -82,8 +96,8 @@ class _Pairing:
 def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: list[int] | None,
          rules: frames.Rules, *, bounded: bool = False) -> frames.Paired:
     """The plain path of :func:`results.compare_results` (mirrors ``results._pair_frames``). ``bounded``: raise
-    :class:`TooManyPairs` rather than examine more than :data:`SMALL_RESULT_PAIRS` pairs of rows one by one."""
-    limit = SMALL_RESULT_PAIRS if bounded else None
+    :class:`TooManyPairs` rather than check more than :data:`SMALL_RESULT_PAIRS` pairs of cells one by one."""
+    budget = _PairBudget() if bounded else None
     e_values, a_values = expected.columns()[1], actual.columns()[1]
 
     def comparable(mapping: list[int | None]) -> _Columns:
@@ -91,7 +105,7 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
 
     def rows_match(mapping: list[int | None]) -> tuple[_Columns, _Pairing] | None:
         columns = comparable(mapping)
-        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, limit)
+        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, budget)
         return (columns, bag) if not (bag.unpaired_expected or bag.unpaired_actual) else None
 
     mapping, matched, cut = frames.choose_mapping(
@@ -101,14 +115,14 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
         columns, bag = matched
     else:
         columns = comparable(mapping)
-        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, limit)
+        bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, budget)
     ties_checked = frames.ties_checkable(mode, order_keys, expected, actual, mapping)
     if expected.height == actual.height:
         if ties_checked:
             groups = _tie_groups(columns.expected, [_position(mapping, k) for k in order_keys or []])
             ordered = _pair_rows([r + (g,) for r, g in zip(columns.expected, groups)],
                                  [r + (g,) for r, g in zip(columns.actual, groups)], columns.tolerant, rules,
-                                 limit)
+                                 budget)
         else:
             ordered = _positional(columns, rules)
         ordered_pass = len(ordered.pairs) == expected.height
@@ -216,9 +230,9 @@ def _sort_key(row: Row, positions: Sequence[int]) -> tuple[Any, ...]:
 
 
 def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules: frames.Rules,
-               limit: int | None = None) -> _Pairing:
-    """Bag pairing (``results.pair_rows``): exact copies one to one, then tolerant pairs of the rest (at most
-    ``limit`` pairs of rows examined one by one, else :class:`TooManyPairs`)."""
+               budget: _PairBudget | None = None) -> _Pairing:
+    """Bag pairing (``results.pair_rows``): exact copies one to one, then tolerant pairs of the rest (the pass
+    over every pair of rows spends from ``budget``, and :class:`TooManyPairs` stops it)."""
     width = len(e_rows[0]) if e_rows else len(a_rows[0]) if a_rows else 0
     e_left, a_left = list(range(len(e_rows))), list(range(len(a_rows)))
     pairs = _occurrence_pairs(e_rows, a_rows, e_left, a_left, list(range(width)), rules.nulls_equal)
@@ -226,9 +240,9 @@ def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules:
     tolerance = rules.tolerance
     if tolerant and e_left and a_left and (tolerance.atol > 0 or tolerance.rtol > 0):
         for matcher in (_ordered_tolerance_pairs, _greedy_tolerance_pairs):
-            if matcher is _greedy_tolerance_pairs and limit is not None and len(e_left) * len(a_left) > limit \
+            if matcher is _greedy_tolerance_pairs and budget is not None \
                     and len(e_left) * len(a_left) <= frames._GREEDY_PAIR_BUDGET:
-                raise TooManyPairs()
+                budget.spend(len(e_left) * len(a_left) * len(tolerant))
             found = matcher(e_rows, a_rows, e_left, a_left, width, tolerant, rules)
             if found:
                 pairs += found
