@@ -62,9 +62,9 @@ Pairs = list[tuple[int, int]]
 
 def suits(expected: Relation, actual: Relation) -> bool:
     """Whether the plain path compares these results: small, and only types whose Python values keep polars'
-    equality and order (not nested, categorical or object columns). The rows a tolerance pass pairs one by one
-    are bounded as the pass begins (:data:`SMALL_RESULT_PAIRS`): most results of a few hundred rows pair exactly
-    and never reach it."""
+    equality and order (not nested, categorical or object columns). What its tolerance passes check one pair at
+    a time is bounded as each pass begins (:data:`SMALL_RESULT_PAIRS` for the whole comparison): most results of
+    a few hundred rows pair exactly and never reach them."""
     cells = (expected.height + actual.height) * max(expected.width, actual.width, 1)
     return cells <= SMALL_RESULT_CELLS and all(_plain(t) for t in (*expected.dtypes, *actual.dtypes))
 

@@ -203,7 +203,9 @@ def compare_results(
 
     ``path`` forces an implementation; by default small results (:func:`result_rows.suits`) are compared in
     plain Python, where polars' fixed cost per frame operation would be most of the time, and the rest with
-    polars. The two paths answer identically (tests/test_properties.py checks it on the same inputs).
+    polars, as is a small result whose tolerance passes would check more pairs of cells one by one than
+    ``result_rows.SMALL_RESULT_PAIRS`` (:class:`result_rows.TooManyPairs`). The two paths answer identically
+    (tests/test_properties.py checks it on the same inputs).
     """
     from sqlcmp_dagster.engine import result_rows  # it builds on this module's types; imported once used
 
