@@ -25,6 +25,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import length_hint
 from typing import Any
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -684,6 +685,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
         if place.keys_enforced is not enforce_keys:
             connection.execute(f"PRAGMA foreign_keys = {'ON' if enforce_keys else 'OFF'}")
             place.keys_enforced = enforce_keys
+        level = connection.isolation_level
         if autocommit:
             connection.isolation_level = None
         rejections = (sqlite3.IntegrityError, sqlite3.InterfaceError, sqlite3.OperationalError)
@@ -697,11 +699,11 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
             rejected (a generated row repeating a key, a child whose parent a shrinking step left out), so the
             batches are short; searched passes still take 4% less."""
             insert, accepted, remaining = table.insert_sql, list[bool](), iter(rows)
-            while left := remaining.__length_hint__():
+            while left := length_hint(remaining):
                 try:
                     connection.executemany(insert, remaining)
                 except (*rejections, OverflowError):
-                    taken = left - remaining.__length_hint__()
+                    taken = left - length_hint(remaining)
                     if taken == 0:
                         next(remaining)
                     accepted += [True] * (taken - 1) + [False]
@@ -725,7 +727,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
                 if place.sequenced:
                     connection.execute("DELETE FROM sqlite_sequence")
                 connection.commit()
-            connection.isolation_level = ""
+            connection.isolation_level = level
         return
 
     def execute(sql: str, params: Any = ()) -> None:
