@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -103,9 +103,8 @@ class _Search:
     # once per neighbor with a tie to look at. A parse that failed is not kept: one cut by the clock says nothing
     # of the next neighbor's (the text is parsed again there, as without the kept parse).
     keyed_uncut: dict[int, tuple[str, ParseOutcome | None, int] | None] = field(default_factory=dict)
-    # What :meth:`differs` answered per row set (tables in order, each table's rows in order) in this search.
-    tested: dict[tuple[tuple[str, tuple[tuple[Any, ...], ...]], ...], tuple[_Run, Scratch] | None] = \
-        field(default_factory=dict)
+    # What :meth:`differs` answered per row set in this search, by the key its caller gave the set.
+    tested: dict[Hashable, tuple[_Run, Scratch] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         from sqlcmp_dagster.engine.pipeline import resolve_mode
@@ -267,13 +266,13 @@ class _Search:
         if message not in self.cuts:
             self.cuts.append(message)
 
-    def differs(self, rows: Rows) -> tuple[_Run, Scratch] | None:
+    def differs(self, rows: Rows, key: Hashable) -> tuple[_Run, Scratch] | None:
         """The run on ``rows`` and what the neighbor accepted when no alternative matches the actual query
-        there, else None. A row set tested before in this search (the same rows in the same order, so the same
-        database) gets the answer it got then: shrinking a counterexample asks about one set again in about one
-        test out of six. Values are told apart by type and a float by its bits (:func:`_exactly`): ``1`` and
-        ``1.0``, ``0.0`` and ``-0.0`` are equal in Python, not in a TEXT column."""
-        key = tuple((table, tuple(map(_exactly, table_rows))) for table, table_rows in rows.items())
+        there, else None. A row set tested before in this search under the same ``key`` gets the answer it got
+        then: the shrinking names a set by the positions of its rows in the set it shrinks (so the same rows in
+        the same order, the same database), which costs nothing to compare, where the rows' values would have to
+        be told apart by type and bits (``1`` and ``1.0``, ``0.0`` and ``-0.0`` are equal in Python, not in a
+        TEXT column); it asks about one set again in about one test out of fifteen."""
         if key in self.tested:
             return self.tested[key]
         outcome, built = self.run(rows)
@@ -465,7 +464,7 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
     best: list[tuple[Rows, _Run]] = [(rows, found)]
     last_kept: list[tuple[str, int]] = []  # the items of the last set that still differed, the engine accepted
 
-    def still_fails(base: Rows) -> Callable[[list[tuple[str, int]]], bool | None]:
+    def still_fails(base: Rows, phase: int) -> Callable[[list[tuple[str, int]]], bool | None]:
         def test(items: list[tuple[str, int]]) -> bool | None:
             candidate: Rows = {t: [] for t in base}
             sources: dict[str, list[tuple[str, int]]] = {t: [] for t in base}
@@ -473,7 +472,7 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
                 candidate[table].append(base[table][position])
                 sources[table].append((table, position))
             try:
-                outcome = search.differs(candidate)
+                outcome = search.differs(candidate, (phase, tuple(items)))
             except _Spent:
                 search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
                 return None
@@ -490,11 +489,11 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
         return [(t, i) for t in base for i in range(len(base[t]))]
 
     ddmin([[item for item in items(rows) if item[0] == t] for t in rows if rows[t]],
-          lambda groups: still_fails(rows)([x for g in groups for x in g]), max_tests=len(rows) + 2)
+          lambda groups: still_fails(rows, 0)([x for g in groups for x in g]), max_tests=len(rows) + 2)
     # The rows the engine accepted from the smallest set so far (a row removed may let another in). one_minimal
     # asks which items of a set count right after that set was found to differ: those ``last_kept`` holds.
     shrunk, _ = best[-1]
-    _, minimal = one_minimal(items(shrunk), still_fails(shrunk), kept=lambda candidate: list(last_kept),
+    _, minimal = one_minimal(items(shrunk), still_fails(shrunk, 1), kept=lambda candidate: list(last_kept),
                              max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
     # The smallest difference that is not chance (checked for the few smallest; the first was checked before).
     ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))  # the last one found first
@@ -506,16 +505,6 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
             search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             break
     return _counterexample(search, rows, found, number, minimal=False)
-
-
-def _exactly(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """``row`` as a key equal only to a row the engine stores the same: each value with its type, a float by its
-    bits (NaN, which SQLite stores as NULL, is one key).
-
-    >>> _exactly((1, 1.0, -0.0)) == _exactly((1.0, 1, 0.0))
-    False
-    """
-    return tuple((value.__class__, value.hex() if value.__class__ is float else value) for value in row)
 
 
 def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, minimal: bool) -> dict[str, Any]:
