@@ -455,9 +455,9 @@ def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, table
     neighbor has created them. Opening the two connections and creating the tables cost about 1.2 ms a search on
     Spider dev. What is kept is bounded: at most :data:`_IDLE_KEPT` neighborhoods per process (the least recently
     used closed first), none whose emptied database still holds more than :data:`_IDLE_MAX_FREE_BYTES` of free
-    pages (an in-memory database keeps the pages of its largest neighbor until it is closed), none of a schema
-    no longer in use elsewhere (held weakly), none inherited across a fork. A search that ends with an error
-    closes its neighborhood."""
+    pages (an in-memory database keeps the pages of its largest committed neighbor until it is closed; a
+    neighbor rolled back leaves none), none of a schema no longer in use elsewhere (held weakly), none inherited
+    across a fork. A search that ends with an error closes its neighborhood."""
     key = (id(schema), tuple(tables)) if schema is not None and tables is not None \
         and database.dialect != "duckdb" else None
     place = _idle_place(key, schema) if key is not None else None
