@@ -28,6 +28,11 @@ _MAX_GROUP = 200
 _SYNTHESIZED_ROWS = 4
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp.ILike, exp.In, exp.Between,
                 exp.Glob)
+_CONDITIONS = (exp.And, exp.Or, exp.Not)
+#: The kinds of node :func:`hints` and :func:`features` read (:class:`_Nodes`), and every class among them.
+_KINDS = (exp.Column, exp.Join, exp.Table, exp.Ordered, exp.AggFunc, exp.Group, _COMPARISONS, exp.Count, exp.Distinct,
+          _CONDITIONS)
+_ANY_KIND = tuple(k for kind in _KINDS for k in (kind if isinstance(kind, tuple) else (kind,)))
 
 
 @dataclass
@@ -67,20 +72,22 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
             and known is not None and node.name.lower() not in known
 
     for tree in trees:
-        if known is not None and any(string(node) for node in tree.find_all(exp.Column)):  # else no copy
+        nodes = _Nodes(tree)
+        if known is not None and any(string(node) for node in nodes[exp.Column]):  # else no copy
             tree = tree.transform(lambda node: exp.Literal.string(node.name) if string(node) else node)
-        seen.append(features(tree))
-        found.outer_tables |= {j.this.name.lower() for j in tree.find_all(exp.Join)
+            nodes = _Nodes(tree)
+        seen.append(features(tree, nodes))
+        found.outer_tables |= {j.this.name.lower() for j in nodes[exp.Join]
                                if j.side in ("LEFT", "FULL") and isinstance(j.this, exp.Table)}
-        found.tables |= {t.name.lower() for t in tree.find_all(exp.Table) if t.name}
-        found.columns |= {c.name.lower() for c in tree.find_all(exp.Column)}
-        for order in tree.find_all(exp.Ordered):
+        found.tables |= {t.name.lower() for t in nodes[exp.Table] if t.name}
+        found.columns |= {c.name.lower() for c in nodes[exp.Column]}
+        for order in nodes[exp.Ordered]:
             found.order_columns |= {c.name.lower() for c in order.find_all(exp.Column)}
-        for aggregate in tree.find_all(exp.AggFunc):
+        for aggregate in nodes[exp.AggFunc]:
             found.aggregated |= {c.name.lower() for c in aggregate.find_all(exp.Column)}
-        for group in tree.find_all(exp.Group):
+        for group in nodes[exp.Group]:
             found.group_columns |= {c.name.lower() for c in group.find_all(exp.Column)}
-        for node in tree.find_all(*_COMPARISONS):
+        for node in nodes[_COMPARISONS]:
             operands = list(node.iter_expressions())
             # A column under an aggregate (AVG(x) >= 72) takes the literal too: on a one-row group they are equal.
             columns = [c for o in operands for c in ([o] if isinstance(o, exp.Column) else
@@ -114,12 +121,20 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
     return found
 
 
-def features(tree: exp.Expression) -> dict[str, list[str]]:
+def features(tree: exp.Expression, nodes: _Nodes | None = None) -> dict[str, list[str]]:
     """What the profiles aim at, per feature of a query (lower-case SQL, sorted): its COUNTs and other
     aggregates, its joins' sides, the column pairs it equates (join keys), its comparisons with anything else
     (literals, subqueries, aggregates), its ORDER BY keys with their direction, its DISTINCTs, the shape of its
-    conditions (AND, OR, NOT); columns without their table qualifier, which is only an author's alias. Where two queries differ is where a neighbor must tell them apart
-    (:func:`neighbor_numbers` builds the profiles aimed there first)."""
+    conditions (AND, OR, NOT); columns without their table qualifier, which is only an author's alias. Where
+    two queries differ is where a neighbor must tell them apart (:func:`neighbor_numbers` builds the profiles
+    aimed there first). ``nodes`` is ``tree``'s :class:`_Nodes` when the caller has it.
+
+    >>> import sqlglot
+    >>> features(sqlglot.parse_one("SELECT count(T1.a) FROM t AS T1 WHERE T1.b > 2 ORDER BY 1 DESC"))["comparison"]
+    ['b > 2']
+    """
+    nodes = nodes if nodes is not None else _Nodes(tree)
+
     def text(node: exp.Expression) -> str:  # without table qualifiers: aliases differ between any two authors
         # transform() made the copy printed here: the generator need not copy it again
         return sql_text(node.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n),
@@ -128,18 +143,40 @@ def features(tree: exp.Expression) -> dict[str, list[str]]:
     def key_pair(node: exp.Expression) -> bool:
         return isinstance(node, exp.EQ) and all(isinstance(o, exp.Column) for o in node.iter_expressions())
 
-    comparisons = list(tree.find_all(*_COMPARISONS))
+    comparisons = nodes[_COMPARISONS]
     return {
-        "count": sorted(text(node) for node in tree.find_all(exp.Count)),
-        "aggregate": sorted(type(node).__name__ for node in tree.find_all(exp.AggFunc)),
-        "join": sorted(f"{j.side} {j.kind}".lower() for j in tree.find_all(exp.Join)),
+        "count": sorted(text(node) for node in nodes[exp.Count]),
+        "aggregate": sorted(type(node).__name__ for node in nodes[exp.AggFunc]),
+        "join": sorted(f"{j.side} {j.kind}".lower() for j in nodes[exp.Join]),
         "join_key": sorted(text(node) for node in comparisons if key_pair(node)),
         "comparison": sorted(text(node) for node in comparisons if not key_pair(node)),
         "order": sorted(f"{text(node.this)} {'desc' if node.args.get('desc') else 'asc'}"
-                       for node in tree.find_all(exp.Ordered)),
-        "distinct": sorted(text(node.parent) for node in tree.find_all(exp.Distinct) if node.parent is not None),
-        "condition": sorted(type(node).__name__ for node in tree.find_all(exp.And, exp.Or, exp.Not)),
+                       for node in nodes[exp.Ordered]),
+        "distinct": sorted(text(node.parent) for node in nodes[exp.Distinct] if node.parent is not None),
+        "condition": sorted(type(node).__name__ for node in nodes[_CONDITIONS]),
     }
+
+
+class _Nodes(dict[Any, list[exp.Expression]]):
+    """The nodes of a tree of each of :data:`_KINDS` (a class, or a tuple of classes, as
+    :meth:`~sqlglot.exp.Expression.find_all` takes them), each list in ``find_all``'s order (breadth first),
+    from one walk of the tree: :func:`hints` and :func:`features` read ten kinds, and walked the tree once per
+    kind (fifteen walks of each query of a searched pass).
+
+    >>> import sqlglot
+    >>> nodes = _Nodes(sqlglot.parse_one("SELECT a FROM t WHERE a = 1 AND b > 2"))
+    >>> [n.sql() for n in nodes[_COMPARISONS]], [n.sql() for n in nodes[exp.Column]]
+    (['a = 1', 'b > 2'], ['a', 'a', 'b'])
+    """
+
+    def __init__(self, tree: exp.Expression) -> None:
+        super().__init__((kind, []) for kind in _KINDS)
+        buckets = list(self.items())
+        for node in tree.walk():
+            if isinstance(node, _ANY_KIND):
+                for kind, bucket in buckets:
+                    if isinstance(node, kind):
+                        bucket.append(node)
 
 
 def _table_of(column: exp.Column, schema: Schema | None) -> tuple[str, str] | None:
