@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from sqlglot import exp
 
@@ -33,6 +33,7 @@ _CONDITIONS = (exp.And, exp.Or, exp.Not)
 _KINDS = (exp.Column, exp.Join, exp.Table, exp.Ordered, exp.AggFunc, exp.Group, _COMPARISONS, exp.Count, exp.Distinct,
           _CONDITIONS)
 _ANY_KIND = tuple(k for kind in _KINDS for k in (kind if isinstance(kind, tuple) else (kind,)))
+_Node = TypeVar("_Node")
 
 
 @dataclass
@@ -168,6 +169,15 @@ class _Nodes(dict[Any, list[exp.Expression]]):
     >>> [n.sql() for n in nodes[_COMPARISONS]], [n.sql() for n in nodes[exp.Column]]
     (['a = 1', 'b > 2'], ['a', 'a', 'b'])
     """
+
+    @overload
+    def __getitem__(self, kind: type[_Node]) -> list[_Node]: ...
+
+    @overload
+    def __getitem__(self, kind: tuple[type[exp.Expression], ...]) -> list[exp.Expression]: ...
+
+    def __getitem__(self, kind: Any) -> list[Any]:
+        return super().__getitem__(kind)
 
     def __init__(self, tree: exp.Expression) -> None:
         super().__init__((kind, []) for kind in _KINDS)
@@ -945,10 +955,9 @@ def _copy(table: Table, row: tuple[Any, ...], changes: dict[int, Any], rows: lis
 def _fresh(value: Any, numeric: bool, rows: list[tuple[Any, ...]], position: int) -> Any:
     """A value for column ``position`` that no row holds yet: one above the largest number, or the text with
     a ``~`` suffix."""
-    taken = {row[position] for row in rows}
     if numeric or isinstance(value, (int, float)):
-        numbers = [v for v in taken if isinstance(v, (int, float))]
-        return int(max(numbers, default=0)) + 1
+        return int(max([v for row in rows if isinstance(v := row[position], (int, float))], default=0)) + 1
+    taken = {row[position] for row in rows}
     candidate = f"{value if value is not None else 'x'}~"
     while candidate in taken:
         candidate += "~"
