@@ -31,8 +31,8 @@ from typing import Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.parsing import RewriteCut, canonical_tree, clocked_rewrites, sql_text
-from sqlcmp_dagster.engine.structure import (CLAUSE_ARGS, CLAUSE_WEIGHTS, StructuralComparison, compare_structure,
-                                             query_shape)
+from sqlcmp_dagster.engine.structure import (CLAUSE_ARGS, CLAUSE_WEIGHTS, QueryShape, StructuralComparison,
+                                             compare_structure, query_shape)
 
 #: Most edits combined in one candidate (a clause, a set operator or a whole branch each count as one); the
 #: fix's size is the number of clauses it changes, and candidates are tried smallest size first.
@@ -256,12 +256,13 @@ def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
         -> tuple[list[_Pairing], str | None]:
     """Every pairing of the two queries' branches, or why none can be made."""
     e_branches, a_branches = _branches(expected), _branches(actual)
+    shapes = _ExpectedShapes(dialect)
     if e_branches is None or a_branches is None:
         return [], ("only a SELECT or a chain of set operations over SELECTs is searched, and one query is "
                     "neither (a parenthesized branch, a set operation nested on the right, VALUES, ...)")
     n, m = len(e_branches), len(a_branches)
     if n == m:
-        return [_pairing(actual.copy(), expected, (), dialect)], None
+        return [_pairing(actual.copy(), expected, (), shapes)], None
     if m == 1:  # the plain actual query as each branch of the expected set operation in turn
         pairings = []
         for position in range(n):
@@ -269,7 +270,7 @@ def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
             _branches(start)[position].replace(_without_top(actual))  # type: ignore[index]
             for clause in _TOP_CLAUSES:
                 _take(start, actual, clause)
-            pairings.append(_pairing(start, expected, (("set_operators", None),), dialect))
+            pairings.append(_pairing(start, expected, (("set_operators", None),), shapes))
         return pairings, None
     if n == 1:  # the actual set operation reduced to each of its branches in turn
         pairings = []
@@ -279,12 +280,13 @@ def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
                 _take(start, actual, clause)
             if actual.args.get("with_") is not None:  # the set operation's CTEs, which the branch may read
                 start.set("with_", actual.args["with_"].copy())
-            pairings.append(_pairing(start, expected, (("set_operators", None),), dialect))
+            pairings.append(_pairing(start, expected, (("set_operators", None),), shapes))
         return pairings, None
     return [], f"the set operations have {n} and {m} branches, which cannot be paired in order"
 
 
-def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label, ...], dialect: str) -> _Pairing:
+def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label, ...], shapes: _ExpectedShapes) \
+        -> _Pairing:
     """The edits that can take ``start`` (branches in the expected query's positions) towards ``expected``."""
     starts, targets = _branches(start) or [], _branches(expected) or []
     compound = len(targets) > 1
@@ -292,15 +294,15 @@ def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label,
     whole: list[tuple[Label, ...]] = []
     for position, (mine, theirs) in enumerate(zip(starts, targets), start=1):
         if not compound:  # a plain query: its ORDER BY and LIMIT are clauses like the others
-            clauses = _differing(start, expected, dialect, CLAUSE_ARGS)
+            clauses = _differing(start, expected, shapes, CLAUSE_ARGS)
         else:
-            clauses = _differing(mine, theirs, dialect, [c for c in CLAUSE_ARGS if c not in _TOP_CLAUSES])
+            clauses = _differing(mine, theirs, shapes, [c for c in CLAUSE_ARGS if c not in _TOP_CLAUSES])
         labels = [(clause, position if compound else None) for clause in clauses]
         edits += [(label,) for label in labels]
         if compound and len(labels) > 1:  # a branch as a unit (a plain query is not replaced whole)
             whole.append(tuple(labels))
     if compound:
-        edits += [((clause, None),) for clause in _differing(start, expected, dialect, _TOP_CLAUSES)]
+        edits += [((clause, None),) for clause in _differing(start, expected, shapes, _TOP_CLAUSES)]
         for position, (mine, theirs) in enumerate(zip(_operators(start), _operators(expected)), start=2):
             if _operator_key(mine) != _operator_key(theirs):
                 edits.append((("set_operators", position if len(targets) > 2 else None),))
@@ -360,13 +362,32 @@ def _without_top(select: exp.Expression) -> exp.Expression:
     return branch
 
 
-def _differing(mine: exp.Expression, theirs: exp.Expression, dialect: str, names: Any) -> list[str]:
+def _differing(mine: exp.Expression, theirs: exp.Expression, shapes: _ExpectedShapes, names: Any) -> list[str]:
     """The clauses among ``names`` that differ: canonically (Layer 2's comparison) or in the text being
-    transplanted (what canonicalization folds away can still change what a query means)."""
-    structural = compare_structure("", "", query_shape(canonical_tree(theirs, dialect)),
-                                   query_shape(canonical_tree(mine, dialect)))
+    transplanted (what canonicalization folds away can still change what a query means). ``theirs`` is (a
+    branch of) the expected query, whose shape ``shapes`` keeps."""
+    dialect = shapes.dialect
+    structural = compare_structure("", "", shapes(theirs), query_shape(canonical_tree(mine, dialect)))
     return [c for c in names if not structural.clause_match[c]["match"]
             or _clause_sql(mine, c, dialect) != _clause_sql(theirs, c, dialect)]
+
+
+class _ExpectedShapes:
+    """The shape of the canonical tree of each part of the expected query (a branch, or the whole) that
+    :func:`_differing` compares with, computed once per search: a plain actual query is paired with each branch
+    of an expected set operation in turn, and each pairing compares every branch and the whole query again
+    (six canonical trees of the same three parts for two branches). Kept by the part's identity, with the part:
+    the expected query is never changed while the pairings are made."""
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self._kept: dict[int, tuple[exp.Expression, QueryShape]] = {}
+
+    def __call__(self, part: exp.Expression) -> QueryShape:
+        kept = self._kept.get(id(part))
+        if kept is None or kept[0] is not part:
+            kept = self._kept[id(part)] = (part, query_shape(canonical_tree(part, self.dialect)))
+        return kept[1]
 
 
 def _differing_summary(structure: StructuralComparison, pairings: list[_Pairing]) -> tuple[str, ...]:
@@ -382,7 +403,7 @@ def _clause_sql(tree: exp.Expression, clause: str, dialect: str) -> list[str]:
     for arg in CLAUSE_ARGS[clause]:
         value = tree.args.get(arg)
         items = value if isinstance(value, list) else [value]
-        values += [v.sql(dialect=dialect) if isinstance(v, exp.Expression) else repr(v) for v in items]
+        values += [sql_text(v, dialect, copy=True) if isinstance(v, exp.Expression) else repr(v) for v in items]
     return values
 
 
