@@ -764,6 +764,24 @@ def test_duckdb_neighbors_are_built_in_memory_duckdb(company_duck: Path) -> None
     assert hashlib.sha256(company_duck.read_bytes()).hexdigest() == before
 
 
+def test_duckdb_join_keys_holding_nan_and_infinity_get_neighbors(tmp_path: Path) -> None:
+    """A DuckDB DOUBLE join column may hold NaN and infinities, which SQLite cannot store: the rows copied to
+    reach the join get fresh keys above the largest finite one (no integer is above NaN or infinity), and the
+    search runs instead of the case ending in an engine error (a review's finding)."""
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "nan.duckdb"
+    connection = duckdb.connect(str(path))
+    for table, other in (("t", "a"), ("u", "b")):
+        connection.execute(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY, k DOUBLE, {other} INTEGER)")
+        connection.execute(f"INSERT INTO {table} VALUES (1, 'nan', 1), (2, 1.0, 2), (3, 'inf', 3), (4, 5.0, 4)")
+    connection.close()
+    report = compare(path, "SELECT t.a FROM t JOIN u ON t.k = u.k", "SELECT t.a FROM u JOIN t ON u.k = t.k",
+                     verdict_scope="neighborhood", neighbor_skip_proven=False, neighbor_time_budget_ms=20_000)
+    found = search(report)
+    assert not any("internal engine error" in w for w in report.warnings), report.warnings
+    assert report.deterministic_verdict == "pass" and found["neighbor_search_ran"] and found["neighbors_tried"] >= 1
+
+
 def test_postgresql_says_why_the_search_did_not_run(pg_service: tuple[str, str]) -> None:
     from conftest import pg_schema
 

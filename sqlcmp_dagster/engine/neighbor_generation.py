@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from math import isfinite
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -953,10 +954,17 @@ def _copy(table: Table, row: tuple[Any, ...], changes: dict[int, Any], rows: lis
 
 
 def _fresh(value: Any, numeric: bool, rows: list[tuple[Any, ...]], position: int) -> Any:
-    """A value for column ``position`` that no row holds yet: one above the largest number, or the text with
-    a ``~`` suffix."""
+    """A value for column ``position`` that no row holds yet: one above the largest finite number (a DuckDB
+    DOUBLE may hold NaN and infinities, which no integer is above), or the text with a ``~`` suffix.
+
+    >>> _fresh(0, True, [(float("nan"),), (5,), (float("inf"),), (2.5,)], 0), _fresh("a", False, [("a",), ("a~",)], 0)
+    (6, 'a~~')
+    >>> _fresh(0, True, [(10 ** 400,), (1.5,)], 0) == 10 ** 400 + 1
+    True
+    """
     if numeric or isinstance(value, (int, float)):
-        return int(max([v for row in rows if isinstance(v := row[position], (int, float))], default=0)) + 1
+        finite = [v for row in rows if isinstance(v := row[position], int) or isinstance(v, float) and isfinite(v)]
+        return int(max(finite, default=0)) + 1
     taken = {row[position] for row in rows}
     candidate = f"{value if value is not None else 'x'}~"
     while candidate in taken:
