@@ -16,7 +16,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.atomic import atomic_path, read_utf8
+from sqlcmp_dagster.engine.atomic import atomic_path, read_lines, read_utf8
 from sqlcmp_dagster.engine.execution import sqlite_read_only
 
 
@@ -193,7 +193,7 @@ def _json(path: Path) -> Any:
 
 def _lines(path: Path, *, keep_blank: bool = False) -> list[str]:
     """The lines of ``path``: without blank ones, or with them (``keep_blank``) up to the last non-blank line."""
-    lines = read_utf8(path, BenchmarkFormatError).splitlines()
+    lines = read_lines(path, BenchmarkFormatError)
     if not keep_blank:
         return [line for line in lines if line.strip()]
     while lines and not lines[-1].strip():

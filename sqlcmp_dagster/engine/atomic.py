@@ -49,3 +49,19 @@ def read_utf8(path: Path, error: type[Exception]) -> str:
         raise error(f"{path}: {failure.strerror}") from failure
     except UnicodeDecodeError as failure:
         raise error(f"{path}: not UTF-8 text (byte {failure.start})") from failure
+
+
+def read_lines(path: Path, error: type[Exception]) -> list[str]:
+    r"""The lines of ``path`` as :func:`read_utf8` reads it (``\r\n`` and ``\r`` already read as ``\n``): split at
+    ``\n`` only, as a file's line iterator and Spider's own evaluator (``readlines``) split them, not at the
+    other characters ``str.splitlines`` breaks at (U+2028, U+2029, U+0085, ``\x1c``...), which a JSON string or
+    a SQL literal on one line may hold. A final newline ends the last line (no empty line after it).
+
+    >>> import tempfile
+    >>> lines = Path(tempfile.mkdtemp()) / "lines.txt"
+    >>> _ = lines.write_bytes("a\u2028b\r\nc\n".encode())
+    >>> read_lines(lines, ValueError)
+    ['a\u2028b', 'c']
+    """
+    text = read_utf8(path, error)
+    return text.removesuffix("\n").split("\n") if text else []

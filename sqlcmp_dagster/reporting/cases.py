@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from sqlcmp_dagster.engine.atomic import atomic_path, read_utf8
+from sqlcmp_dagster.engine.atomic import atomic_path, read_lines
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.summary import database_label, likely_source_label
 
@@ -25,7 +25,7 @@ class ReportsFileError(ValueError):
 def read_reports(path: Path) -> list[Report]:
     """Every report of a JSONL reports file (``sqlcmp evaluate --out``), in file order."""
     reports = []
-    for number, line in enumerate(read_utf8(path, ReportsFileError).splitlines(), start=1):
+    for number, line in enumerate(read_lines(path, ReportsFileError), start=1):
         if not line.strip():
             continue
         try:
