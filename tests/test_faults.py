@@ -84,3 +84,23 @@ def test_evaluate_output_is_whole_or_absent(tmp_path: Path, sample_dir: Path) ->
     lines = out.read_text(encoding="utf-8").splitlines()
     assert [json.loads(line)["case_id"] for line in lines] == [f"c{i}" for i in range(6)]
     assert not list(tmp_path.glob("*.partial"))
+
+
+def test_a_score_that_is_not_a_number_is_an_engine_fault_of_its_case(sample_dir: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A report's scores are finite: JSON has no NaN, and a score written as null would not read back. A score
+    an engine fault made NaN is refused where the report is built, which makes the case's report an engine
+    fault; the other cases of the batch are reported as usual and every line reads back (a review's finding)."""
+    import sqlcmp_dagster.engine.report as report_module
+
+    real = report_module.overall_score
+    def overall(result: float, structure: float, passed: bool) -> float:
+        return real(result, structure, passed) if passed else float("nan")
+
+    monkeypatch.setattr(report_module, "overall_score", overall)
+    cases = [CompareRequest(case_id="fails", db=SAMPLE_DB_ID, expected_sql="SELECT 1", actual_sql="SELECT 2"),
+             CompareRequest(case_id="passes", db=SAMPLE_DB_ID, expected_sql="SELECT 1", actual_sql="SELECT 1")]
+    reports = Evaluator(db_dir=sample_dir).evaluate_all(cases)
+    assert "internal engine error" in reports[0].explanations[0] and "finite number" in reports[0].explanations[0]
+    assert reports[1].deterministic_verdict == "pass" and reports[1].overall_score == 1.0
+    assert [Report.model_validate_json(r.model_dump_json()) for r in reports] == reports

@@ -70,6 +70,29 @@ def test_show_one_case_and_version(runs: dict[str, Path], capsys: pytest.Capture
     assert re.fullmatch(r"sqlcmp \S+\n", capsys.readouterr().out)
 
 
+def test_every_case_is_written_and_read_back_whatever_its_text(tmp_path: Path, sample_dir: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Text no JSON report could carry (a lone surrogate, which a JSON suite can spell, in a case id or a given
+    result's column name and cells) is made writable as the case is read, and text a reports file line may
+    hold but ``str.splitlines`` breaks at (U+2028, U+0085 in a result) is read back as one line: every case's
+    report is written, and ``show`` reads each one (a review's findings)."""
+    cases = [{"case_id": "surrogate\ud800", "expected_sql": "SELECT 1", "actual_sql": "SELECT 2",
+              "expected_result": {"columns": ["a\ud800"], "rows": [["x\udcff"]]},
+              "actual_result": {"columns": ["a\ud800"], "rows": [["y"]]}},
+             {"case_id": "separators", "db": "shop", "actual_sql": "SELECT 'a' AS v",
+              "expected_sql": "SELECT 'a' || char(8232) || 'b' || char(133) AS v"}]
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps(case) + "\n" for case in cases), encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 1
+    capsys.readouterr()
+    assert [json.loads(line)["case_id"] for line in out.read_text(encoding="utf-8").split("\n") if line] == \
+        ["surrogate?", "separators"]
+    assert main(["show", "surrogate?", "--reports", str(out)]) == 0
+    assert main(["show", "separators", "--reports", str(out)]) == 0
+    assert "missing rows (sample): ('a\\u2028b\\x85',)" in capsys.readouterr().out
+
+
 def test_diff_counts_regressions_and_gates_ci(runs: dict[str, Path], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     args = ["diff", str(runs["old"]), str(runs["new"]), "--json-out", str(tmp_path / "diff.json")]

@@ -121,6 +121,11 @@ class ResultTable(_Strict):
     columns: list[str]
     rows: list[list[Any]]
 
+    @field_validator("columns", "rows")
+    @classmethod
+    def _valid_unicode(cls, value: Any) -> Any:
+        return encodable(value)
+
     @model_validator(mode="after")
     def _rows_fit_columns(self) -> ResultTable:
         width = len(self.columns)
@@ -150,14 +155,10 @@ class CompareRequest(_Strict):
             return [value]
         return value
 
-    @field_validator("user_query", "actual_sql", "expected_sql")
+    @field_validator("case_id", "user_query", "actual_sql", "expected_sql", "db", "context")
     @classmethod
     def _valid_unicode(cls, value: Any) -> Any:
-        """Text that cannot be encoded as UTF-8 (lone surrogates) has its bad characters replaced by U+FFFD:
-        no database driver, Parquet file or JSON report could carry it otherwise."""
-        if isinstance(value, list):
-            return [_encodable(v) for v in value]
-        return _encodable(value)
+        return encodable(value)
 
     @field_validator("expected_sql")
     @classmethod
@@ -167,8 +168,23 @@ class CompareRequest(_Strict):
         return value
 
 
-def _encodable(text: str) -> str:
-    return text.encode("utf-8", errors="replace").decode("utf-8") if isinstance(text, str) else text
+def encodable(value: Any) -> Any:
+    """``value`` with every text in it (in lists and dicts, keys too) that cannot be encoded as UTF-8 (a lone
+    surrogate, which a JSON suite can spell ``"\\ud800"``) made encodable, its bad characters replaced by
+    ``?``: no database driver, Parquet file or JSON report could carry it otherwise, and one such case would
+    sink the batch's reports file. Applied to every text of a case as it is read (a pre-materialized result's
+    column names and cells included).
+
+    >>> encodable({"a\\ud800": ["x", "\\udcff", 1]}), encodable("ok")
+    ({'a?': ['x', '?', 1]}, 'ok')
+    """
+    if isinstance(value, str):
+        return value if value.isascii() else value.encode("utf-8", errors="replace").decode("utf-8")
+    if isinstance(value, list):
+        return [encodable(v) for v in value]
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    return value
 
 
 class ExecutionError(_Strict):
@@ -179,7 +195,11 @@ class ExecutionError(_Strict):
 
 
 class Report(_Strict):
-    """The output contract: one object per case, every key always present (sqlcmp-spec.md section 1)."""
+    """The output contract: one object per case, every key always present (sqlcmp-spec.md section 1). Its scores
+    are finite numbers: JSON has no NaN or infinity, and pydantic would write one as ``null``, which a float
+    field does not read back (a report that got one is an engine fault, reported as such for its case)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     case_id: str
     deterministic_verdict: Literal["pass", "fail"]
