@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -182,6 +183,9 @@ def main() -> None:
     parser.add_argument("--official-python", default=sys.executable,
                         help="interpreter for the official loop (a venv with its imports; default: this one)")
     parser.add_argument("--no-cache", action="store_true", help="skip the three-model batch")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time the peer and both sqlcmp runs this many times, in turn, and print the medians "
+                             "too (this machine's speed drifts by 5-10%% within minutes)")
     parser.add_argument("--part", choices=("official", "cache"))
     parser.add_argument("--suite", type=Path)
     args = parser.parse_args()
@@ -197,6 +201,7 @@ def main() -> None:
     from common import overhead_figures  # here: the official loop's child may run in a venv without sqlcmp
 
     from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
+    from sqlcmp_dagster.engine.atomic import read_lines
     from sqlcmp_dagster.engine.models import Report
 
     sqlcmp = [sys.executable, "-m", "sqlcmp_dagster.cli"]
@@ -209,24 +214,35 @@ def main() -> None:
         compile_bytecode(sys.executable, ROOT / "sqlcmp_dagster")
         if args.official:
             compile_bytecode(official_cmd[0], args.official.resolve())
-        official_s = timed(official_cmd)
-        reports = {w: work / f"reports-{w}.jsonl" for w in (1, args.workers)}
-        ours = {w: timed([*sqlcmp, "evaluate", str(suite), "--db-dir", str(db_dir), "--out", str(reports[w]),
-                          "--workers", str(w)]) for w in reports}
         peer = "official exec_eval loop" if args.official else "spider_exec re-implementation of the official loop"
-        n = len(suite.read_text(encoding="utf-8").splitlines())
-        print(f"{n} Spider dev cases (SuperSQL), one run, wall time from process start to exit:")
-        print(f"  {peer:52} {official_s:7.1f} s")
-        print(f"  {'sqlcmp evaluate --workers 1 (every deterministic metric)':52} {ours[1]:7.1f} s   "
-              f"ratio to the peer {ours[1] / official_s:.2f}x (target <= 0.5x)")
-        if args.workers != 1:
-            print(f"  {f'sqlcmp evaluate --workers {args.workers}':52} {ours[args.workers]:7.1f} s   "
-                  f"throughput {ours[1] / ours[args.workers]:.2f}x of one worker; reports identical to the serial "
-                  f"run: {_untimed(reports[1]) == _untimed(reports[args.workers])}")
-        figures = overhead_figures(Report.model_validate_json(line)
-                                   for line in reports[1].read_text(encoding="utf-8").splitlines())
-        print(f"  engine overhead per case beyond query execution: median {figures['overhead_median_ms']:.2f} ms, "
-              f"p95 {figures['overhead_p95_ms']:.2f} ms")
+        n = len(read_lines(suite, ValueError))
+        reports = {w: work / f"reports-{w}.jsonl" for w in (1, args.workers)}
+        rounds = []
+        for number in range(1, args.repeat + 1):  # each round times the peer, then one worker, then N workers
+            official_s = timed(official_cmd)
+            ours = {w: timed([*sqlcmp, "evaluate", str(suite), "--db-dir", str(db_dir), "--out", str(reports[w]),
+                              "--workers", str(w)]) for w in reports}
+            figures = overhead_figures(map(Report.model_validate_json, read_lines(reports[1], ValueError)))
+            rounds.append({"official": official_s, "ratio": ours[1] / official_s,
+                           "speedup": ours[1] / ours[args.workers], **figures})
+            which = "one run" if args.repeat == 1 else f"run {number} of {args.repeat}"
+            print(f"{n} Spider dev cases (SuperSQL), {which}, wall time from process start to exit:")
+            print(f"  {peer:52} {official_s:7.1f} s")
+            print(f"  {'sqlcmp evaluate --workers 1 (every deterministic metric)':52} {ours[1]:7.1f} s   "
+                  f"ratio to the peer {ours[1] / official_s:.2f}x (target <= 0.5x)")
+            if args.workers != 1:
+                print(f"  {f'sqlcmp evaluate --workers {args.workers}':52} {ours[args.workers]:7.1f} s   "
+                      f"throughput {ours[1] / ours[args.workers]:.2f}x of one worker; reports identical to the "
+                      f"serial run: {_untimed(reports[1]) == _untimed(reports[args.workers])}")
+            print(f"  engine overhead per case beyond query execution: median {figures['overhead_median_ms']:.2f} "
+                  f"ms, p95 {figures['overhead_p95_ms']:.2f} ms")
+        if args.repeat > 1:
+            def middle(key: str) -> float:
+                return statistics.median(r[key] for r in rounds)
+
+            print(f"median of {args.repeat} runs: ratio to the peer {middle('ratio'):.2f}x, throughput "
+                  f"{middle('speedup'):.2f}x of one worker, overhead median {middle('overhead_median_ms'):.2f} ms, "
+                  f"p95 {middle('overhead_p95_ms'):.2f} ms (the peer {middle('official'):.1f} s)")
         if not args.no_cache:
             combined = three_models(args.spider, work)
             out = subprocess.run([sys.executable, __file__, "--part", "cache", "--suite", str(combined),
@@ -252,13 +268,15 @@ def main() -> None:
 
 def _untimed(path: Path) -> list[object]:
     """A report file without run_metadata and timings (what two runs of the same cases may differ in)."""
+    from sqlcmp_dagster.engine.atomic import read_lines
+
     def strip(value: object) -> object:
         if isinstance(value, dict):
             return {k: strip(v) for k, v in value.items()
                     if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
         return [strip(v) for v in value] if isinstance(value, list) else value
 
-    return [strip(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [strip(json.loads(line)) for line in read_lines(path, ValueError)]
 
 
 if __name__ == "__main__":
