@@ -199,7 +199,7 @@ class Report(_Strict):
     are finite numbers: JSON has no NaN or infinity, and pydantic would write one as ``null``, which a float
     field does not read back (a report that got one is an engine fault, reported as such for its case)."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     case_id: str
     deterministic_verdict: Literal["pass", "fail"]
