@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import random
-from math import isfinite
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from math import isfinite
 from operator import itemgetter
 from typing import Any, TypeVar, overload
 
@@ -171,15 +171,6 @@ class _Nodes(dict[Any, list[exp.Expression]]):
     (['a = 1', 'b > 2'], ['a', 'a', 'b'])
     """
 
-    @overload
-    def __getitem__(self, kind: type[_Node]) -> list[_Node]: ...
-
-    @overload
-    def __getitem__(self, kind: tuple[type[exp.Expression], ...]) -> list[exp.Expression]: ...
-
-    def __getitem__(self, kind: Any) -> list[Any]:
-        return super().__getitem__(kind)
-
     def __init__(self, tree: exp.Expression) -> None:
         super().__init__((kind, []) for kind in _KINDS)
         buckets = list(self.items())
@@ -188,6 +179,15 @@ class _Nodes(dict[Any, list[exp.Expression]]):
                 for kind, bucket in buckets:
                     if isinstance(node, kind):
                         bucket.append(node)
+
+    @overload
+    def __getitem__(self, kind: type[_Node]) -> list[_Node]: ...
+
+    @overload
+    def __getitem__(self, kind: tuple[type[exp.Expression], ...]) -> list[exp.Expression]: ...
+
+    def __getitem__(self, kind: Any) -> list[Any]:
+        return super().__getitem__(kind)
 
 
 def _table_of(column: exp.Column, schema: Schema | None) -> tuple[str, str] | None:
