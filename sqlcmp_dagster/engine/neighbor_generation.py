@@ -575,7 +575,8 @@ def _literal_columns(table: Table, found: Hints) -> dict[int, list[Any]]:
 
 def _carrying(rows: list[tuple[Any, ...]], literals: dict[int, list[Any]]) -> list[tuple[Any, ...]]:
     """The rows some column of which holds a literal the queries compare that column with (in their order).
-    Asked about 90,000 rows a Spider dev run, most often with one such column: that column is read directly.
+    Asked about 90,000 rows a Spider dev run, most often with one such column (that column is read directly)
+    or none.
 
     >>> _carrying([(1, "a"), (2, "b"), (None, "c")], {0: [2, 3]}), _carrying([(1, "a"), (2, "b")], {0: [3], 1: ["a"]})
     ([(2, 'b')], [(1, 'a')])
@@ -583,6 +584,8 @@ def _carrying(rows: list[tuple[Any, ...]], literals: dict[int, list[Any]]) -> li
     if len(literals) == 1:
         ((position, values),) = literals.items()
         return [row for row in rows if row[position] is not None and row[position] in values]
+    if not literals:  # most tables of a search over many: none of their columns is compared with a literal
+        return []
     checks = list(literals.items())
     return [row for row in rows if any(row[i] is not None and row[i] in values for i, values in checks)]
 
@@ -842,20 +845,22 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
         return list(rows)
     out = []
     # Each key's parent values (a list, in the parents' order, for the random choice, and a set to look them up),
-    # read once instead of once per row; forgotten when a parent row is added.
-    known: dict[int, tuple[list[tuple[Any, ...]], set[tuple[Any, ...]]]] = {}
-    keys = [(index, key, _cells(key.columns)) for index, key in enumerate(table.foreign_keys)]
+    # read once instead of once per row; forgotten when a parent row is added. A key of one column (nearly every
+    # key) is its cell itself, not a tuple of one: no tuple is made per row and key.
+    known: dict[int, tuple[list[Any], set[Any]]] = {}
+    keys = [(index, key, _cells(key.columns), len(key.columns) == 1) for index, key in enumerate(table.foreign_keys)]
     for row in rows:
-        for index, key, cells in keys:
-            values = cells(row)
+        for index, key, cells, single in keys:
+            value = cells(row)
             if index not in known:
                 listed = list(map(_cells(key.parent_columns), built.get(key.parent, [])))
                 known[index] = (listed, set(listed))
             parents, present = known[index]
-            if None in values or values in present or not parents:
+            if (value is None if single else None in value) or value in present or not parents:
                 continue
-            literal = len(key.columns) == 1 and any(
-                values[0] == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), []))
+            values = (value,) if single else value
+            literal = single and any(
+                value == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), []))
             if literal and key.parent in schema.tables:
                 parent = schema.tables[key.parent]
                 built[key.parent].append(_copy(parent, rng.choice(built[key.parent]),
@@ -864,21 +869,22 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
                     if other_key.parent == key.parent:
                         known.pop(other, None)
                 continue
-            row = _with(row, dict(zip(key.columns, rng.choice(parents))))
+            chosen = rng.choice(parents)
+            row = _with(row, dict(zip(key.columns, (chosen,) if single else chosen)))
         out.append(row)
     return out
 
 
-def _cells(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
-    """The function taking the cells at ``positions`` out of a row, as a tuple (one cell too).
+def _cells(positions: Sequence[int]) -> Callable[[tuple[Any, ...]], Any]:
+    """The function taking the cells at ``positions`` out of a row: the cell itself for one position, else a
+    tuple.
 
-    >>> _cells([2])(("a", "b", "c")), _cells([2, 0])(("a", "b", "c"))
-    (('c',), ('c', 'a'))
+    >>> _cells([2])(("a", "b", "c")), _cells([2, 0])(("a", "b", "c")), _cells([])(("a",))
+    ('c', ('c', 'a'), ())
     """
-    if len(positions) != 1:
-        return itemgetter(*positions) if positions else lambda row: ()
-    (position,) = positions
-    return lambda row: (row[position],)
+    if len(positions) == 1:
+        return itemgetter(positions[0])
+    return itemgetter(*positions) if positions else lambda row: ()
 
 
 Rule = Callable[[Table, list[tuple[Any, ...]], Hints, random.Random], list[tuple[Any, ...]]]
