@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from operator import length_hint
 from typing import Any
 
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES
 
 Rows = dict[str, list[tuple[Any, ...]]]
@@ -266,8 +266,7 @@ def sample(database: ExecutionAdapter, schema: Schema, tables: list[str], deadli
                                 timeout_ms=min(timeout_ms, left), max_rows=schema.sample_rows)
         if not rows.success or rows.relation is None:
             return f"cannot sample table {table.name}: {rows.error.message if rows.error else 'no result'}"
-        schema.sample[lower] = _untagged([tuple(r) for r in rows.relation.frame.iter_rows()]) \
-            if rows.relation.width == len(table.columns) else []
+        schema.sample[lower] = _stored_rows(rows.relation) if rows.relation.width == len(table.columns) else []
     return None
 
 
@@ -328,11 +327,12 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _untagged(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """Rows as SQLite stores them. The adapter returns a column that mixes numbers and text as tagged text
-    (``n:1.0``, ``s:a``, see ``execution.tagged_text``); such a column is decoded back so that a neighbor holds the
-    database's own values."""
-    columns = [list(c) for c in zip(*rows)] if rows else []
+def _stored_rows(relation: Relation) -> list[tuple[Any, ...]]:
+    """A table's rows, read through the adapter, as SQLite stores them: the values its frame would hold, read
+    without making the frame where the result is small (:meth:`Relation.columns`). The adapter returns a column
+    that mixes numbers and text as tagged text (``n:1.0``, ``s:a``, see ``execution.tagged_text``); such a
+    column is decoded back so that a neighbor holds the database's own values."""
+    columns = list(relation.columns()[1])  # the relation keeps its own lists: a decoded column replaces one here
     for index, values in enumerate(columns):
         present = [v for v in values if v is not None]
         if present and all(isinstance(v, str) and len(v) >= 2 and v[1] == ":" and v[0] in "nsbo" for v in present):
@@ -633,13 +633,12 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
 def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Rows) -> Rows:
     """The rows of the neighbor open in ``place`` read back as the engine stored them (a key SQLite assigned to
     an ``INTEGER PRIMARY KEY`` given as NULL, a value converted to its column's type), through the search's
-    sandboxed adapter; a table that cannot be read back keeps its ``inserted`` rows. The rows are the values its
-    frame would hold, read without making the frame where the result is small (:meth:`Relation.columns`)."""
+    sandboxed adapter (:func:`_stored_rows`); a table that cannot be read back keeps its ``inserted`` rows."""
     rows: Rows = {}
     for table in tables:
         spec = schema.tables[table]
         result = place.adapter.execute(f'SELECT * FROM {_quoted(spec.name)}')
-        rows[table] = _untagged(list(zip(*result.relation.columns()[1]))) \
+        rows[table] = _stored_rows(result.relation) \
             if result.success and result.relation is not None and result.relation.width == len(spec.columns) \
             else inserted.get(table, [])
     return rows
