@@ -858,13 +858,12 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
             parents, present = known[index]
             if (value is None if single else None in value) or value in present or not parents:
                 continue
-            values = (value,) if single else value
             literal = single and any(
                 value == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), []))
             if literal and key.parent in schema.tables:
                 parent = schema.tables[key.parent]
                 built[key.parent].append(_copy(parent, rng.choice(built[key.parent]),
-                                               dict(zip(key.parent_columns, values)), built[key.parent]))
+                                               {key.parent_columns[0]: value}, built[key.parent]))
                 for other, other_key in enumerate(table.foreign_keys):
                     if other_key.parent == key.parent:
                         known.pop(other, None)
