@@ -103,6 +103,14 @@ def official_loop(suite: Path, db_dir: Path, official: Path | None) -> None:
     print(json.dumps({"passed": passed}))
 
 
+def official_command(suite: Path, spider: Path, official: Path | None, python: str) -> list[str]:
+    """The command that runs :func:`official_loop` over ``suite`` in a child process: with ``official``'s
+    ``exec_eval`` under ``python`` (a venv with its imports), else this project's re-implementation under this
+    interpreter."""
+    return [python if official else sys.executable, __file__, "--part", "official", "--suite", str(suite),
+            "--spider", str(spider)] + (["--official", str(official.resolve())] if official else [])
+
+
 def cache_part(suite: Path, db_dir: Path) -> None:
     """Three models over the same questions in one batch: how often each expected query is executed (every
     expected query goes through the batch cache's lookup; a miss is followed by one execution)."""
@@ -208,9 +216,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         suite = import_suite(args.spider, work / "spider.jsonl")
-        official_cmd = [args.official_python if args.official else sys.executable, __file__, "--part", "official", "--suite", str(suite),
-                        "--spider", str(args.spider)] + (["--official", str(args.official.resolve())]
-                                                         if args.official else [])
+        official_cmd = official_command(suite, args.spider, args.official, args.official_python)
         compile_bytecode(sys.executable, ROOT / "sqlcmp_dagster")
         if args.official:
             compile_bytecode(official_cmd[0], args.official.resolve())
