@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlcmp_dagster.engine.workers import start_server
+from sqlcmp_dagster.escaping import terminal_json, terminal_text
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -74,14 +75,26 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # inside the try: a closed pipe is reported here, not as a traceback at exit
         return code
     except UsageError as error:
-        print(f"sqlcmp: {error}", file=sys.stderr)
+        _say(f"sqlcmp: {error}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("sqlcmp: interrupted", file=sys.stderr)
+        _say("sqlcmp: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader went away (``sqlcmp diff ... | head``): stop quietly, as Unix tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+
+
+def _say(*parts: object, sep: str = " ", file: Any = None) -> None:
+    """``print`` for everything the CLI writes to a terminal: the text may hold what a case controls (its id, a
+    hostile query's column names and values, a database's error around them), so the characters that would
+    drive the terminal are escaped (:func:`~sqlcmp_dagster.escaping.terminal_text`)."""
+    print(terminal_text(sep.join(map(str, parts))), file=file)
+
+
+def _say_json(value: Any) -> None:
+    """``value`` as indented JSON on stdout, with no character that drives a terminal left raw in it."""
+    print(terminal_json(json.dumps(value, indent=2, ensure_ascii=False)))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -187,7 +200,7 @@ class _Version(argparse.Action):
                  option_string: str | None = None) -> None:
         from sqlcmp_dagster.engine.report import ENGINE_VERSION
 
-        print(f"sqlcmp {ENGINE_VERSION}")  # on stdout, as argparse's own version action
+        _say(f"sqlcmp {ENGINE_VERSION}")  # on stdout, as argparse's own version action
         parser.exit()
 
 
@@ -294,9 +307,9 @@ def _compare(args: argparse.Namespace) -> int:
     finally:
         adapter.close()
     if args.format == "json":
-        print(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        _say_json(report.model_dump(mode="json"))
     else:
-        print(render_text(report))
+        _say(render_text(report))
     if not report.validity.get("case_valid", True):
         return EXIT_INVALID
     return EXIT_PASS if report.deterministic_verdict == "pass" else EXIT_FAIL
@@ -320,15 +333,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from error
     for problem in suite.errors:
-        print(f"sqlcmp: skipped {problem}", file=sys.stderr)
+        _say(f"sqlcmp: skipped {problem}", file=sys.stderr)
     _warn_missing_databases(suite.cases, args.db_dir, args.db)
     evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args),
                           allow_privileged_role=args.allow_privileged_role)
     reports = _run_batch(evaluator, suite.cases, args.out, args.workers, quiet=args.quiet)
     summary = summarize(reports, load_errors=len(suite.errors))
-    print(render_summary(summary))
-    print(f"reports: {args.out}")
-    _write_outputs(args, reports, summary)
+    written = _write_outputs(args, reports, summary)
+    _say(render_summary(summary))
+    _say(f"reports: {args.out}", *written, sep="\n")
     if suite.errors:
         return EXIT_USAGE
     if summary["failed"]:
@@ -347,27 +360,31 @@ def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, de
             continue
         try:
             resolve_database(target, db_dir)
-        except FileNotFoundError as error:
+        except (FileNotFoundError, ValueError) as error:
             missing[str(error)] = missing.get(str(error), 0) + 1
     for message, count in missing.items():
-        print(f"sqlcmp: {message}: its {count} case{'s' if count > 1 else ''} will be invalid", file=sys.stderr)
+        _say(f"sqlcmp: {message}: its {count} case{'s' if count > 1 else ''} will be invalid", file=sys.stderr)
 
 
-def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dict[str, Any]) -> None:
-    """--summary-out, --csv and --html, each announced on stdout; --only-failed narrows the per-case outputs."""
+def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dict[str, Any]) -> list[str]:
+    """--summary-out, --csv and --html, and the lines that announce the last two; --only-failed narrows the
+    per-case outputs. They are written before anything is printed: a reader that leaves early (``| head``) ends
+    the printing, never the files."""
     from sqlcmp_dagster.reporting.cases import is_failed, write_csv
 
     if args.summary_out is not None:
         args.summary_out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
     shown = [r for r in reports if is_failed(r)] if args.only_failed else reports
+    written = []
     if args.csv is not None:
         write_csv(shown, args.csv)
-        print(f"csv: {args.csv} ({len(shown)} cases)")
+        written.append(f"csv: {args.csv} ({len(shown)} cases)")
     if args.html is not None:
         from sqlcmp_dagster.reporting.html import write_report_html
 
         write_report_html(shown, summary, args.html, title=args.html.stem)
-        print(f"html: {args.html} ({len(shown)} cases)")
+        written.append(f"html: {args.html} ({len(shown)} cases)")
+    return written
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -376,13 +393,15 @@ def _report(args: argparse.Namespace) -> int:
 
     reports = _read_reports(args.reports)
     summary = summarize(reports)
-    print(render_summary(summary))
+    written = _write_outputs(args, reports, summary)
+    _say(render_summary(summary))
     if args.only_failed:
         failed = [r for r in reports if is_failed(r)]
-        print(f"failed cases ({len(failed)}):")
+        _say(f"failed cases ({len(failed)}):")
         for report in failed:
-            print(f"  {report.case_id}: {report.explanations[0] if report.explanations else report.severity}")
-    _write_outputs(args, reports, summary)
+            _say(f"  {report.case_id}: {report.explanations[0] if report.explanations else report.severity}")
+    if written:
+        _say(*written, sep="\n")
     return EXIT_PASS
 
 
@@ -394,9 +413,9 @@ def _show(args: argparse.Namespace) -> int:
     if report is None:
         raise UsageError(f"{args.reports} has no case {args.case_id!r}")
     if args.format == "json":
-        print(json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        _say_json(report.model_dump(mode="json"))
     else:
-        print(render_text(report))
+        _say(render_text(report))
     return EXIT_PASS
 
 
@@ -407,15 +426,15 @@ def _diff(args: argparse.Namespace) -> int:
     diff = diff_runs(old, new)
     if not diff["cases_in_both"]:
         raise UsageError(f"{args.old} and {args.new} have no case id in common: nothing to compare")
-    print(render_diff(diff))
+    _say(render_diff(diff))
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(diff, indent=2, ensure_ascii=False), encoding="utf-8")
-        print(f"json: {args.json_out}")
+        _say(f"json: {args.json_out}")
     if args.html is not None:
         from sqlcmp_dagster.reporting.html import write_diff_html
 
         write_diff_html(diff, old, new, args.html, title=f"{args.old.name} vs {args.new.name}")
-        print(f"html: {args.html}")
+        _say(f"html: {args.html}")
     return EXIT_FAIL if args.fail_on_regression and diff["regressed"] else EXIT_PASS
 
 
@@ -445,16 +464,16 @@ def _import(args: argparse.Namespace) -> int:
     except BenchmarkFormatError as error:
         raise UsageError(str(error)) from error
     write_suite(cases, args.out)
-    print(f"{len(cases)} cases written to {args.out}")
+    _say(f"{len(cases)} cases written to {args.out}")
     if tables is not None:
-        print(f"{len({c.db for c in cases})} databases in {args.db_dir} match {tables}")
+        _say(f"{len({c.db for c in cases})} databases in {args.db_dir} match {tables}")
     elif args.db_dir is not None:
         missing = unknown_tables(cases, args.db_dir)
         for db, names in missing.items():
-            print(f"warning: {args.db_dir / db}: the gold queries read tables it does not have "
+            _say(f"warning: {args.db_dir / db}: the gold queries read tables it does not have "
                   f"({', '.join(names[:5])}{', ...' if len(names) > 5 else ''})", file=sys.stderr)
         if missing:
-            print(f"warning: {len(missing)} databases do not have the tables their gold queries read, so those cases "
+            _say(f"warning: {len(missing)} databases do not have the tables their gold queries read, so those cases "
                   "will be invalid; import again with --tables tables.json (Spider) to check every table and column "
                   "against the published schema", file=sys.stderr)
     return EXIT_PASS
@@ -483,9 +502,9 @@ def _spider_ex(args: argparse.Namespace) -> int:
     table = render_markdown(totals, disagreements)
     if args.out is not None:
         args.out.write_text(table + "\n", encoding="utf-8")
-        print(table.split("\n\n", 1)[0] + f"\ntable: {args.out}")
+        _say(table.split("\n\n", 1)[0] + f"\ntable: {args.out}")
     else:
-        print(table)
+        _say(table)
     if args.json_out is not None:
         args.json_out.write_text(json.dumps({"totals": totals, "disagreements": [asdict(d) for d in disagreements]},
                                             indent=2, ensure_ascii=False), encoding="utf-8")
@@ -534,22 +553,22 @@ def _demo(args: argparse.Namespace) -> int:
     with dg.DagsterInstance.get() as instance:
         tick = sensor_tick(defs, instance, cursor)
         if not all(run.success for run in tick.runs):
-            print(f"sqlcmp: a run failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
+            _say(f"sqlcmp: a run failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
             return EXIT_FAIL
         cursor_file.write_text(tick.cursor or "", encoding="utf-8")
         summary_run = materialize_summary(defs, instance)
         if not summary_run.success:
-            print(f"sqlcmp: evaluation_summary failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
+            _say(f"sqlcmp: evaluation_summary failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
             return EXIT_FAIL
     summary = summary_run.output_for_node("evaluation_summary")
     reports_file = out_dir / "reports.jsonl"
     _export_reports(storage / "case_reports", reports_file)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    print(f"sample database: {sample_db_dir() / (SAMPLE_DB_ID + '.sqlite')}")
-    print(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s)")
-    print(render_summary(summary))
-    print(f"reports: {reports_file} (as Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
-    print(f"open these results in the Dagster UI:\n  {ui}")
+    _say(f"sample database: {sample_db_dir() / (SAMPLE_DB_ID + '.sqlite')}")
+    _say(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s)")
+    _say(render_summary(summary))
+    _say(f"reports: {reports_file} (as Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
+    _say(f"open these results in the Dagster UI:\n  {ui}")
     return EXIT_PASS
 
 

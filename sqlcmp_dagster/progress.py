@@ -11,6 +11,8 @@ from typing import TextIO
 
 from tqdm import tqdm
 
+from sqlcmp_dagster.escaping import terminal_text
+
 
 class Progress:
     """Call :meth:`advance` once per finished case; :meth:`close` at the end (also after a failure)."""
@@ -30,7 +32,8 @@ class Progress:
         if not self.enabled:
             return
         if self.bar is not None:
-            self.bar.set_postfix_str(case_id[:30], refresh=False)
+            # the case id is the suite's text: its control characters would drive the terminal
+            self.bar.set_postfix_str(terminal_text(case_id[:30]), refresh=False)
             self.bar.update(1)
         elif self.done % self.every == 0 or self.done == self.total:
             print(self.line(), file=self.stream, flush=True)

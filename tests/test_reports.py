@@ -14,6 +14,7 @@ import pytest
 
 from conftest import service
 from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.escaping import CONTROLS
 from sqlcmp_dagster.reporting.diff import mcnemar_exact
 
 CASES = [  # (case id, expected, actual in the old run, actual in the new run)
@@ -195,3 +196,104 @@ def test_html_report_filters_in_a_headless_browser(runs: dict[str, Path], tmp_pa
     assert visible_rows("#outcome=fail") == {"regresses"}
     assert visible_rows("#outcome=pass&q=fixed") == {"gets_fixed"}
     assert visible_rows("#q=price") == {"regresses"}  # the search reaches the question and the SQL
+
+
+ESC_TITLE = "\x1b]0;pwned\x07"  # an escape sequence that retitles the terminal window
+
+
+def _hostile_suite(path: Path, actual: str) -> Path:
+    """Cases whose text drives a terminal, a spreadsheet and the HTML page's anchors, as a model's output or a
+    suite from elsewhere could hold it."""
+    cases = [
+        {"case_id": f"id{ESC_TITLE}\r\x1b[2K", "db": "shop", "expected_sql": "SELECT 'y' AS a",
+         "actual_sql": f"SELECT 'x' AS \"{ESC_TITLE}\", 2", "context": {"difficulty": f"d{ESC_TITLE}\u202e"}},
+        {"case_id": '=HYPERLINK("http://evil.invalid/","click")', "user_query": "@SUM(1+1)*cmd|' /C calc'!A0",
+         "db": "shop", "expected_sql": "SELECT name, price FROM products WHERE price > 17", "actual_sql": actual},
+        {"case_id": "orders total", "db": "shop", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1"},
+        {"case_id": "orders_total", "db": "shop", "expected_sql": "SELECT 1", "actual_sql": "SELECT 2"},
+        {"case_id": "escapes_db_dir", "db": "../shop", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1"},
+    ]
+    path.write_text("".join(json.dumps(case) + "\n" for case in cases), encoding="utf-8")
+    return path
+
+
+def test_text_a_case_controls_never_drives_the_terminal(tmp_path: Path, sample_dir: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command that prints what a case holds (its id, a label, a hostile query's column name, a
+    database's error around a name) prints the characters that drive a terminal escaped (a review's finding:
+    ``show``, ``report``, ``diff`` and the summary printed them raw)."""
+    runs = {}
+    for name, actual in (("old", "SELECT name, price FROM products WHERE price > 17"),
+                         ("new", "SELECT price, name FROM products WHERE price >= 17")):
+        runs[name] = tmp_path / f"{name}.jsonl"
+        main(["evaluate", str(_hostile_suite(tmp_path / f"{name}_suite.jsonl", actual)), "--db-dir", str(sample_dir),
+              "--out", str(runs[name])])
+    case_id = json.loads(runs["new"].read_text(encoding="utf-8").split("\n")[0])["case_id"]
+    assert main(["compare", "--db", str(sample_dir / "shop.sqlite"), "--expected-sql", "SELECT 1",
+                 "--actual-sql", f'SELECT * FROM "{ESC_TITLE}"']) == 1
+    for argv in (["show", case_id, "--reports", str(runs["new"])],
+                 ["show", case_id, "--reports", str(runs["new"]), "--format", "json"],
+                 ["report", str(runs["new"]), "--only-failed"], ["diff", str(runs["old"]), str(runs["new"])]):
+        assert main(argv) in (0, 1)
+    printed = capsys.readouterr()
+    for stream in (printed.out, printed.err):
+        assert not {chr(code) for code in CONTROLS} & set(stream), [c for c in stream if ord(c) in CONTROLS][:5]
+    assert "\\x1b]0;pwned\\x07" in printed.out  # shown, escaped
+    assert "no such table: \\x1b]0;pwned\\x07" in printed.out
+
+
+def test_csv_cells_never_run_as_formulas_and_html_anchors_and_samples(tmp_path: Path, sample_dir: Path) -> None:
+    """A case's text that starts as a formula is written as text in the CSV; two ids that map to one anchor get
+    two; an extra row of the HTML report stands under the actual query's own column names; a ``db`` that is a
+    path out of ``--db-dir`` is refused for its case alone (a review's findings)."""
+    suite = _hostile_suite(tmp_path / "suite.jsonl", "SELECT price, CASE WHEN name = 'Atlas' THEN 'atlas' ELSE name "
+                                                     "END AS name FROM products WHERE price > 17")
+    out, csv_out, html_out = tmp_path / "r.jsonl", tmp_path / "cases.csv", tmp_path / "cases.html"
+    main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--csv", str(csv_out),
+          "--html", str(html_out), "--quiet"])
+    with csv_out.open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 5
+    assert rows[1]["case_id"] == "'" + '=HYPERLINK("http://evil.invalid/","click")'
+    assert rows[1]["user_query"].startswith("'@SUM")
+    reports = {json.loads(line)["case_id"]: json.loads(line) for line in out.read_text(encoding="utf-8").split("\n")
+               if line}
+    assert not reports["escapes_db_dir"]["validity"]["case_valid"]
+    assert "cannot open database '../shop': database '../shop' is not a db id under" in \
+        reports["escapes_db_dir"]["explanations"][0]
+    page = html_out.read_text(encoding="utf-8")
+    anchors = re.findall(r'<details class="case" id="([^"]+)"', page)
+    assert len(anchors) == len(set(anchors)) == 5
+    extra = next(section.split("</table>", 1)[0] for section in page.split("Actual rows not expected (sample)")[1:]
+                 if "<th>price</th>" in section.split("</table>", 1)[0])
+    assert re.findall(r"<th>([^<]*)</th>", extra) == ["price", "name"]
+    # the row's values in the actual query's order; of the nearly right row, only the wrong name is marked
+    assert re.findall(r"<td( class=\"cell-diff\")?>([^<]*)</td>", extra) == \
+        [("", "29.99"), (' class="cell-diff"', "atlas")]
+
+
+def test_outputs_are_written_before_a_reader_leaves(tmp_path: Path, sample_dir: Path) -> None:
+    """``sqlcmp evaluate ... --csv F | head -1``: the reader leaves early, the files are still written."""
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"case_id": "a", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}\n',
+                     encoding="utf-8")
+    process = subprocess.Popen([sys.executable, "-m", "sqlcmp_dagster.cli", "evaluate", str(suite), "--db-dir",
+                                str(sample_dir), "--out", str(tmp_path / "r.jsonl"), "--csv", str(tmp_path / "c.csv"),
+                                "--summary-out", str(tmp_path / "s.json")], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
+    assert process.stdout is not None
+    process.stdout.close()
+    _, err = process.communicate(timeout=300)
+    assert process.returncode == 141 and b"Traceback" not in err, err.decode()
+    assert (tmp_path / "c.csv").is_file() and (tmp_path / "s.json").is_file()
+
+
+def test_dagster_breakdown_tables_keep_one_row_per_label() -> None:
+    """A database name or label holding ``|``, a line break or a Markdown link stays one cell of one row."""
+    from sqlcmp_dagster.assets.evaluation_summary import database_table
+
+    row = {"cases": 1, "passed": 1, "failed": 0, "vacuous_passes": 0, "invalid": 0, "pass_rate": 1.0}
+    table = database_table({"x | 999 |\n| [click](javascript:alert(1)) ![t](http://a.invalid/p.png)": row})
+    assert len(table.split("\n")) == 3
+    assert table.split("\n")[2].count("|") - table.split("\n")[2].count("\\|") == 8  # seven cells
+    assert "[click]" not in table and "![t]" not in table

@@ -10,6 +10,7 @@ import polars as pl
 from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.summary import robust_line, summarize
+from sqlcmp_dagster.escaping import markdown_cell
 
 #: The robust figures of a summary (``engine.neighbors.robustness``), shown as numeric metadata.
 ROBUST_FIGURES = ("robust_pass_rate", "robust_passes", "passes_with_counterexample", "neighbor_searches",
@@ -43,9 +44,8 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         "mean_overall_score": dg.MetadataValue.float(summary["mean_overall_score"] if summary["mean_overall_score"]
                                                      is not None else float("nan")),
         # one number per hardness level and difficulty label, so the Plots tab shows each one's trend across runs
-        **{f"pass_rate_{level}": dg.MetadataValue.float(row["pass_rate"] if row["pass_rate"] is not None
-                                                        else float("nan"))
-           for key in ("per_hardness", "per_difficulty") for level, row in summary[key].items()},
+        **{name: dg.MetadataValue.float(rate if rate is not None else float("nan"))
+           for name, rate in level_rates(summary).items()},
         "per_hardness": dg.MetadataValue.md(database_table(summary["per_hardness"], "hardness")),
         **({"per_difficulty": dg.MetadataValue.md(database_table(summary["per_difficulty"], "difficulty"))}
            if summary["per_difficulty"] else {}),
@@ -66,8 +66,25 @@ def number(value: float | int | None) -> dg.MetadataValue:
     return dg.MetadataValue.float(float("nan") if value is None else value)
 
 
+def level_rates(summary: dict[str, Any]) -> dict[str, float | None]:
+    """The pass rate of each hardness level as ``pass_rate_<level>`` and of each difficulty label as
+    ``pass_rate_<label>``; a label that names a hardness level too (a suite's own ``"easy"``) is
+    ``pass_rate_difficulty_<label>``, so that neither figure replaces the other.
+
+    >>> level_rates({"per_hardness": {"easy": {"pass_rate": 0.5}},
+    ...              "per_difficulty": {"easy": {"pass_rate": 1.0}, "simple": {"pass_rate": None}}})
+    {'pass_rate_easy': 0.5, 'pass_rate_difficulty_easy': 1.0, 'pass_rate_simple': None}
+    """
+    rates = {f"pass_rate_{level}": row["pass_rate"] for level, row in summary["per_hardness"].items()}
+    for label, row in summary["per_difficulty"].items():
+        rates[f"pass_rate_difficulty_{label}" if label in summary["per_hardness"] else f"pass_rate_{label}"] = \
+            row["pass_rate"]
+    return rates
+
+
 def database_table(per_database: dict[str, dict[str, Any]], group: str = "database") -> str:
-    """A breakdown (per database, or per ``group``) as a Markdown table.
+    """A breakdown (per database, or per ``group``) as a Markdown table; a name (a suite's database or label) is
+    one cell whatever it holds (:func:`~sqlcmp_dagster.escaping.markdown_cell`).
 
     >>> print(database_table({"shop": {"cases": 3, "passed": 1, "failed": 1, "vacuous_passes": 1, "invalid": 1,
     ...                                 "pass_rate": 0.5}}))
@@ -79,8 +96,8 @@ def database_table(per_database: dict[str, dict[str, Any]], group: str = "databa
              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, row in per_database.items():
         rate = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.1%}"
-        lines.append(f"| {name} | {row['cases']} | {row['passed']} | {row['vacuous_passes']} | {row['failed']} | "
-                     f"{row['invalid']} | {rate} |")
+        lines.append(f"| {markdown_cell(name)} | {row['cases']} | {row['passed']} | {row['vacuous_passes']} | "
+                     f"{row['failed']} | {row['invalid']} | {rate} |")
     return "\n".join(lines)
 
 
@@ -99,5 +116,5 @@ def bar_chart(title: str, counts: dict[str, int], width: int = 30) -> str:
     lines = [f"**{title}**", "", "| label | count | |", "|---|---:|---|"]
     for label, count in counts.items():
         bar = "█" * (round(width * count / top) if top else 0)
-        lines.append(f"| {label} | {count} | `{bar}` |")
+        lines.append(f"| {markdown_cell(label)} | {count} | `{bar}` |")
     return "\n".join(lines)

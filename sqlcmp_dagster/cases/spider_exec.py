@@ -40,6 +40,7 @@ from sqlglot.tokens import TokenType
 from sqlcmp_dagster.engine.execution import sqlite_deadline, sqlite_read_only
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.results import Tolerance
+from sqlcmp_dagster.escaping import markdown_cell
 
 Rows = list[tuple[Any, ...]]
 _CURRENT_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
@@ -273,7 +274,8 @@ def render_markdown(totals: dict[str, Any], disagreements: list[Disagreement]) -
     lines += [f"| {reason} | {count} | {REASONS[reason]} |" for reason, count in totals["reasons"].items()]
     lines += ["", "| case | database | official | sqlcmp | reason | expected SQL | actual SQL |",
               "|---|---|---|---|---|---|---|"]
-    lines += [f"| {d.case_id} | {d.database} | {_word(d.official)} | {_word(d.sqlcmp)} | {d.reason} | "
+    lines += [f"| {markdown_cell(d.case_id)} | {markdown_cell(d.database)} | {_word(d.official)} | "
+              f"{_word(d.sqlcmp)} | {d.reason} | "
               f"`{_cell(d.expected_sql)}` | `{_cell(d.actual_sql)}` |" for d in disagreements]
     return "\n".join(lines)
 

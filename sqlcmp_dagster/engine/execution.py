@@ -848,11 +848,21 @@ def resolve_database(db: str, db_dir: Path | None) -> str:
     """Turn a suite's ``db`` (a URL, a SQLite path, or a db id under ``db_dir``) into an adapter target.
 
     A db id looks for ``DIR/<id>/<id>.sqlite`` (the Spider and BIRD layout), then ``DIR/<id>.sqlite``,
-    ``DIR/<id>.db`` and ``DIR/<id>.duckdb``.
+    ``DIR/<id>.db`` and ``DIR/<id>.duckdb``. Under ``db_dir`` an id names a database in that folder: one that is
+    a path of its own (absolute, with a separator, or ``..``) is refused with a ValueError, so that a suite's case
+    cannot read a file elsewhere by naming it (``"db": "../other/secret"``).
+
+    >>> resolve_database("../secret", Path("databases"))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: database '../secret' is not a db id under databases: an id names a database in that folder ...
     """
     if "://" in db:
         return db
     if db_dir is not None:
+        if not db or db in (".", "..") or any(separator in db for separator in ("/", "\\", os.sep)) \
+                or Path(db).is_absolute():
+            raise ValueError(f"database {db!r} is not a db id under {db_dir}: an id names a database in that "
+                             "folder (no path separator, no '..')")
         candidates = (db_dir / db / f"{db}.sqlite", db_dir / f"{db}.sqlite", db_dir / f"{db}.db",
                       db_dir / f"{db}.duckdb", db_dir / db)
         for candidate in candidates:

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from sqlcmp_dagster.engine.atomic import atomic_path, read_lines
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.summary import database_label, likely_source_label
+from sqlcmp_dagster.escaping import spreadsheet_text
 
 #: The per-case table's columns, in order (the CSV header).
 CASE_COLUMNS = ("case_id", "outcome", "severity", "overall_score", "structure_score", "result_score",
@@ -83,12 +84,16 @@ def case_row(report: Report) -> dict[str, Any]:
 
 
 def write_csv(reports: list[Report], out: Path) -> None:
-    """The per-case table as CSV (one row per report, :data:`CASE_COLUMNS`), written atomically."""
+    """The per-case table as CSV (one row per report, :data:`CASE_COLUMNS`), written atomically.
+
+    A text cell is the case's text (its id, question, SQL, a database's error): one that starts as a formula does
+    is written after a ``'`` (:func:`~sqlcmp_dagster.escaping.spreadsheet_text`), so that opening the file never
+    runs what a case wrote (``=HYPERLINK(...)``, ``=cmd|...``)."""
     with atomic_path(out) as partial, partial.open("w", encoding="utf-8", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=CASE_COLUMNS)
         writer.writeheader()
         for report in reports:
-            writer.writerow(case_row(report))
+            writer.writerow({name: spreadsheet_text(value) for name, value in case_row(report).items()})
 
 
 def find_report(reports: list[Report], case_id: str) -> Report | None:

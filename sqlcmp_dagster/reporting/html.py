@@ -10,6 +10,7 @@ cells marked, the explanations and the re-execution probes. The table can be pre
 from __future__ import annotations
 
 import difflib
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,7 @@ def case_view(report: Report) -> dict[str, Any]:
     evidence = report.evidence or {}
     return {
         "row": row,
-        "anchor": "case-" + "".join(c if c.isalnum() or c in "-_" else "_" for c in report.case_id),
+        "anchor": case_anchor(report.case_id),
         "expected_lines": expected,
         "actual_lines": actual,
         "differing_clauses": sorted(evidence.get("clauses") or []),
@@ -102,23 +103,62 @@ def _pretty(sql: str, dialect: str) -> list[str]:
         return sql.splitlines()
 
 
+def case_anchor(case_id: str) -> str:
+    """The HTML id of a case's details: ``case-`` and the id, each character but letters, digits, ``-`` and
+    ``_`` written as ``_``; an id that had such a character gets 12 hex digits of its SHA-256 too, so that
+    ``orders total`` and ``orders_total`` do not share one (a link to either opened the first of them).
+
+    >>> case_anchor("spider-0052"), case_anchor("orders total")
+    ('case-spider-0052', 'case-orders_total--677abb5c4fca')
+    """
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in case_id)
+    if slug == case_id:
+        return f"case-{slug}"
+    return f"case-{slug}--{hashlib.sha256(case_id.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+
+
 def result_samples(report: Report) -> dict[str, Any] | None:
-    """The missing (expected, not returned) and extra (returned, not expected) sample rows, each cell paired with
-    whether it differs from the most similar row of the other sample: where a row is nearly right, the wrong
-    cells stand out."""
+    """The missing (expected, not returned) and extra (returned, not expected) sample rows, each under its own
+    result's column names (an extra row is the actual query's, in its columns' order), each cell paired with
+    whether it differs from the same column of the most similar row of the other sample: where a row is nearly
+    right, the wrong cells stand out. Columns are paired as the comparison paired them (``schema_match``'s
+    ``column_mapping``); a cell of a column the other result lacks differs."""
     mismatch = report.mismatch_map or {}
     missing = mismatch.get("missing_rows_sample") or []
     extra = mismatch.get("extra_rows_sample") or []
     if not missing and not extra:
         return None
-    columns = list((per_column_map(report).get("attributes") or {}).keys())
-    return {"columns": columns, "missing": _marked(missing, extra), "extra": _marked(extra, missing)}
+    schema = (report.metrics.get("result") or {}).get("schema_match") or {}
+    expected_columns = schema.get("expected_attributes") or list((per_column_map(report).get("attributes") or {}))
+    actual_columns = schema.get("actual_attributes") or expected_columns
+    pairs = _paired_positions(expected_columns, actual_columns, schema.get("column_mapping") or {})
+    return {"missing_columns": expected_columns, "extra_columns": actual_columns,
+            "missing": _marked(missing, extra, pairs),
+            "extra": _marked(extra, missing, {at: position for position, at in pairs.items()})}
 
 
-def _marked(rows: list[list[Any]], others: list[list[Any]]) -> list[list[tuple[Any, bool]]]:
+def _paired_positions(expected: list[str], actual: list[str], mapping: dict[str, str]) -> dict[int, int]:
+    """Position in the expected result -> position in the actual one of each column pair: by the comparison's
+    ``mapping`` (expected name -> actual name) where every name on both sides is unique, else position by
+    position.
+
+    >>> _paired_positions(["name", "city"], ["city", "name"], {"name": "name", "city": "city"})
+    {0: 1, 1: 0}
+    """
+    if len(set(expected)) == len(expected) and len(set(actual)) == len(actual) and mapping:
+        return {expected.index(e): actual.index(a) for e, a in mapping.items() if e in expected and a in actual}
+    return {i: i for i in range(min(len(expected), len(actual)))}
+
+
+def _marked(rows: list[list[Any]], others: list[list[Any]], pairs: dict[int, int]) -> list[list[tuple[Any, bool]]]:
+    """Each cell of ``rows`` and whether it differs from its paired cell (``pairs``: position in a row -> position
+    in an other row) in the most similar of ``others``."""
+    def same(row: list[Any], other: list[Any], index: int) -> bool:
+        at = pairs.get(index)
+        return at is not None and at < len(other) and other[at] == row[index]
+
     marked = []
     for row in rows:
-        closest = max(others, key=lambda other: sum(a == b for a, b in zip(row, other)), default=None)
-        marked.append([(value, closest is None or index >= len(closest) or closest[index] != value)
-                       for index, value in enumerate(row)])
+        closest = max(others, key=lambda other: sum(same(row, other, i) for i in range(len(row))), default=None)
+        marked.append([(value, closest is None or not same(row, closest, index)) for index, value in enumerate(row)])
     return marked
