@@ -94,6 +94,20 @@ def test_every_case_is_written_and_read_back_whatever_its_text(tmp_path: Path, s
     assert "missing rows (sample): ('a\\u2028b\\x85',)" in capsys.readouterr().out
 
 
+def test_an_infinite_cell_is_not_read_back_as_null(tmp_path: Path, sample_dir: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON has no infinity: a wrong infinite answer was written as ``null`` and shown as a NULL once read back
+    (a review's finding); it is written as the text ``-Infinity``."""
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"case_id": "inf", "db": "shop", "expected_sql": "SELECT NULL AS a", '
+                     '"actual_sql": "SELECT -1e999 AS a"}\n', encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 1
+    capsys.readouterr()
+    assert main(["show", "inf", "--reports", str(out)]) == 0
+    assert "extra rows (sample): ('-Infinity',)" in capsys.readouterr().out
+
+
 def test_diff_counts_regressions_and_gates_ci(runs: dict[str, Path], tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     args = ["diff", str(runs["old"]), str(runs["new"]), "--json-out", str(tmp_path / "diff.json")]

@@ -197,9 +197,11 @@ class ExecutionError(_Strict):
 class Report(_Strict):
     """The output contract: one object per case, every key always present (sqlcmp-spec.md section 1). Its scores
     are finite numbers: JSON has no NaN or infinity, and pydantic would write one as ``null``, which a float
-    field does not read back (a report that got one is an engine fault, reported as such for its case)."""
+    field does not read back (a report that got one is an engine fault, reported as such for its case). A result
+    cell that is an infinity (SQLite's ``-1e999``) is written as the text ``"-Infinity"``/``"Infinity"``, not as
+    ``null``: a wrong infinite answer must not read back as a NULL."""
 
-    model_config = ConfigDict(allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False, ser_json_inf_nan="strings")
 
     case_id: str
     deterministic_verdict: Literal["pass", "fail"]
