@@ -162,8 +162,8 @@ DENIED_FUNCTIONS: dict[str, frozenset[str]] = {
         "sqlite_attach", "postgres_*", "mysql_*", "load_aws_credentials", "getenv",
         # logging to files, profiling output, settings
         "enable_logging", "disable_logging", "truncate_duckdb_logs", "enable_profiling", "set_variable",
-        # SQL given as text, which the gate never sees
-        "query", "query_table",
+        # SQL given as text (or as its serialized tree), which the gate never sees
+        "query", "query_table", "json_execute_serialized_sql",
     }),
     "sqlite": frozenset({
         # shared libraries, files (the CLI's readfile/writefile/edit) and the FTS3 tokenizer pointer hole
