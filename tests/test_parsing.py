@@ -90,6 +90,21 @@ def test_queries_are_safe(sql: str) -> None:
     assert unsafe_reason(parse(sql, "sqlite")) is None
 
 
+@pytest.mark.parametrize("sql", [r'SELECT U&"pg\005fsleep"(1)', r"SELECT U&'\0041' AS a",
+                                 "SELECT u&'x' AS a", "SELECT U&'x!0041' UESCAPE '!' AS a",
+                                 'SELECT a FROM t WHERE b = U&"pg_sleep"(1) IS NULL'])
+def test_unicode_escapes_are_refused_on_postgres_only(sql: str) -> None:
+    """PostgreSQL decodes U&"pg\005fsleep" to pg_sleep; sqlglot reads U & "pg\005fsleep", so the deny list
+    never saw the name. On PostgreSQL any Unicode escape is refused; on SQLite and DuckDB, which have none,
+    the same text is what it reads as (a bitwise AND, an alias), and a spaced ``u & "x"`` is one everywhere."""
+    assert unsafe_reason(parse(sql, "postgres"), "postgres", sql).startswith("Unicode escape refused: ")
+    spaced = 'SELECT u & "x", "U&x", 1 AS uescape FROM t'
+    assert unsafe_reason(parse(spaced, "postgres"), "postgres", spaced) is None
+    for dialect in ("sqlite", "duckdb"):
+        outcome = parse(sql, dialect)
+        assert not outcome.success or unsafe_reason(outcome, dialect, sql) is None, (dialect, sql)
+
+
 def test_reused_generators_and_tokenizers_give_what_new_ones_give_in_every_thread() -> None:
     """:func:`sql_text` and :func:`tokens_of` keep one sqlglot generator (per dialect and setting) and tokenizer
     (per dialect) per thread. Every node of a few queries, in each dialect, printed by them and its text

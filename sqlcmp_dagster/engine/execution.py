@@ -54,7 +54,7 @@ DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 _SQLITE_PROGRESS_STEPS = 10_000
 #: The statement gate's answers kept, per parsed query (see :func:`_gate`).
 _GATE_ANSWERS_KEPT = 256
-_gate_answers: OrderedDict[tuple[int, str], tuple[ParseOutcome, str | None]] = OrderedDict()
+_gate_answers: OrderedDict[tuple[int, str, str], tuple[ParseOutcome, str | None]] = OrderedDict()
 _gate_lock = threading.Lock()
 #: PostgreSQL predefined roles whose members reach past the database (server files, programs, other backends).
 PRIVILEGED_PG_ROLES = ("pg_read_server_files", "pg_write_server_files", "pg_execute_server_program",
@@ -482,7 +482,7 @@ class ExecutionAdapter:
         outcome = parsed if parsed is not None else self.gate_parse(sql, timeout)
         # Only what the gate has read may run: text it cannot read (too long, cut by the clock, beyond sqlglot)
         # is refused, never sent to the engine unchecked.
-        reason = _gate(outcome, self.dialect) if outcome.success else \
+        reason = _gate(outcome, self.dialect, sql) if outcome.success else \
             f"not run: the safety gate could not read the query ({outcome.error})"
         if reason is not None:
             return Execution(False, None, ExecutionError(category="unsafe_statement", message=reason), 0.0)
@@ -951,18 +951,19 @@ def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator
         connection.set_progress_handler(None, 0)
 
 
-def _gate(outcome: ParseOutcome, dialect: str) -> str | None:
-    """:func:`unsafe_reason` of ``outcome``, walked once per parsed query: the neighbor search runs one parsed
-    query on each neighbor database, and the walk cost a tenth of a Spider run. Answers are kept by the parsed
-    query's identity for the last :data:`_GATE_ANSWERS_KEPT` queries; each entry holds its ``ParseOutcome`` (a
-    frozen record), so the identity cannot be reused by another query while the answer is kept."""
-    key = (id(outcome), dialect)
+def _gate(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
+    """:func:`unsafe_reason` of ``outcome`` parsed from ``sql``, walked once per parsed query: the neighbor
+    search runs one parsed query on each neighbor database, and the walk cost a tenth of a Spider run. Answers
+    are kept by the parsed query's identity and text for the last :data:`_GATE_ANSWERS_KEPT` queries; each entry
+    holds its ``ParseOutcome`` (a frozen record), so the identity cannot be reused by another query while the
+    answer is kept."""
+    key = (id(outcome), dialect, sql)
     with _gate_lock:
         kept = _gate_answers.get(key)
         if kept is not None and kept[0] is outcome:
             _gate_answers.move_to_end(key)
             return kept[1]
-    reason = unsafe_reason(outcome, dialect)
+    reason = unsafe_reason(outcome, dialect, sql)
     with _gate_lock:
         _gate_answers[key] = (outcome, reason)
         _gate_answers.move_to_end(key)

@@ -195,9 +195,11 @@ def denied(name: str, dialect: str) -> bool:
     return False
 
 
-def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None) -> str | None:
+def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None, sql: str | None = None) -> str | None:
     """Why a parsed query must not be executed on a ``dialect`` engine, or None when it is a single read-only
-    query that calls nothing on the dialect's deny list (:data:`DENIED_FUNCTIONS`).
+    query that calls nothing on the dialect's deny list (:data:`DENIED_FUNCTIONS`). On PostgreSQL ``sql``, the
+    text ``outcome`` was parsed from, is also read for Unicode escapes (:func:`unicode_escape`), which its tree
+    does not show.
 
     >>> unsafe_reason(parse("DELETE FROM t", "sqlite"))
     'not a read-only query: DELETE statement'
@@ -207,10 +209,17 @@ def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None) -> str | No
     True
     >>> unsafe_reason(parse("SELECT * FROM read_text('/etc/passwd')", "duckdb"), "duckdb")
     'denied function: read_text (reads files or URLs, or has effects beyond the query; see DENIED_FUNCTIONS)'
+    >>> text = 'SELECT U&"pg_sleep"(9)'
+    >>> unsafe_reason(parse(text, "postgres"), "postgres", text)[:40]
+    'Unicode escape refused: U&"pg_sleep" (Po'
     """
     ast = outcome.ast
     if ast is None:
         return "nothing to execute"
+    escape = unicode_escape(sql) if dialect == "postgres" and sql is not None else None
+    if escape is not None:
+        return (f"Unicode escape refused: {escape[:60]} (PostgreSQL decodes it, the gate would read it undecoded; "
+                "a plain query never needs one)")
     if outcome.statement_count > 1:
         return f"multiple statements ({outcome.statement_count}) in one query string"
     if not isinstance(ast, _QUERY_TYPES):
@@ -224,6 +233,31 @@ def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None) -> str | No
             reason = _denied_node(node, dialect)
             if reason is not None:
                 return reason
+    return None
+
+
+def unicode_escape(sql: str) -> str | None:
+    r"""The first Unicode escape in ``sql`` as PostgreSQL reads it (``U&"..."`` or ``U&'...'``), or None.
+    PostgreSQL decodes ``U&"pg\005fsleep"`` to the name ``pg_sleep``, while sqlglot reads it as
+    ``U & "pg\005fsleep"``: the deny list would compare the undecoded name. ``U&`` counts only written as
+    PostgreSQL's lexer takes it, with nothing between ``U``, ``&`` and the quote. A ``UESCAPE`` clause means
+    something only after one of these (elsewhere ``uescape`` is a name like any other), so it is not looked for.
+
+    >>> unicode_escape(r'SELECT u&"a\0061" FROM t'), unicode_escape("SELECT U&'!0041' UESCAPE '!'")
+    ('u&"a\\0061"', "U&'!0041'")
+    >>> unicode_escape('SELECT u & "x", "U&x" FROM t') is None
+    True
+    """
+    tokens = tokens_of(sql, "postgres")
+    for index, token in enumerate(tokens):
+        kind = token.token_type
+        if kind == TokenType.UNICODE_STRING:
+            return sql[token.start:token.end + 1]
+        if kind == TokenType.VAR and token.text in ("U", "u") and index + 2 < len(tokens):
+            amp, quoted = tokens[index + 1], tokens[index + 2]
+            if amp.token_type == TokenType.AMP and amp.start == token.end + 1 and quoted.start == amp.end + 1 \
+                    and quoted.token_type in (TokenType.IDENTIFIER, TokenType.STRING):
+                return sql[token.start:quoted.end + 1]
     return None
 
 
