@@ -189,6 +189,26 @@ def test_one_huge_row_is_cut_before_it_reaches_the_process(engine: str, targets:
         report["warnings"]
 
 
+@pytest.mark.parametrize("trailer", [" --", " -- x\n;", " /* x */ ; ;", ";"])
+def test_postgres_cuts_on_the_server_whatever_trails_the_query(pg_url: str, trailer: str) -> None:
+    """The query is wrapped for the server's cut; a trailing ``--`` comment swallowed the wrapper's closing
+    parenthesis, the probe of its columns failed, and the query then ran unwrapped: its 30 MB value crossed
+    the wire whole and was cut only here. Now what trails the last token is dropped before wrapping, so the
+    value arrives cut on the server (a CutText; a plain str was cut here); Spider's gold queries end with ``;``.
+    A query that fails in the probe fails with its own message and is never run unwrapped."""
+    adapter = ExecutionAdapter(pg_url, timeout_ms=20_000)
+    try:
+        execution = adapter.execute(f"SELECT repeat('x', 30000000) AS v{trailer}")
+        assert execution.success and execution.relation is not None, execution.error
+        rows = execution.relation._rows
+        assert rows is not None and type(rows[0][0]).__name__ == "CutText", type(rows[0][0])
+        failed = adapter.execute(f"SELECT nope FROM sqlcmp_hostile_res.t{trailer}")
+        assert failed.error is not None and failed.error.category == "missing_column", failed.error
+        assert 'column "nope" does not exist' in failed.error.message
+    finally:
+        adapter.close()
+
+
 def test_sqlite_refuses_a_value_past_max_cell_bytes_inside_the_engine(targets: dict[str, str],
                                                                      baseline_rss: dict[str, int]) -> None:
     config = {"enable_counterfactual_probes": False}

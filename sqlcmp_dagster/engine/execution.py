@@ -40,7 +40,7 @@ from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABA
     memory_bound
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
     binary_text
-from sqlcmp_dagster.engine.parsing import ParseOutcome, denied, parse, unsafe_reason
+from sqlcmp_dagster.engine.parsing import ParseOutcome, denied, parse, query_text, unsafe_reason
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -495,10 +495,8 @@ class ExecutionAdapter:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
                 # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
                 raw = connection
-                query, shape = _strip_terminator(sql), None
-                if self.dialect == "postgres":
-                    shape = _postgres_shape(raw, query)
-                    query = shape.query(query, max_cell_bytes) if shape is not None else query
+                shape = _postgres_shape(raw, query_text(sql, self.dialect)) if self.dialect == "postgres" else None
+                query = shape.query(max_cell_bytes) if shape is not None else _strip_terminator(sql)
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
                 try:
                     cursor.execute(query)
@@ -753,19 +751,20 @@ _PG_BYTEA = 17
 class _PostgresShape:
     """A PostgreSQL result's columns, and which of them may hold a value too long to transfer.
 
-    :meth:`query` wraps the query so that the server sends, for a value of more than ``max_cell_bytes`` bytes,
-    NULL in its column and the cut value in an extra column: the first ``max_cell_bytes`` characters (bytes of
-    a bytea) and the marker :func:`~bounds.cut_cell` would write (full length, SHA-256 prefix), computed on the
-    server, so the whole value never reaches this process.
+    :meth:`query` wraps the query ``sql`` (its :func:`~parsing.query_text`) so that the server sends, for a
+    value of more than ``max_cell_bytes`` bytes, NULL in its column and the cut value in an extra column: the
+    first ``max_cell_bytes`` characters (bytes of a bytea) and the marker :func:`~bounds.cut_cell` would write
+    (full length, SHA-256 prefix), computed on the server, so the whole value never reaches this process.
     Other values, and their types, are as the query returned them. :meth:`rows` puts the cut values back.
     """
 
+    sql: str
     names: list[str]
     cuttable: list[tuple[int, int]]  # (column index, type oid)
 
-    def query(self, sql: str, limit: int) -> str:
+    def query(self, limit: int) -> str:
         if not self.cuttable:
-            return sql
+            return self.sql
         columns = [f"c{i}" for i in range(len(self.names))]
         kept, cut = list(columns), []
         for index, oid in self.cuttable:
@@ -781,8 +780,8 @@ class _PostgresShape:
             kept[index] = f"CASE WHEN {too_long} THEN NULL ELSE {columns[index]} END"
             cut.append(f"CASE WHEN {too_long} THEN {marker} END")
         # OFFSET 0 keeps the query a subquery of its own, so each value is computed once, not once per use.
-        return (f"SELECT {', '.join(kept + cut)} FROM (SELECT * FROM ({sql}) AS sqlcmp_query OFFSET 0) "
-                f"AS sqlcmp_cut({', '.join(columns)})")
+        return (f"SELECT {', '.join(kept + cut)} FROM (SELECT * FROM ({_wrapped(self.sql)}) AS sqlcmp_query "
+                f"OFFSET 0) AS sqlcmp_cut({', '.join(columns)})")
 
     def rows(self, cursor: Any) -> Any:
         """``cursor`` with each row's cut values put back in their columns (as :class:`~bounds.CutText` or
@@ -809,22 +808,23 @@ class _MergedCursor:
         return merged
 
 
-def _postgres_shape(raw: Any, sql: str) -> _PostgresShape | None:
-    """The columns of ``sql`` (planned, not run: ``LIMIT 0``) in a savepoint, or None when that fails (the query
-    then runs unwrapped and fails with its own message)."""
+def _wrapped(sql: str) -> str:
+    """``sql`` (a :func:`~parsing.query_text`) as a subquery's text: on lines of its own, so that no comment in
+    it reaches the parenthesis that closes it."""
+    return f"\n{sql}\n"
+
+
+def _postgres_shape(raw: Any, sql: str) -> _PostgresShape:
+    """The columns of ``sql``, a :func:`~parsing.query_text` (planned, not run: ``LIMIT 0``). When that fails,
+    the query does: the driver's error is raised as the query's own, and the query never runs unwrapped (it
+    would send its values uncut)."""
     cursor = raw.cursor()
     try:
-        cursor.execute("SAVEPOINT sqlcmp_shape")
-        try:
-            cursor.execute(f"SELECT * FROM ({sql}) AS sqlcmp_shape LIMIT 0")
-        except Exception:  # noqa: BLE001 - any failure of the query itself: it runs again unwrapped
-            cursor.execute("ROLLBACK TO SAVEPOINT sqlcmp_shape")
-            return None
+        cursor.execute(f"SELECT * FROM ({_wrapped(sql)}) AS sqlcmp_shape LIMIT 0")
         description = cursor.description or []
-        cursor.execute("RELEASE SAVEPOINT sqlcmp_shape")
     finally:
         cursor.close()
-    return _PostgresShape(names=[str(column[0]) for column in description],
+    return _PostgresShape(sql=sql, names=[str(column[0]) for column in description],
                           cuttable=[(i, int(column[1])) for i, column in enumerate(description)
                                     if int(column[1]) not in _PG_FIXED_TYPES])
 

@@ -493,6 +493,20 @@ def tokens_of(sql: str, dialect: str | None) -> list[Token]:
     return tokens
 
 
+def query_text(sql: str, dialect: str | None) -> str:
+    """``sql`` up to the end of its last token that is not a semicolon: without the comments, semicolons and
+    white space that trail it, so that a query wrapped in parentheses (``SELECT * FROM (`` and ``) AS s``) stays
+    the same query. A trailing ``--`` comment would swallow the closing parenthesis, a trailing ``;`` end the
+    statement inside it.
+
+    >>> query_text("SELECT a FROM t -- why\\n ; /* end */ ;", "postgres")
+    'SELECT a FROM t'
+    """
+    last = next((token for token in reversed(tokens_of(sql, dialect)) if token.token_type != TokenType.SEMICOLON),
+                None)
+    return sql[:last.end + 1] if last is not None else ""
+
+
 def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_functions: bool = False,
              copy: bool = False) -> str:
     """``node.sql(dialect=dialect, normalize_functions="lower" if lower_functions else None, copy=copy)``, by one
