@@ -189,6 +189,24 @@ def test_one_huge_row_is_cut_before_it_reaches_the_process(engine: str, targets:
         report["warnings"]
 
 
+def test_postgres_timeout_bounds_the_whole_query_not_each_fetch(pg_url: str) -> None:
+    """The rows come through a server-side cursor, one FETCH per batch, and statement_timeout is per statement:
+    a query slow in every batch (1.5 s per 1,024 rows) ran 12 s at a 2 s timeout. The watchdog's cancel ends
+    the query and all its fetches at the timeout, as a timeout like the other engines', and the adapter goes on."""
+    adapter = ExecutionAdapter(pg_url, timeout_ms=2000)
+    try:
+        started = time.monotonic()
+        execution = adapter.execute("SELECT g FROM generate_series(1, 8192) g "
+                                    "WHERE pg_sleep(CASE WHEN g % 1024 = 1 THEN 1.5 ELSE 0 END) IS NOT NULL")
+        elapsed = time.monotonic() - started
+        assert execution.error is not None and execution.error.category == "timeout", execution
+        assert "interrupted at the query's timeout (2,000 ms" in execution.error.message
+        assert elapsed < 2.0 + 1.0, elapsed
+        assert adapter.execute("SELECT count(*) FROM sqlcmp_hostile_res.t").success
+    finally:
+        adapter.close()
+
+
 @pytest.mark.parametrize("trailer", [" --", " -- x\n;", " /* x */ ; ;", ";"])
 def test_postgres_cuts_on_the_server_whatever_trails_the_query(pg_url: str, trailer: str) -> None:
     """The query is wrapped for the server's cut; a trailing ``--`` comment swallowed the wrapper's closing

@@ -14,7 +14,7 @@ import itertools
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -133,30 +133,30 @@ def cut_warning(count: int, limit: int) -> list[str]:
 
 
 class _Watchdog:
-    """One thread per process that interrupts each armed connection at its deadline.
+    """One thread per process that interrupts each armed query at its deadline.
 
     A query's deadline used to be a ``threading.Timer``: one thread started and stopped per query, the largest
     fixed cost of a run of small queries (a fifth of a Spider run's profile). Here arming is a heap push under a
-    lock and the thread sleeps until the earliest deadline. A connection is interrupted only while armed: the
+    lock and the thread sleeps until the earliest deadline. A query is interrupted only while armed: the
     interrupt happens under the lock that :meth:`disarm` takes, so none arrives after a query's guard ended.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Condition()
         self._deadlines: list[tuple[float, int]] = []  # heap of (monotonic deadline, key)
-        self._armed: dict[int, Any] = {}
+        self._armed: dict[int, Callable[[], object]] = {}
         self._keys = itertools.count()
         self._thread: threading.Thread | None = None
 
-    def arm(self, connection: Any, seconds: float) -> int:
-        """Interrupt ``connection`` in ``seconds`` unless :meth:`disarm` is called first; the key to disarm."""
+    def arm(self, interrupt: Callable[[], object], seconds: float) -> int:
+        """Call ``interrupt`` in ``seconds`` unless :meth:`disarm` is called first; the key to disarm."""
         deadline = time.monotonic() + seconds
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="sqlcmp-query-watchdog", daemon=True)
                 self._thread.start()
             key = next(self._keys)
-            self._armed[key] = connection
+            self._armed[key] = interrupt
             heapq.heappush(self._deadlines, (deadline, key))
             if self._deadlines[0][1] == key:  # earlier than what the thread sleeps towards
                 self._lock.notify()
@@ -172,10 +172,10 @@ class _Watchdog:
                 now = time.monotonic()
                 while self._deadlines and (self._deadlines[0][0] <= now or self._deadlines[0][1] not in self._armed):
                     deadline, key = heapq.heappop(self._deadlines)
-                    connection = self._armed.pop(key, None)
-                    if connection is not None and deadline <= now:
+                    interrupt = self._armed.pop(key, None)
+                    if interrupt is not None and deadline <= now:
                         try:
-                            connection.interrupt()
+                            interrupt()
                         except Exception:  # noqa: BLE001 - a closed connection must not stop the watchdog
                             pass
                 self._lock.wait(self._deadlines[0][0] - now if self._deadlines else None)
@@ -194,11 +194,11 @@ os.register_at_fork(after_in_child=_fresh_watchdog)
 
 
 @contextmanager
-def interrupt_after(connection: Any, timeout_ms: int) -> Iterator[None]:
-    """Interrupt a DuckDB or SQLite connection from the process's watchdog thread once ``timeout_ms`` has
-    passed."""
+def interrupt_after(interrupt: Callable[[], object], timeout_ms: int) -> Iterator[None]:
+    """Call ``interrupt`` (a DuckDB or SQLite connection's ``interrupt``, a psycopg2 connection's ``cancel``)
+    from the process's watchdog thread once ``timeout_ms`` has passed, unless the block has ended."""
     watchdog = _watchdog
-    key = watchdog.arm(connection, timeout_ms / 1000)
+    key = watchdog.arm(interrupt, timeout_ms / 1000)
     try:
         yield
     finally:

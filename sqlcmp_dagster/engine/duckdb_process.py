@@ -234,7 +234,7 @@ def answer(duckdb: Any, request: Request, neighbor: Neighbor | None = None) -> A
         limit = _private_bytes() + bound
         resource.setrlimit(resource.RLIMIT_DATA, (limit if hard == resource.RLIM_INFINITY else min(limit, hard),
                                                   hard))
-        with interrupt_after(connection, request.timeout_ms):
+        with interrupt_after(connection.interrupt, request.timeout_ms):
             connection.execute(request.sql)
             fetched = fetch_bounded(connection, request.max_rows, request.max_bytes, request.max_cell_bytes)
         if connection.description is None:

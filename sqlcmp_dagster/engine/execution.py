@@ -518,6 +518,9 @@ class ExecutionAdapter:
             message = str(failure).strip()
             if isinstance(failure, sqlite3.DataError) and "too big" in message:  # the length limit of _session
                 message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
+            elif self.dialect == "postgres" and _PG_CANCELLED in message:  # the watchdog's cancel (_engine_session)
+                message = f"interrupted at the query's timeout ({timeout:,} ms for the query and all its fetches): " \
+                          f"{message}"
             return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
         except _sqlalchemy_errors("SQLAlchemyError") as failure:
             return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
@@ -633,8 +636,8 @@ class ExecutionAdapter:
 
     def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> AbstractContextManager[Any]:
         """A DBAPI connection of its own in a read-only transaction that is always rolled back, with the engine's
-        own interruption armed: SQLite's progress handler and watchdog, PostgreSQL's statement_timeout,
-        DuckDB's watchdog. On SQLite, no value may grow past ``max_cell_bytes`` (when given). A SQLite file or
+        own interruption armed: SQLite's progress handler and watchdog, PostgreSQL's statement_timeout and the
+        watchdog's cancel, DuckDB's watchdog. On SQLite, no value may grow past ``max_cell_bytes`` (when given). A SQLite file or
         neighbor gets one of the adapter's kept connections (:meth:`_sqlite_session`), anything else one of
         SQLAlchemy's (:meth:`_engine_session`)."""
         if self._sqlite_open is not None:
@@ -651,7 +654,11 @@ class ExecutionAdapter:
                     driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes)
                 guard = sqlite_deadline(driver, timeout_ms)
             elif self.dialect == "duckdb":
-                guard = interrupt_after(driver, timeout_ms)
+                guard = interrupt_after(driver.interrupt, timeout_ms)
+            elif self.dialect == "postgres":
+                # statement_timeout (below) is per statement, and a query is several: the probe, the cursor's
+                # DECLARE and a FETCH per batch. The watchdog's cancel ends the whole within timeout_ms.
+                guard = interrupt_after(driver.cancel, timeout_ms)
             else:
                 guard = _noop()
             with guard:
@@ -745,6 +752,8 @@ _PG_FIXED_TYPES = frozenset({
 #: PostgreSQL types measured and cut as they are; any other type is measured and cut through its text form.
 _PG_TEXT_TYPES = frozenset({25, 1042, 1043})
 _PG_BYTEA = 17
+#: PostgreSQL's message for a statement cancelled by the client (the watchdog's ``cancel``).
+_PG_CANCELLED = "canceling statement due to user request"
 
 
 @dataclass(frozen=True)
@@ -945,7 +954,7 @@ def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator
     handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
     connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
     try:
-        with interrupt_after(connection, timeout_ms):
+        with interrupt_after(connection.interrupt, timeout_ms):
             yield
     finally:
         connection.set_progress_handler(None, 0)
