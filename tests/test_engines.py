@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import parse
-from sqlcmp_dagster.engine.pipeline import compare
+from sqlcmp_dagster.engine.pipeline import Evaluator, compare
 
 #: A parse of SELECT 1 handed in with other SQL: the statement gate passes, so only the engine can refuse.
 FORGED = parse("SELECT 1", "postgres")
@@ -164,6 +164,24 @@ def test_postgres_compare_end_to_end(pg_url: str) -> None:
     assert fix["sql"] == "SELECT kind, COUNT(*) FROM sqlcmp_engines.items GROUP BY kind"
 
 
+def test_postgres_numeric_nan_and_infinity_compare_as_floats_in_a_batch(pg_url: str) -> None:
+    """psycopg2 returns numeric NaN and Infinity as Decimal, on which polars panicked (a BaseException: the
+    batch died with no report). They become floats, equal to float8's; the cases around them are untouched."""
+    numeric = "SELECT 'NaN'::numeric AS a, '-infinity'::numeric AS b, ARRAY[1.5::numeric, 'NaN'] AS c"
+    floats = "SELECT 'NaN'::float8 AS a, '-infinity'::float8 AS b, ARRAY[1.5::float8, 'NaN'] AS c"
+    cases = [CompareRequest(case_id=name, db=pg_url, expected_sql=expected, actual_sql=actual)
+             for name, expected, actual in (("before", "SELECT 1 AS a", "SELECT 1 AS a"), ("nan", floats, numeric),
+                                            ("after", "SELECT 2 AS a", "SELECT 2 AS a"))]
+    for workers in (1, 2):
+        evaluator = Evaluator()
+        try:
+            reports = evaluator.evaluate_all(cases, workers=workers)
+        finally:
+            evaluator.close()
+        assert [(r.case_id, r.deterministic_verdict) for r in reports] == [
+            ("before", "pass"), ("nan", "pass"), ("after", "pass")], (workers, reports[1].explanations)
+
+
 def test_ten_million_rows_are_capped_not_materialized(duck: Path, pg_url: str, sample_db: Path) -> None:
     queries = {
         str(duck): "SELECT range AS n, range * 2 AS m FROM range(10000000)",
@@ -179,8 +197,6 @@ def test_ten_million_rows_are_capped_not_materialized(duck: Path, pg_url: str, s
 
 
 def test_parallel_cases_match_serial(pg_url: str, duck: Path, sample_db: Path) -> None:
-    from sqlcmp_dagster.engine.pipeline import Evaluator
-
     cases = [CompareRequest(case_id=f"c{i}", db=pg_url,
                             expected_sql="SELECT kind, count(*) FROM sqlcmp_engines.items GROUP BY kind",
                             actual_sql=f"SELECT kind, count(*) FROM sqlcmp_engines.items WHERE id > {i * 100} "

@@ -283,6 +283,25 @@ def test_batch_keeps_going_past_broken_cases(tmp_path: Path, sample_dir: Path) -
     assert "database 'missing' not found" in str(reports[1].evidence)
 
 
+def test_a_panic_in_polars_is_its_cases_fault_report(monkeypatch: pytest.MonkeyPatch, sample_dir: Path) -> None:
+    """polars panics (``PanicException``, a BaseException) on values it cannot hold; ``except Exception`` let
+    it end the batch without a report. It is now that case's engine-fault report, the others go on."""
+    validate = pipeline.validate
+
+    def panicking(request: CompareRequest, *args: object) -> object:
+        if request.case_id == "panics":
+            raise pl.exceptions.PanicException("called `Result::unwrap()` on an `Err` value")
+        return validate(request, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "validate", panicking)
+    cases = [CompareRequest(case_id=name, db=SAMPLE_DB_ID, expected_sql="SELECT 1", actual_sql="SELECT 1")
+             for name in ("before", "panics", "after")]
+    reports = Evaluator(db_dir=sample_dir).evaluate_all(cases)
+    assert [r.case_id for r in reports] == ["before", "panics", "after"]
+    assert [r.deterministic_verdict for r in reports[::2]] == ["pass", "pass"]
+    assert "internal engine error: pyo3_runtime.PanicException: called `Result::unwrap()`" in str(reports[1].evidence)
+
+
 def _untimed(value: object) -> object:
     """A report's JSON without run_metadata and timings (the only parts two runs of a case may differ in)."""
     if isinstance(value, dict):

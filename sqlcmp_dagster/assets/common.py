@@ -23,7 +23,7 @@ from sqlcmp_dagster.contracts import SCHEMAS, contract_check, contract_spec
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
 from sqlcmp_dagster.engine.models import CompareRequest, Report
-from sqlcmp_dagster.engine.pipeline import Validation, finish_timings
+from sqlcmp_dagster.engine.pipeline import CASE_FAULTS, Validation, finish_timings
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
     validation_from_record
 from sqlcmp_dagster.engine.report import ENGINE_VERSION, Analysis, blocked_report, build_report, fault_report
@@ -152,7 +152,7 @@ def per_case(frame: pl.DataFrame, compute: Callable[[dict[str, Any]], dict[str, 
         if fault is None:
             try:
                 out = compute(row)
-            except Exception as error:
+            except CASE_FAULTS as error:
                 fault = "".join(traceback.format_exception_only(type(error), error)).strip()
                 out = {}
         else:

@@ -334,6 +334,7 @@ def tagged_text(series: pl.Series) -> pl.Series:
 
 
 def _column_series(name: str, values: list[Any]) -> pl.Series:
+    values = _finite_decimals(values)
     try:
         return pl.Series(name, values, strict=True)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
@@ -355,6 +356,35 @@ def _column_series(name: str, values: list[Any]) -> pl.Series:
         for i, rendered in zip(indexes, tagged_text(pl.Series(subset)).to_list()):
             text[i] = rendered
     return pl.Series(name, text, dtype=pl.Utf8)
+
+
+def _finite_decimals(values: list[Any]) -> list[Any]:
+    """``values`` with every ``Decimal`` in them or in their lists (PostgreSQL arrays) made a float, where one of
+    them is NaN or infinite (PostgreSQL's ``numeric`` has both): polars panics on such a ``Decimal``
+    (``PanicException``, which ``except Exception`` does not catch), and as floats they compare as the float
+    values do. Values without one are handed back as they are.
+
+    >>> _finite_decimals([Decimal("1.5"), [Decimal("2"), None]])
+    [Decimal('1.5'), [Decimal('2'), None]]
+    >>> _finite_decimals([Decimal("1.5"), [Decimal("NaN"), Decimal("-Infinity")]])
+    [1.5, [nan, -inf]]
+    """
+    kinds = set(map(type, values))
+    if (Decimal in kinds or list in kinds) and any(map(_non_finite, values)):
+        return [_as_float(value) for value in values]
+    return values
+
+
+def _non_finite(value: Any) -> bool:
+    if isinstance(value, Decimal):
+        return not value.is_finite()
+    return isinstance(value, list) and any(map(_non_finite, value))
+
+
+def _as_float(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    return [_as_float(item) for item in value] if isinstance(value, list) else value
 
 
 def _family(value: Any) -> str:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from polars.exceptions import PanicException
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.collector import batch_collector, tune_worker
@@ -447,6 +448,11 @@ def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *
     return apply_judgment(report, judge_reports([pending], judge)[0])
 
 
+#: What a case's own evaluation may raise that becomes its fault report: any exception, and a panic in polars'
+#: Rust code (``PanicException``, a ``BaseException`` that ``except Exception`` lets through to end the batch).
+CASE_FAULTS: tuple[type[BaseException], ...] = (Exception, PanicException)
+
+
 def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None,
                    judge: JudgeConfig | None, cache: ExpectedResults | None = None) \
         -> tuple[Report, PendingJudgment | None]:
@@ -456,7 +462,7 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     try:
         validation = validate(request, database, database_error, cache)
         report = blocked_report(validation) or build_report(validation, analyze(validation, database))
-    except Exception as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
+    except CASE_FAULTS as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
         report = _engine_fault_report(request, error)
     finish_timings(report, (time.perf_counter() - started) * 1000)
     if judge is None:
@@ -708,6 +714,6 @@ def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter |
                                       max_cell_bytes=config.max_cell_bytes)
 
 
-def _engine_fault_report(request: CompareRequest, error: Exception) -> Report:
+def _engine_fault_report(request: CompareRequest, error: BaseException) -> Report:
     detail = "".join(traceback.format_exception_only(type(error), error)).strip()
     return fault_report(request, f"internal engine error: {detail}")
