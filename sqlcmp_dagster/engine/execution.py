@@ -679,6 +679,7 @@ class ExecutionAdapter:
         assert self.engine is not None, "an adapter without an engine reads a SQLite file or neighbor"
         with self.engine.connect() as connection:
             driver = connection.connection.driver_connection
+            assert driver is not None, "a connection checked out of the engine holds its driver's"
             if isinstance(driver, sqlite3.Connection):
                 if max_cell_bytes:
                     driver.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes)
