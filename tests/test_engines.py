@@ -49,6 +49,35 @@ def test_duckdb_compare_uses_its_dialect(duck: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    ("expected", "right", "wrong"),
+    [
+        ("SELECT list(id ORDER BY id) AS l FROM items WHERE id < 3", "SELECT [0, 1, 2] AS l",
+         "SELECT list(id ORDER BY id DESC) AS l FROM items WHERE id < 3"),
+        ("SELECT INTERVAL 1 DAY AS i UNION ALL SELECT NULL", "SELECT NULL AS i UNION ALL SELECT INTERVAL 24 HOUR",
+         "SELECT INTERVAL 2 DAY AS i UNION ALL SELECT NULL"),
+        ("SELECT uuid '00000000-0000-0000-0000-000000000001' AS u",
+         "SELECT '00000000-0000-0000-0000-000000000001'::UUID AS u",
+         "SELECT uuid '00000000-0000-0000-0000-000000000002' AS u"),
+        ("SELECT {'x': 1, 'y': [2]} AS s", "SELECT {'x': 1, 'y': [2]} AS s", "SELECT {'x': 1, 'y': [3]} AS s"),
+        ("SELECT MAP {'k': [1, 2]} AS m", "SELECT MAP {'k': [1, 2]} AS m", "SELECT MAP {'k': [2, 1]} AS m"),
+    ],
+)
+def test_duckdb_lists_structs_intervals_and_uuids_are_compared(duck: Path, expected: str, right: str,
+                                                               wrong: str) -> None:
+    """Results polars cannot join or cast (lists, structs, maps, intervals, UUIDs: a UUID column made polars
+    panic) are compared by their values' text, not reported as the actual query's failure (a review's
+    finding)."""
+    adapter = ExecutionAdapter(str(duck))
+    try:
+        for actual, verdict in ((right, "pass"), (wrong, "fail")):
+            report = compare(CompareRequest(expected_sql=expected, actual_sql=actual,
+                                            config=EvalConfig(neighbor_count=0)), adapter)
+            assert (report.deterministic_verdict, report.blocked_reason) == (verdict, None), report.explanations
+    finally:
+        adapter.close()
+
+
+@pytest.mark.parametrize(
     ("sql", "category"),
     [
         ("SELECT nope FROM items", "missing_column"),

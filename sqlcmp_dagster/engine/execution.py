@@ -336,9 +336,13 @@ def tagged_text(series: pl.Series) -> pl.Series:
 def _column_series(name: str, values: list[Any]) -> pl.Series:
     values = _finite_decimals(values)
     try:
-        return pl.Series(name, values, strict=True)
+        series = pl.Series(name, values, strict=True)
     except (TypeError, ValueError, OverflowError, pl.exceptions.PolarsError):
         pass
+    else:
+        if not _compared_as_text(series.dtype):
+            return series
+        return pl.Series(name, [None if value is None else value_text(value) for value in values], dtype=pl.Utf8)
     kinds = {_family(v) for v in values if v is not None}
     if kinds <= {"n"}:
         return pl.Series(name, [None if v is None else float(v) for v in values], dtype=pl.Float64)
@@ -356,6 +360,40 @@ def _column_series(name: str, values: list[Any]) -> pl.Series:
         for i, rendered in zip(indexes, tagged_text(pl.Series(subset)).to_list()):
             text[i] = rendered
     return pl.Series(name, text, dtype=pl.Utf8)
+
+
+def _compared_as_text(dtype: pl.DataType) -> bool:
+    """Whether a column of ``dtype`` is compared through its values' text (:func:`value_text`): lists, arrays,
+    structs (DuckDB's LIST, STRUCT and MAP, PostgreSQL's arrays and json), durations (intervals) and Python
+    objects (UUIDs, PostgreSQL's ranges). Result comparison joins, sorts and casts columns, which polars cannot
+    do on these (a cast of a list to text raises; a join on an object column panics), so a case returning one
+    ended as an engine error instead of being compared."""
+    return dtype.is_nested() or dtype == pl.Object or isinstance(dtype, pl.Duration)
+
+
+def value_text(value: Any) -> str:
+    """``value`` as the text it is compared by when its column is :func:`_compared_as_text`: a list as its
+    items in brackets, a mapping as its entries in the order of their keys' text, a text inside either quoted
+    (``['1']`` is not ``[1]``), NULL as ``NULL``, anything else as ``str`` gives it.
+
+    >>> value_text([1, None, "a", [2.5]]), value_text({"b": 1, "a": [True]})
+    ('[1, NULL, "a", [2.5]]', '{"a": [True], "b": 1}')
+    >>> import datetime, uuid
+    >>> value_text(datetime.timedelta(days=1, hours=2)), value_text(uuid.UUID(int=1))
+    ('1 day, 2:00:00', '00000000-0000-0000-0000-000000000001')
+    """
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_item_text(item) for item in value) + "]"
+    if isinstance(value, dict):
+        entries = sorted(value.items(), key=lambda entry: str(entry[0]))
+        return "{" + ", ".join(f"{_item_text(key)}: {_item_text(item)}" for key, item in entries) + "}"
+    return str(value)
+
+
+def _item_text(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value_text(value)
 
 
 def _finite_decimals(values: list[Any]) -> list[Any]:
