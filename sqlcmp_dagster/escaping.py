@@ -49,18 +49,20 @@ def terminal_json(text: str) -> str:
     return text.translate(_AS_JSON)
 
 
-#: The punctuation that makes markup inside a Markdown table cell: the cell's end, emphasis, code, links and
-#: images (``[``), autolinks and HTML (``<``), strikethrough, and the backslash itself.
-_MARKDOWN_PUNCTUATION = {code: "\\" + chr(code) for code in map(ord, "\\`*_[]<>|~")}
+#: The punctuation that makes more than emphasis inside a Markdown table cell: the cell's end, code, links and
+#: images (``[``), autolinks and HTML (``<``), and the backslash itself. Emphasis (``*``, ``_``, ``~``) is left
+#: alone: it hides nothing, and escaping every ``_`` would make ``dog_kennels`` read ``dog\_kennels`` in the
+#: Markdown file.
+_MARKDOWN_PUNCTUATION = {code: "\\" + chr(code) for code in map(ord, "\\`[]<>|")}
 
 
 def markdown_cell(text: str) -> str:
-    """``text`` as one cell of a Markdown table row: on one line, every punctuation character that Markdown reads
-    as markup escaped with a backslash (it then shows as itself), so that a label can neither end the cell or the
-    row nor make a link or an image.
+    """``text`` as one cell of a Markdown table row: on one line, each character of :data:`_MARKDOWN_PUNCTUATION`
+    escaped with a backslash (it then shows as itself), so that a label can neither end the cell or the row nor
+    make a link, an image or HTML.
 
     >>> markdown_cell("x | 9 |\\n| [click](javascript:alert(1)) cre_Doc")
-    'x \\\\| 9 \\\\| \\\\| \\\\[click\\\\](javascript:alert(1)) cre\\\\_Doc'
+    'x \\\\| 9 \\\\| \\\\| \\\\[click\\\\](javascript:alert(1)) cre_Doc'
     """
     return " ".join(text.split()).translate(_MARKDOWN_PUNCTUATION)
 
