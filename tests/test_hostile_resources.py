@@ -32,6 +32,7 @@ from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.engine import execution
 from sqlcmp_dagster.engine.duckdb_process import memory_bound
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
@@ -563,3 +564,32 @@ def test_integers_compare_exactly_and_booleans_are_not_integers_on_every_engine(
     assert verdict("SELECT 9007199254740993", "SELECT 9007199254740993", comparison_mode="exact") == "pass"
     assert verdict("SELECT true", "SELECT 1") == ("pass" if engine == "sqlite" else "fail")
     adapter.close()
+
+
+def test_postgres_timeout_holds_when_it_passes_between_two_fetches(pg_url: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL drops a cancel that reaches the backend between two FETCHes: with the timeout passing while
+    this process worked on a batch, the next FETCH ran, and a 1 s query returned its rows after 2 s (a review's
+    finding). No FETCH starts past the timeout."""
+    original = execution.fetch_bounded
+
+    def slow_between_fetches(cursor: Any, *args: Any) -> Any:
+        class Slow:
+            calls = 0
+
+            def fetchmany(self, size: int) -> Any:
+                rows = cursor.fetchmany(size)
+                Slow.calls += 1
+                if Slow.calls == 1:
+                    time.sleep(1.2)  # the client's own work on the first batch, past the timeout
+                return rows
+        return original(Slow(), *args)
+
+    monkeypatch.setattr(execution, "fetch_bounded", slow_between_fetches)
+    adapter = ExecutionAdapter(pg_url, timeout_ms=1000)
+    try:
+        result = adapter.execute("SELECT g, pg_sleep(0.06) FROM generate_series(1, 15) g")
+        assert result.error is not None and result.error.category == "timeout", result
+        assert "interrupted at the query's timeout (1,000 ms" in result.error.message
+    finally:
+        adapter.close()

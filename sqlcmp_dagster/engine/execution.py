@@ -557,7 +557,7 @@ class ExecutionAdapter:
         if self._duckdb_database is not None:
             return self._execute_duckdb(Request(self._duckdb_database, _strip_terminator(sql), timeout, limit,
                                                 max_bytes, max_cell_bytes))
-        started = time.perf_counter()
+        started, deadline = time.perf_counter(), time.monotonic() + timeout / 1000
         try:
             with self._session(timeout, max_cell_bytes) as connection:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
@@ -568,8 +568,8 @@ class ExecutionAdapter:
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
                 try:
                     cursor.execute(query)
-                    fetched = fetch_bounded(shape.rows(cursor) if shape is not None else cursor, limit, max_bytes,
-                                            max_cell_bytes)
+                    fetched = fetch_bounded(shape.rows(cursor, deadline) if shape is not None else cursor, limit,
+                                            max_bytes, max_cell_bytes)
                     if cursor.description is None:
                         raise _NoRows()
                     names = shape.names if shape is not None else [str(c[0]) for c in cursor.description]
@@ -587,9 +587,11 @@ class ExecutionAdapter:
             if isinstance(failure, sqlite3.DataError) and "too big" in message:  # the length limit of _session
                 message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
             elif self.dialect == "postgres" and _PG_CANCELLED in message:  # the watchdog's cancel (_engine_session)
-                message = f"interrupted at the query's timeout ({timeout:,} ms for the query and all its fetches): " \
-                          f"{message}"
+                message = f"{_pg_timeout(timeout)}: {message}"
             return Execution(False, None, execution_error(message), (time.perf_counter() - started) * 1000)
+        except _PastDeadline:
+            return Execution(False, None, execution_error(f"{_pg_timeout(timeout)}: no FETCH starts past it"),
+                             (time.perf_counter() - started) * 1000)
         except _sqlalchemy_errors("SQLAlchemyError") as failure:
             return Execution(False, None, execution_error(str(failure)), (time.perf_counter() - started) * 1000)
         except (ValueError, OverflowError, UnicodeError, sqlite3.Error) as failure:  # driver-side conversions
@@ -861,21 +863,37 @@ class _PostgresShape:
         return (f"SELECT {', '.join(kept + cut)} FROM (SELECT * FROM ({_wrapped(self.sql)}) AS sqlcmp_query "
                 f"OFFSET 0) AS sqlcmp_cut({', '.join(columns)})")
 
-    def rows(self, cursor: Any) -> Any:
+    def rows(self, cursor: Any, deadline: float) -> Any:
         """``cursor`` with each row's cut values put back in their columns (as :class:`~bounds.CutText` or
-        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are)."""
-        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable])
+        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are), and no FETCH started past
+        ``deadline`` (a ``time.monotonic()`` instant)."""
+        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable], deadline)
+
+
+class _PastDeadline(Exception):
+    """A PostgreSQL query's timeout passed between two of its FETCHes."""
+
+
+def _pg_timeout(timeout_ms: int) -> str:
+    return f"interrupted at the query's timeout ({timeout_ms:,} ms for the query and all its fetches)"
 
 
 @dataclass(frozen=True)
 class _MergedCursor:
-    """A DBAPI cursor over a :class:`_PostgresShape` query whose rows come back in the query's own columns."""
+    """A DBAPI cursor over a :class:`_PostgresShape` query whose rows come back in the query's own columns.
+
+    It starts no FETCH past ``deadline``: the watchdog's cancel ends a FETCH running at the query's timeout, but
+    PostgreSQL drops a cancel that reaches the backend between two FETCHes (while this process works on a
+    batch), and the next FETCH would then run as if none had come."""
 
     cursor: Any
     width: int
     cut_columns: list[int]
+    deadline: float
 
     def fetchmany(self, size: int) -> list[tuple[Any, ...]]:
+        if time.monotonic() > self.deadline:
+            raise _PastDeadline()
         merged = []
         for row in self.cursor.fetchmany(size):
             values = list(row[:self.width])
