@@ -60,6 +60,9 @@ def test_duckdb_compare_uses_its_dialect(duck: Path) -> None:
          "SELECT uuid '00000000-0000-0000-0000-000000000002' AS u"),
         ("SELECT {'x': 1, 'y': [2]} AS s", "SELECT {'x': 1, 'y': [2]} AS s", "SELECT {'x': 1, 'y': [3]} AS s"),
         ("SELECT MAP {'k': [1, 2]} AS m", "SELECT MAP {'k': [1, 2]} AS m", "SELECT MAP {'k': [2, 1]} AS m"),
+        # numbers in a list compare as numbers do outside one: 1 is 1.0, 1.5 is 1.50 (a review's finding)
+        ("SELECT [1, 2] AS l", "SELECT [1.0::DOUBLE, 2] AS l", "SELECT [1.5::DOUBLE, 2] AS l"),
+        ("SELECT [1.5::DECIMAL(4, 1)] AS l", "SELECT [1.50::DECIMAL(4, 2)] AS l", "SELECT ['1.5'] AS l"),
     ],
 )
 def test_duckdb_lists_structs_intervals_and_uuids_are_compared(duck: Path, expected: str, right: str,
@@ -209,6 +212,29 @@ def test_postgres_numeric_nan_and_infinity_compare_as_floats_in_a_batch(pg_url: 
             evaluator.close()
         assert [(r.case_id, r.deterministic_verdict) for r in reports] == [
             ("before", "pass"), ("nan", "pass"), ("after", "pass")], (workers, reports[1].explanations)
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual"),
+    [
+        ("SELECT ARRAY[1, 2] AS a", "SELECT ARRAY[1.0::float8, 2] AS a"),
+        ("SELECT ARRAY[1.5::numeric] AS a", "SELECT ARRAY[1.50::numeric] AS a"),
+        ("SELECT '{\"b\": 2, \"a\": [1]}'::json AS j", "SELECT '{\"a\": [1.0], \"b\": 2}'::json AS j"),
+        ("SELECT 1e100::numeric AS n, ARRAY[1e100::numeric] AS a",
+         "SELECT 1e100::numeric AS n, ARRAY[1e100::numeric] AS a"),
+    ],
+)
+def test_postgres_arrays_json_and_huge_numerics_compare_as_their_values(pg_url: str, expected: str,
+                                                                         actual: str) -> None:
+    """PostgreSQL arrays and json compare by their values (a number as numbers compare, a json object's keys
+    in any order); a numeric beyond polars' decimals (1e100) is compared as a float instead of ending the case
+    as an engine error (a review's findings)."""
+    adapter = ExecutionAdapter(pg_url)
+    try:
+        report = compare(CompareRequest(expected_sql=expected, actual_sql=actual), adapter)
+        assert (report.deterministic_verdict, report.blocked_reason) == ("pass", None), report.explanations
+    finally:
+        adapter.close()
 
 
 def test_ten_million_rows_are_capped_not_materialized(duck: Path, pg_url: str, sample_db: Path) -> None:

@@ -356,7 +356,7 @@ def _column_series(name: str, values: list[Any]) -> pl.Series:
         if family == "n":
             subset = [float(v) for v in subset]
         elif family == "o":
-            subset = [str(v) for v in subset]
+            subset = [value_text(v) for v in subset]
         for i, rendered in zip(indexes, tagged_text(pl.Series(subset)).to_list()):
             text[i] = rendered
     return pl.Series(name, text, dtype=pl.Utf8)
@@ -372,12 +372,13 @@ def _compared_as_text(dtype: pl.DataType) -> bool:
 
 
 def value_text(value: Any) -> str:
-    """``value`` as the text it is compared by when its column is :func:`_compared_as_text`: a list as its
-    items in brackets, a mapping as its entries in the order of their keys' text, a text inside either quoted
-    (``['1']`` is not ``[1]``), NULL as ``NULL``, anything else as ``str`` gives it.
+    """``value`` as the text it is compared by when its column is :func:`_compared_as_text` (or mixes such values
+    with others): a list as its items in brackets, a mapping as its entries in the order of their keys' text,
+    inside either a text quoted (``['1']`` is not ``[1]``) and a number as numbers compare (:func:`_number_text`),
+    NULL as ``NULL``; anything else as ``str`` gives it.
 
-    >>> value_text([1, None, "a", [2.5]]), value_text({"b": 1, "a": [True]})
-    ('[1, NULL, "a", [2.5]]', '{"a": [True], "b": 1}')
+    >>> value_text([1, None, "a", [2.5]]), value_text({"b": 1.0, "a": [True]})
+    ('[1, NULL, "a", [2.5]]', '{"a": [true], "b": 1}')
     >>> import datetime, uuid
     >>> value_text(datetime.timedelta(days=1, hours=2)), value_text(uuid.UUID(int=1))
     ('1 day, 2:00:00', '00000000-0000-0000-0000-000000000001')
@@ -391,32 +392,65 @@ def value_text(value: Any) -> str:
 
 
 def _item_text(value: Any) -> str:
+    """An item of a list or mapping as :func:`value_text` writes it: NULL, a text quoted, a boolean as ``true``
+    or ``false``, a number as :func:`_number_text`."""
     if value is None:
         return "NULL"
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, str) else value_text(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, Decimal)):
+        return _number_text(value)
+    return value_text(value)
+
+
+def _number_text(value: int | float | Decimal) -> str:
+    """A number as one text whatever type held it, as numbers outside lists compare: ``1``, ``1.0`` and
+    ``Decimal('1.00')`` are ``1``, ``Decimal('1.50')`` is ``1.5``, ``-0.0`` is ``0``; an integer exactly, any
+    other number as the float nearest to it.
+
+    >>> [_number_text(v) for v in (1, 1.0, Decimal("1.00"), Decimal("1.50"), -0.0, 2**60 + 1, float("nan"))]
+    ['1', '1', '1', '1.5', '0', '1152921504606846977', 'NaN']
+    """
+    if isinstance(value, int):
+        return str(value)
+    if not value.is_finite() if isinstance(value, Decimal) else not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if value == int(value):
+        return str(int(value))
+    return repr(float(value))
 
 
 def _finite_decimals(values: list[Any]) -> list[Any]:
     """``values`` with every ``Decimal`` in them or in their lists (PostgreSQL arrays) made a float, where one of
-    them is NaN or infinite (PostgreSQL's ``numeric`` has both): polars panics on such a ``Decimal``
-    (``PanicException``, which ``except Exception`` does not catch), and as floats they compare as the float
-    values do. Values without one are handed back as they are.
+    them is beyond polars' decimals: NaN or infinite (PostgreSQL's ``numeric`` has both), on which polars panics
+    (``PanicException``, which ``except Exception`` does not catch), or of more than 38 digits or beyond 10^38
+    (``1e100::numeric``), which it refuses. As floats they compare as the float values do. Values without one are
+    handed back as they are.
 
     >>> _finite_decimals([Decimal("1.5"), [Decimal("2"), None]])
     [Decimal('1.5'), [Decimal('2'), None]]
     >>> _finite_decimals([Decimal("1.5"), [Decimal("NaN"), Decimal("-Infinity")]])
     [1.5, [nan, -inf]]
+    >>> _finite_decimals([Decimal("1E+100")])
+    [1e+100]
     """
     kinds = set(map(type, values))
-    if (Decimal in kinds or list in kinds) and any(map(_non_finite, values)):
+    if (Decimal in kinds or list in kinds) and any(map(_beyond_polars, values)):
         return [_as_float(value) for value in values]
     return values
 
 
-def _non_finite(value: Any) -> bool:
+#: The most digits (and the largest power of ten) of a decimal polars holds (its Decimal128).
+_POLARS_DECIMAL_DIGITS = 38
+
+
+def _beyond_polars(value: Any) -> bool:
     if isinstance(value, Decimal):
-        return not value.is_finite()
-    return isinstance(value, list) and any(map(_non_finite, value))
+        return not value.is_finite() or len(value.as_tuple().digits) > _POLARS_DECIMAL_DIGITS \
+            or abs(value.adjusted()) >= _POLARS_DECIMAL_DIGITS
+    return isinstance(value, list) and any(map(_beyond_polars, value))
 
 
 def _as_float(value: Any) -> Any:
@@ -707,9 +741,9 @@ class ExecutionAdapter:
     def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> AbstractContextManager[Any]:
         """A DBAPI connection of its own in a read-only transaction that is always rolled back, with the engine's
         own interruption armed: SQLite's progress handler and watchdog, PostgreSQL's statement_timeout and the
-        watchdog's cancel, DuckDB's watchdog. On SQLite, no value may grow past ``max_cell_bytes`` (when given). A SQLite file or
-        neighbor gets one of the adapter's kept connections (:meth:`_sqlite_session`), anything else one of
-        SQLAlchemy's (:meth:`_engine_session`)."""
+        watchdog's cancel, DuckDB's watchdog. On SQLite, no value may grow past ``max_cell_bytes`` (when given).
+        A SQLite file or neighbor gets one of the adapter's kept connections (:meth:`_sqlite_session`), anything
+        else one of SQLAlchemy's (:meth:`_engine_session`)."""
         if self._sqlite_open is not None:
             return self._sqlite_session(timeout_ms, max_cell_bytes)
         return self._engine_session(timeout_ms, max_cell_bytes)
