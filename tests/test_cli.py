@@ -179,3 +179,14 @@ def test_the_command_ends_without_teardown_and_loses_no_output(tmp_path: Path, s
                             "--out", str(tmp_path / "r.jsonl")], capture_output=True, text=True, timeout=300,
                            env=buffered)
     assert usage.returncode == 2 and "suite not found" in usage.stderr
+
+
+def test_sqlglot_does_not_echo_a_hostile_query_to_stderr(sample_db: Path) -> None:
+    """sqlglot warns that a statement it reads as a Command "contains unsupported syntax", quoting the text: a
+    hostile query's escape sequences reached the terminal through Python's last-resort handler (a review's
+    finding). The gate's refusal is in the report; nothing of the text is on stderr."""
+    out = subprocess.run([sys.executable, "-m", "sqlcmp_dagster.cli", "compare", "--db", str(sample_db),
+                          "--expected-sql", "SELECT 1 AS a", "--actual-sql", "SHOW '\x1b[2J\x1b[31mPWNED'"],
+                         capture_output=True, text=True, timeout=300)
+    assert "\x1b" not in out.stderr + out.stdout and "PWNED" not in out.stderr, out.stderr
+    assert "not a read-only query: COMMAND statement" in out.stdout

@@ -8,6 +8,7 @@ to formatting; they never change what a query computes.
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 import time
@@ -26,6 +27,14 @@ from sqlglot.tokenizer_core import Token, TokenizerCore
 from sqlglot.tokens import SQLGLOTC_INSTALLED, TokenType
 
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_SQL_CHARS
+
+# sqlglot logs a warning that quotes the text it parses (``'<sql>' contains unsupported syntax. Falling back to
+# parsing as a 'Command'``) and, when printing, what a dialect does not support: the text is a hostile query's,
+# escape sequences included, and Python's last-resort handler writes it to stderr as it is. What it says reaches
+# the report as the parse's outcome or the gate's refusal; its warnings are silenced here unless whoever uses
+# this module set sqlglot's level already.
+if logging.getLogger("sqlglot").level == logging.NOTSET:
+    logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 #: Statements that may be executed: queries and set operations over queries, nothing else.
 _QUERY_TYPES = (exp.Select, exp.SetOperation, exp.Subquery, exp.Values)
