@@ -59,7 +59,8 @@ _MARKDOWN_PUNCTUATION = {code: "\\" + chr(code) for code in map(ord, "\\`[]<>|")
 def markdown_cell(text: str) -> str:
     """``text`` as one cell of a Markdown table row: on one line, each character of :data:`_MARKDOWN_PUNCTUATION`
     escaped with a backslash (it then shows as itself), so that a label can neither end the cell or the row nor
-    make a link, an image or HTML.
+    make a link of Markdown's own (``[text](url)``), an image or HTML. A bare address may still show as a link
+    where the renderer makes links of addresses by itself (GitHub's does).
 
     >>> markdown_cell("x | 9 |\\n| [click](javascript:alert(1)) cre_Doc")
     'x \\\\| 9 \\\\| \\\\| \\\\[click\\\\](javascript:alert(1)) cre_Doc'
@@ -72,8 +73,8 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
 def spreadsheet_text(value: object) -> object:
-    """``value``, a text that a spreadsheet would read as a formula written after a ``'``, which spreadsheets
-    read as "this cell is text" and do not show; anything else as it is.
+    """``value``, a text that a spreadsheet would read as a formula written after a ``'`` (OWASP's remedy for CSV
+    injection: the cell is then read as text, and the ``'`` may show in it); anything else as it is.
 
     >>> spreadsheet_text("=SUM(1+1)"), spreadsheet_text("-2+3"), spreadsheet_text(-2.5)
     ("'=SUM(1+1)", "'-2+3", -2.5)

@@ -8,7 +8,6 @@ import inspect
 import json
 import os
 import time
-import traceback
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -23,7 +22,7 @@ from sqlcmp_dagster.contracts import SCHEMAS, contract_check, contract_spec
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
 from sqlcmp_dagster.engine.models import CompareRequest, Report
-from sqlcmp_dagster.engine.pipeline import CASE_FAULTS, Validation, finish_timings
+from sqlcmp_dagster.engine.pipeline import CASE_FAULTS, Validation, fault_text, finish_timings
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
     validation_from_record
 from sqlcmp_dagster.engine.report import ENGINE_VERSION, Analysis, blocked_report, build_report, fault_report
@@ -153,7 +152,7 @@ def per_case(frame: pl.DataFrame, compute: Callable[[dict[str, Any]], dict[str, 
             try:
                 out = compute(row)
             except CASE_FAULTS as error:
-                fault = "".join(traceback.format_exception_only(type(error), error)).strip()
+                fault = fault_text(error)
                 out = {}
         else:
             out = {}

@@ -715,5 +715,9 @@ def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter |
 
 
 def _engine_fault_report(request: CompareRequest, error: BaseException) -> Report:
-    detail = "".join(traceback.format_exception_only(type(error), error)).strip()
-    return fault_report(request, f"internal engine error: {detail}")
+    return fault_report(request, f"internal engine error: {fault_text(error)}")
+
+
+def fault_text(error: BaseException) -> str:
+    """What a case's report says of the fault ``error`` (one of :data:`CASE_FAULTS`): its type and message."""
+    return "".join(traceback.format_exception_only(type(error), error)).strip()

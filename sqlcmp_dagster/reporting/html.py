@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import re
 from pathlib import Path
 from typing import Any
 
@@ -105,16 +106,23 @@ def _pretty(sql: str, dialect: str) -> list[str]:
 
 def case_anchor(case_id: str) -> str:
     """The HTML id of a case's details: ``case-`` and the id, each character but letters, digits, ``-`` and
-    ``_`` written as ``_``; an id that had such a character gets 12 hex digits of its SHA-256 too, so that
-    ``orders total`` and ``orders_total`` do not share one (a link to either opened the first of them).
+    ``_`` written as ``_``. An id that had such a character, or that ends as such an anchor does (``--`` and 16
+    hex digits), gets 16 hex digits of its SHA-256 too: ``orders total`` and ``orders_total`` do not share one
+    (a link to either opened the first of them), nor does an id written to take another's.
 
     >>> case_anchor("spider-0052"), case_anchor("orders total")
-    ('case-spider-0052', 'case-orders_total--677abb5c4fca')
+    ('case-spider-0052', 'case-orders_total--677abb5c4fca6423')
+    >>> case_anchor("orders_total--677abb5c4fca6423") != case_anchor("orders total")
+    True
     """
     slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in case_id)
-    if slug == case_id:
+    if slug == case_id and not _HASHED.search(case_id):
         return f"case-{slug}"
-    return f"case-{slug}--{hashlib.sha256(case_id.encode('utf-8', 'surrogatepass')).hexdigest()[:12]}"
+    return f"case-{slug}--{hashlib.sha256(case_id.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}"
+
+
+#: How an anchor that carries its id's digest ends (:func:`case_anchor`).
+_HASHED = re.compile(r"--[0-9a-f]{16}$")
 
 
 def result_samples(report: Report) -> dict[str, Any] | None:
