@@ -593,3 +593,20 @@ def test_postgres_timeout_holds_when_it_passes_between_two_fetches(pg_url: str,
         assert "interrupted at the query's timeout (1,000 ms" in result.error.message
     finally:
         adapter.close()
+
+
+def test_postgres_leaves_a_row_too_large_on_the_server(pg_url: str) -> None:
+    """A row of many values, each under max_cell_bytes, adds up past max_result_bytes: the server sends none of
+    its values and the result ends before it (a review's finding: 600 values of a MiB crossed the wire as one
+    row of 628 MB, and the comparing process peaked at 3 GB)."""
+    wide = ", ".join(f"CASE WHEN g = 2 THEN repeat('x', 100000) ELSE 'a' END AS c{i}" for i in range(20))
+    adapter = ExecutionAdapter(pg_url)
+    try:
+        result = adapter.execute(f"SELECT g, {wide} FROM generate_series(1, 3) AS g ORDER BY g", max_bytes=1 << 20)
+        assert result.relation is not None and result.relation.truncated
+        assert result.relation.to_rows()["rows"] == [[1] + ["a"] * 20]
+        assert "the server sent none of them" in result.warnings[-1], result.warnings
+        small = adapter.execute(f"SELECT g, {wide} FROM generate_series(1, 3) AS g ORDER BY g")
+        assert small.relation is not None and small.relation.height == 3 and not small.relation.truncated
+    finally:
+        adapter.close()

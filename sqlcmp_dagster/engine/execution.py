@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import polars as pl
 
-from sqlcmp_dagster.engine.bounds import CutBytes, CutText, fetch_bounded, interrupt_after
+from sqlcmp_dagster.engine.bounds import CutBytes, CutText, Fetched, fetch_bounded, interrupt_after
 from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
     memory_bound
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
@@ -598,12 +598,16 @@ class ExecutionAdapter:
                 # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
                 raw = connection
                 shape = _postgres_shape(raw, query_text(sql, self.dialect)) if self.dialect == "postgres" else None
-                query = shape.query(max_cell_bytes) if shape is not None else _strip_terminator(sql)
+                query = shape.query(max_cell_bytes, max_bytes) if shape is not None else _strip_terminator(sql)
                 cursor = raw.cursor(name="sqlcmp_result") if self.dialect == "postgres" else raw.cursor()
                 try:
                     cursor.execute(query)
-                    fetched = fetch_bounded(shape.rows(cursor, deadline) if shape is not None else cursor, limit,
-                                            max_bytes, max_cell_bytes)
+                    merged = shape.rows(cursor, deadline) if shape is not None else None
+                    fetched = fetch_bounded(cursor if merged is None else merged, limit, max_bytes, max_cell_bytes)
+                    if merged is not None and merged.crossed:
+                        fetched = Fetched(fetched.rows, True, fetched.warnings + [
+                            f"result truncated at max_result_bytes={max_bytes:,}: the next row's values add up "
+                            "to more than that, and the server sent none of them"])
                     if cursor.description is None:
                         raise _NoRows()
                     names = shape.names if shape is not None else [str(c[0]) for c in cursor.description]
@@ -870,20 +874,27 @@ class _PostgresShape:
     first ``max_cell_bytes`` characters (bytes of a bytea) and the marker :func:`~bounds.cut_cell` would write
     (full length, SHA-256 prefix), computed on the server, so the whole value never reaches this process.
     Other values, and their types, are as the query returned them. :meth:`rows` puts the cut values back.
+
+    A row whose values (each counted up to ``max_cell_bytes``) add up to more than ``max_bytes`` is sent with
+    every such value NULL and a last column saying so: :meth:`rows` ends the result before it, as
+    :func:`~bounds.fetch_bounded` ends one at the row that would cross ``max_bytes``. Without it 600 values of
+    a MiB each, every one under ``max_cell_bytes``, crossed the wire as one row of 628 MB.
     """
 
     sql: str
     names: list[str]
     cuttable: list[tuple[int, int]]  # (column index, type oid)
 
-    def query(self, limit: int) -> str:
+    def query(self, limit: int, max_bytes: int) -> str:
         if not self.cuttable:
             return self.sql
         columns = [f"c{i}" for i in range(len(self.names))]
-        kept, cut = list(columns), []
+        kept, cut, sizes = list(columns), [], []
+        wide = f"sqlcmp_size > {max_bytes}"
         for index, oid in self.cuttable:
             value = columns[index] if oid in _PG_TEXT_TYPES or oid == _PG_BYTEA else f"{columns[index]}::text"
             too_long = f"octet_length({value}) > {limit}"  # read from the value's header: no scan
+            sizes.append(f"least(coalesce(octet_length({value}), 0), {limit})")
             if oid == _PG_BYTEA:
                 marker = (f"substring({value} from 1 for {limit}) || convert_to('…[cut at {limit} of ' || "
                           f"octet_length({value}) || ' bytes, sha256 ' || left(encode(sha256({value}), 'hex'), "
@@ -891,17 +902,19 @@ class _PostgresShape:
             else:
                 marker = (f"left({value}, {limit}) || '…[cut at {limit} of ' || length({value}) || ' characters, "
                           f"sha256 ' || left(encode(sha256(convert_to({value}, 'UTF8')), 'hex'), 16) || ']'")
-            kept[index] = f"CASE WHEN {too_long} THEN NULL ELSE {columns[index]} END"
-            cut.append(f"CASE WHEN {too_long} THEN {marker} END")
-        # OFFSET 0 keeps the query a subquery of its own, so each value is computed once, not once per use.
-        return (f"SELECT {', '.join(kept + cut)} FROM (SELECT * FROM ({_wrapped(self.sql)}) AS sqlcmp_query "
-                f"OFFSET 0) AS sqlcmp_cut({', '.join(columns)})")
+            kept[index] = f"CASE WHEN {wide} OR {too_long} THEN NULL ELSE {columns[index]} END"
+            cut.append(f"CASE WHEN {wide} THEN NULL WHEN {too_long} THEN {marker} END")
+        # OFFSET 0 keeps each subquery a query of its own, so each value is computed once, not once per use.
+        return (f"SELECT {', '.join(kept + cut)}, {wide} FROM (SELECT *, {' + '.join(sizes)} AS sqlcmp_size "
+                f"FROM (SELECT * FROM ({_wrapped(self.sql)}) AS sqlcmp_query OFFSET 0) "
+                f"AS sqlcmp_cut({', '.join(columns)}) OFFSET 0) AS sqlcmp_sized")
 
-    def rows(self, cursor: Any, deadline: float) -> Any:
+    def rows(self, cursor: Any, deadline: float) -> _MergedCursor:
         """``cursor`` with each row's cut values put back in their columns (as :class:`~bounds.CutText` or
-        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are), and no FETCH started past
-        ``deadline`` (a ``time.monotonic()`` instant)."""
-        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable], deadline)
+        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are), ended before a row the
+        server found too large, and no FETCH started past ``deadline`` (a ``time.monotonic()`` instant)."""
+        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable], deadline,
+                             sized=bool(self.cuttable))
 
 
 class _PastDeadline(Exception):
@@ -912,24 +925,32 @@ def _pg_timeout(timeout_ms: int) -> str:
     return f"interrupted at the query's timeout ({timeout_ms:,} ms for the query and all its fetches)"
 
 
-@dataclass(frozen=True)
+@dataclass
 class _MergedCursor:
     """A DBAPI cursor over a :class:`_PostgresShape` query whose rows come back in the query's own columns.
 
-    It starts no FETCH past ``deadline``: the watchdog's cancel ends a FETCH running at the query's timeout, but
-    PostgreSQL drops a cancel that reaches the backend between two FETCHes (while this process works on a
-    batch), and the next FETCH would then run as if none had come."""
+    It ends at a row the server marked too large (``crossed`` then says so: the result is cut there). It starts
+    no FETCH past ``deadline``: the watchdog's cancel ends a FETCH running at the query's timeout, but PostgreSQL
+    drops a cancel that reaches the backend between two FETCHes (while this process works on a batch), and the
+    next FETCH would then run as if none had come."""
 
     cursor: Any
     width: int
     cut_columns: list[int]
     deadline: float
+    sized: bool  # the query was wrapped (it has a column to cut): its rows end with the too-large mark
+    crossed: bool = False
 
     def fetchmany(self, size: int) -> list[tuple[Any, ...]]:
+        if self.crossed:
+            return []
         if time.monotonic() > self.deadline:
             raise _PastDeadline()
         merged = []
         for row in self.cursor.fetchmany(size):
+            if self.sized and row[-1]:  # the row's values add up to more than max_bytes: none of them was sent
+                self.crossed = True
+                break
             values = list(row[:self.width])
             for index, cut in zip(self.cut_columns, row[self.width:]):
                 if cut is not None:
