@@ -10,6 +10,8 @@ import hashlib
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -318,6 +320,20 @@ def test_performance_metrics_on_duckdb_from_its_estimated_plan(duck: Path) -> No
     assert performance["plan_complexity_score"] > performance["plan_complexity_expected"] >= 3.0  # SCAN (+ SORT)
     assert performance["resource_cost_score"] is not None and performance["resource_cost_score"] > 0
     assert any("indicative" in w and "estimates" in w for w in warnings)
+
+
+def test_duckdb_plans_in_its_bounded_process(duck: Path) -> None:
+    """DuckDB's planner computes constant expressions: EXPLAIN of ``length(repeat('x', 350000000))`` took 700 MB
+    in the comparing process, outside the DuckDB process's bound (a review's finding). It is planned there now,
+    and the comparing process stays small."""
+    script = ("import resource\n"
+              "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
+              f"adapter = ExecutionAdapter({str(duck)!r})\n"
+              "plan = adapter.explain(\"SELECT length(repeat('x', 350000000)) AS a\")\n"
+              "print(plan.operators, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    operators, peak_mib = out.stdout.rsplit(" ", 1)
+    assert "PROJECTION" in operators and int(peak_mib) < 400, out.stdout
 
 
 def test_performance_metrics_on_postgres_from_explain_json_costs(pg_url: str) -> None:

@@ -412,9 +412,10 @@ def performance_layer(validation: Validation, index: int, database: ExecutionAda
     if not validation.request.config.enable_performance_metrics or not (actual.execution and expected.execution):
         return None, []
     can_explain = database is not None and not actual.pre_materialized and not expected.pre_materialized
+    timeout = validation.request.config.query_timeout_ms
     return performance_metrics(actual.execution.elapsed_ms, expected.execution.elapsed_ms,
-                               database.explain(actual.sql) if can_explain and database else None,
-                               database.explain(expected.sql) if can_explain and database else None)
+                               database.explain(actual.sql, timeout) if can_explain and database else None,
+                               database.explain(expected.sql, timeout) if can_explain and database else None)
 
 
 def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analysis:
