@@ -210,8 +210,8 @@ def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None, sql: str | 
     text ``outcome`` was parsed from, is also read for Unicode escapes (:func:`unicode_escape`), which its tree
     does not show.
 
-    >>> unsafe_reason(parse("DELETE FROM t", "sqlite"))
-    'not a read-only query: DELETE statement'
+    >>> unsafe_reason(parse("DELETE FROM t", "sqlite")), unsafe_reason(parse("LOAD httpfs", "duckdb"))
+    ('not a read-only query: DELETE statement', 'not a read-only query: LOAD statement')
     >>> unsafe_reason(parse("SELECT 1; DROP TABLE t", "sqlite"))
     'multiple statements (2) in one query string'
     >>> unsafe_reason(parse("SELECT 1", "sqlite")) is None
@@ -232,7 +232,9 @@ def unsafe_reason(outcome: ParseOutcome, dialect: str | None = None, sql: str | 
     if outcome.statement_count > 1:
         return f"multiple statements ({outcome.statement_count}) in one query string"
     if not isinstance(ast, _QUERY_TYPES):
-        return f"not a read-only query: {ast.key.upper()} statement"
+        # a statement sqlglot keeps as a Command is named by its keyword (LOAD, RESET, ...), not as COMMAND
+        keyword = ast.this if isinstance(ast, exp.Command) and isinstance(ast.this, str) else ast.key
+        return f"not a read-only query: {keyword.upper()} statement"
     for node in ast.walk():
         if isinstance(node, _WRITE_TYPES):
             return f"not a read-only query: contains {node.key.upper()}"
