@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import JUDGE_PASS, ChatServer
-from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
+from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, _short, build_prompt, \
     judge_reports, prepare
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -156,3 +156,31 @@ def test_judge_reports_keeps_order_and_reports() -> None:
     request = _case("SELECT 1", "SELECT 2")
     outcomes = judge_reports([prepare(request, report, None, None, _mock(GOOD))] * 3, _mock(GOOD))
     assert [o.judgment.advisory_verdict for o in outcomes if o.judgment] == ["pass"] * 3
+
+
+def test_an_answer_that_breaks_the_parser_is_its_cases_alone(sample_dir: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """JSON nested past the parser's recursion limit (an answer a prompt-injected case can ask for) raised
+    RecursionError, which nothing caught: the batch ended and every report was lost (a review's finding). It is
+    that case's invalid answer now; a damaged cache entry is asked again rather than read."""
+    deep = '{"a": ' + "[" * 5000 + "]" * 5000 + "}"
+    cases = [_case(*FAILING).model_copy(update={"case_id": name}) for name in ("one", "two")]
+    reports = Evaluator(db_dir=sample_dir, judge=_mock(deep, max_retries=0)).evaluate_all(cases)
+    assert [r.case_id for r in reports] == ["one", "two"]
+    assert all(r.ai_advisory_verdict is None and r.deterministic_verdict == "fail" for r in reports)
+    assert any("RecursionError" in w for w in reports[0].warnings), reports[0].warnings
+
+    def damaged(self: ResponseCache, key: str) -> None:
+        raise json.JSONDecodeError("damaged cache file", "{", 1)
+
+    monkeypatch.setattr(ResponseCache, "get", damaged)
+    report = Evaluator(db_dir=sample_dir, judge=_mock(GOOD)).evaluate(_case(*FAILING))
+    assert report.ai_advisory_verdict == "pass"
+
+
+def test_the_api_key_never_reaches_a_report() -> None:
+    """A provider or gateway may echo the request's Authorization header in its error; the error's text went
+    into the report's warnings as it was (a review's finding)."""
+    config = JudgeConfig(model="openai/m", api_key="sk-SECRET-123", api_base="https://user:pw-SECRET@gw.invalid/v1")
+    error = RuntimeError("401 bad key Bearer sk-SECRET-123 for https://user:pw-SECRET@gw.invalid/v1")
+    assert _short(error, config) == "401 bad key Bearer [redacted] for https://user:[redacted]@gw.invalid/v1"

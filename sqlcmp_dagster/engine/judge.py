@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -237,10 +238,13 @@ def _verified_fix(report: Report) -> str:
 async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, budget: Budget) -> JudgeOutcome:
     """Ask the model (or the cache); bounded retries; never raises."""
     key = ResponseCache.key(config.model, prompt)
-    cached = cache.get(key)
-    if cached is not None:
-        judgment = Judgment.model_validate(cached["judgment"])
-        return JudgeOutcome(judgment, {**cached["metadata"], "cached": True, "cost_usd": 0.0})
+    try:
+        cached = cache.get(key)
+        if cached is not None:
+            return JudgeOutcome(Judgment.model_validate(cached["judgment"]),
+                                {**cached["metadata"], "cached": True, "cost_usd": 0.0})
+    except Exception:  # noqa: BLE001 - an entry of an older Judgment, or a damaged file: asked again instead
+        pass
     litellm = _litellm()
     warnings: list[str] = []
     started = time.perf_counter()
@@ -251,7 +255,7 @@ async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, bud
                 api_key=config.api_key, timeout=config.timeout_s, temperature=0, num_retries=0,
                 response_format={"type": "json_object"}, **config.litellm_params)
         except Exception as error:  # litellm maps every provider failure to an exception of its own
-            warnings.append(f"judge call {attempt + 1} failed: {type(error).__name__}: {_short(error)}")
+            warnings.append(f"judge call {attempt + 1} failed: {type(error).__name__}: {_short(error, config)}")
             await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
             continue
         usage = getattr(response, "usage", None)
@@ -259,12 +263,12 @@ async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, bud
                   "completion_tokens": getattr(usage, "completion_tokens", None),
                   "total_tokens": getattr(usage, "total_tokens", None)}
         cost = _cost(litellm, response)
-        budget.spend(tokens["total_tokens"] or 0, cost)
-        content = response.choices[0].message.content or ""
+        budget.spend(tokens["total_tokens"] if isinstance(tokens["total_tokens"], int) else 0, cost)
         try:
-            judgment = Judgment.model_validate(json.loads(_json_text(content)))
-        except (json.JSONDecodeError, ValidationError) as error:
-            warnings.append(f"judge answer {attempt + 1} is not a valid judgment: {_short(error)}")
+            judgment = _judgment_of(response)
+        except Exception as error:  # noqa: BLE001 - whatever the answer holds, it is this case's alone
+            warnings.append(f"judge answer {attempt + 1} is not a valid judgment: {type(error).__name__}: "
+                            f"{_short(error, config)}")
             continue
         metadata = {"model": config.model, "prompt_version": PROMPT_VERSION, "token_usage": tokens,
                     "cost_usd": cost, "latency_ms": (time.perf_counter() - started) * 1000,
@@ -356,6 +360,15 @@ def _cost(litellm: Any, response: Any) -> float | None:
         return None
 
 
+def _judgment_of(response: Any) -> Judgment:
+    """The judgment in the model's ``response``; raises whatever its content makes fail. The content is the
+    model's, and a case's text reaches the model: an answer without choices, JSON nested beyond the parser's
+    recursion limit or a value of another type fails here, for that case only (such an answer ended the whole
+    batch, every report lost, when only JSON and validation errors were caught)."""
+    content = response.choices[0].message.content or ""
+    return Judgment.model_validate(json.loads(_json_text(content)))
+
+
 def _json_text(content: str) -> str:
     """The JSON object in ``content``, tolerating a Markdown code fence around it."""
     text = content.strip()
@@ -380,5 +393,13 @@ def _without_rows(result: dict[str, Any] | None) -> dict[str, Any] | None:
         "schema_match": {k: v for k, v in result["schema_match"].items() if k != "column_mapping"}}
 
 
-def _short(error: Exception) -> str:
-    return str(error).strip().splitlines()[0][:300] if str(error).strip() else type(error).__name__
+def _short(error: Exception, config: JudgeConfig) -> str:
+    """The first line of ``error``'s message, at most 300 characters, with ``config``'s API key (and any
+    password in its ``api_base``) written as ``[redacted]``: a provider or gateway may echo the request's
+    ``Authorization`` header in its error, and the message goes into the case's report."""
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else type(error).__name__
+    secrets = [config.api_key or "", urlsplit(config.api_base or "").password or ""]
+    for secret in (secret for secret in secrets if len(secret) >= 4):
+        line = line.replace(secret, "[redacted]")
+    return line[:300]
