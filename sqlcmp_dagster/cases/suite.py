@@ -6,6 +6,7 @@ A broken case is reported with its file and line and skipped; it never stops the
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -59,9 +60,9 @@ def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Su
 def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
     """Every suite file directly in ``folder``, in name order; duplicate case ids are errors.
 
-    A file is a suite when it has a suite's suffix and its first record is a case (has ``expected_sql``). Other
-    files beside the suites, such as reports (``reports.jsonl``) or ``workspace.yaml``, are skipped and listed in
-    :attr:`Suite.skipped`, not loaded as a thousand broken cases.
+    A file is a suite when it has a suite's suffix and one of its first records is a case
+    (:func:`is_suite_file`). Other files beside the suites, such as reports (``reports.jsonl``) or
+    ``workspace.yaml``, are skipped and listed in :attr:`Suite.skipped`, not loaded as a thousand broken cases.
     """
     cases: list[CompareRequest] = []
     errors: list[SuiteError] = []
@@ -83,8 +84,14 @@ def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) ->
     return Suite(cases, errors, skipped)
 
 
+#: How many of a file's first records :func:`is_suite_file` reads for a case.
+_RECORDS_LOOKED_AT = 20
+
+
 def is_suite_file(path: Path) -> bool:
-    """Whether the first record of ``path`` is a case (a mapping with ``expected_sql``)."""
+    """Whether one of the first :data:`_RECORDS_LOOKED_AT` records of ``path`` is a case (a mapping with
+    ``expected_sql``). Not only the first: a suite whose first line broke (invalid JSON, a case without
+    ``expected_sql``) stopped being a suite, and the case sensor deleted the partitions of all its cases."""
     if path.suffix.lower() == ".parquet":
         import polars as pl
 
@@ -93,8 +100,8 @@ def is_suite_file(path: Path) -> bool:
         except Exception:  # not Parquet at all: not a suite
             return False
     items = _jsonl_items(path) if path.suffix.lower() == ".jsonl" else _yaml_items(path)
-    first = next(iter(items), (0, None))[1]
-    return isinstance(first, dict) and "expected_sql" in first
+    return any(isinstance(item, dict) and "expected_sql" in item
+               for _, item in itertools.islice(items, _RECORDS_LOOKED_AT))
 
 
 def _jsonl_items(path: Path) -> Iterable[tuple[int, Any]]:
@@ -144,6 +151,10 @@ def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str,
         if overrides:
             item["config"] = {**overrides, **(item.get("config") or {})}
         case_id = str(item["case_id"])
+        if not case_id.strip():
+            errors.append(SuiteError(str(path), number, "case_id is empty: a case needs an id its report is "
+                                                        "known by"))
+            continue
         if case_id in first_line:
             errors.append(SuiteError(str(path), number, f"duplicate case_id {case_id!r} (first on line "
                                                         f"{first_line[case_id]}): skipped"))
