@@ -65,6 +65,10 @@ def test_duckdb_compare_uses_its_dialect(duck: Path) -> None:
         # numbers in a list compare as numbers do outside one: 1 is 1.0, 1.5 is 1.50 (a review's finding)
         ("SELECT [1, 2] AS l", "SELECT [1.0::DOUBLE, 2] AS l", "SELECT [1.5::DOUBLE, 2] AS l"),
         ("SELECT [1.5::DECIMAL(4, 1)] AS l", "SELECT [1.50::DECIMAL(4, 2)] AS l", "SELECT ['1.5'] AS l"),
+        # a map's keys in the order of their text as written, whatever type held them
+        ("SELECT map([0.1::DOUBLE, 0.00001::DOUBLE], ['a', 'b']) AS m",
+         "SELECT map([0.1::DECIMAL(6, 5), 0.00001::DECIMAL(6, 5)], ['a', 'b']) AS m",
+         "SELECT map([0.1::DOUBLE, 0.00001::DOUBLE], ['b', 'a']) AS m"),
     ],
 )
 def test_duckdb_lists_structs_intervals_and_uuids_are_compared(duck: Path, expected: str, right: str,
@@ -221,6 +225,7 @@ def test_postgres_numeric_nan_and_infinity_compare_as_floats_in_a_batch(pg_url: 
     [
         ("SELECT ARRAY[1, 2] AS a", "SELECT ARRAY[1.0::float8, 2] AS a"),
         ("SELECT ARRAY[1.5::numeric] AS a", "SELECT ARRAY[1.50::numeric] AS a"),
+        ("SELECT ARRAY['\\x01'::bytea, '\\x02'::bytea] AS a", "SELECT ARRAY['\\x01'::bytea, '\\x02'::bytea] AS a"),
         ("SELECT '{\"b\": 2, \"a\": [1]}'::json AS j", "SELECT '{\"a\": [1.0], \"b\": 2}'::json AS j"),
         ("SELECT 1e100::numeric AS n, ARRAY[1e100::numeric] AS a",
          "SELECT 1e100::numeric AS n, ARRAY[1e100::numeric] AS a"),
@@ -329,11 +334,13 @@ def test_duckdb_plans_in_its_bounded_process(duck: Path) -> None:
     script = ("import resource\n"
               "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
               f"adapter = ExecutionAdapter({str(duck)!r})\n"
+              "adapter.explain('SELECT 1 AS a')\n"
+              "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               "plan = adapter.explain(\"SELECT length(repeat('x', 350000000)) AS a\")\n"
-              "print(plan.operators, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+              "print(plan.operators, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
-    operators, peak_mib = out.stdout.rsplit(" ", 1)
-    assert "PROJECTION" in operators and int(peak_mib) < 400, out.stdout
+    operators, grown_mib = out.stdout.rsplit(" ", 1)
+    assert "PROJECTION" in operators and int(grown_mib) < 100, out.stdout  # 670 MB more when planned here
 
 
 def test_performance_metrics_on_postgres_from_explain_json_costs(pg_url: str) -> None:

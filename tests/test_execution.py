@@ -200,11 +200,14 @@ def test_fetch_bounded_keeps_plain_rows_whole_and_cuts_and_caps_row_by_row() -> 
     fetched = fetch_bounded(_Rows(plain), 10_000, 1 << 30, 8)
     assert fetched.rows == plain and not fetched.truncated and not fetched.warnings
     assert all(a is b for a, b in zip(fetched.rows, plain))
-    # each row counts 8 + 8 + 8 + 5 + 1 bytes: the cap falls inside a round trip, at the 101st row, which would
-    # cross it and is left out (a review's finding: a row crossing the cap was kept, however large)
+    # each row counts 8 + 8 + 8 + 5 + 1 bytes: the cap falls inside a round trip, at the 101st row
     capped = fetch_bounded(_Rows(plain), 10_000, 100 * 30 + 10, 8)
-    assert len(capped.rows) == 100 and capped.truncated and "max_result_bytes" in capped.warnings[-1]
-    assert fetch_bounded(_Rows([("x" * 8,) * 50]), 10_000, 100, 8).rows == []  # one row of 400 bytes
+    assert len(capped.rows) == 101 and capped.truncated and "max_result_bytes" in capped.warnings[-1]
+    # the row that crosses the cap is kept cut small, however large its cells under max_cell_bytes were (a
+    # review's finding: it was kept whole)
+    wide = fetch_bounded(_Rows([(1, "x" * 1000, "y" * 1000)]), 10_000, 100, 5000)
+    assert wide.truncated and wide.rows[0][0] == 1 and len(wide.rows[0][1]) < 200
+    assert wide.rows[0][1].startswith("x" * 64 + "…[cut at 64 of 1000 characters, sha256 ")
     long_cells = [(1, "short"), (2, "x" * 20), (3, CutText("kept as cut")), (4, memoryview(b"\x00\xff"))]
     cut = fetch_bounded(_Rows(long_cells), 10_000, 1 << 30, 8)
     assert cut.rows[0] == (1, "short") and cut.rows[1][1].startswith("xxxxxxxx…[cut at 8 of 20 characters")

@@ -595,18 +595,58 @@ def test_postgres_timeout_holds_when_it_passes_between_two_fetches(pg_url: str,
         adapter.close()
 
 
-def test_postgres_leaves_a_row_too_large_on_the_server(pg_url: str) -> None:
-    """A row of many values, each under max_cell_bytes, adds up past max_result_bytes: the server sends none of
-    its values and the result ends before it (a review's finding: 600 values of a MiB crossed the wire as one
-    row of 628 MB, and the comparing process peaked at 3 GB)."""
+def test_postgres_cuts_a_row_too_large_on_the_server(pg_url: str) -> None:
+    """A row of many values, each under max_cell_bytes, adds up past max_result_bytes: the server sends each of
+    them cut small (a prefix and a digest, so the row is still compared) and the result ends with it (a review's
+    finding: 600 values of a MiB crossed the wire as one row of 628 MB, and the comparing process peaked at
+    3 GB)."""
     wide = ", ".join(f"CASE WHEN g = 2 THEN repeat('x', 100000) ELSE 'a' END AS c{i}" for i in range(20))
     adapter = ExecutionAdapter(pg_url)
     try:
         result = adapter.execute(f"SELECT g, {wide} FROM generate_series(1, 3) AS g ORDER BY g", max_bytes=1 << 20)
         assert result.relation is not None and result.relation.truncated
-        assert result.relation.to_rows()["rows"] == [[1] + ["a"] * 20]
-        assert "the server sent none of them" in result.warnings[-1], result.warnings
+        rows = result.relation.to_rows()["rows"]
+        assert rows[0] == [1] + ["a"] * 20 and rows[1][0] == 2 and len(rows) == 2
+        assert all(cell.startswith("x" * 64 + "…[cut at 64 of 100000 characters, sha256 ") for cell in rows[1][1:])
+        assert "the server sent them cut at 64" in result.warnings[-1], result.warnings
         small = adapter.execute(f"SELECT g, {wide} FROM generate_series(1, 3) AS g ORDER BY g")
         assert small.relation is not None and small.relation.height == 3 and not small.relation.truncated
+    finally:
+        adapter.close()
+
+
+def test_a_query_within_its_timeout_is_not_cut_by_a_slow_connect(pg_url: str) -> None:
+    """The deadline no FETCH may start past began before the connection was made, while the watchdog and
+    statement_timeout start once connected: over a slow connect a query that ran within its timeout was
+    reported as timed out (a review's finding)."""
+    import sqlalchemy as sa
+
+    adapter = ExecutionAdapter(pg_url, timeout_ms=1000)
+    assert adapter.engine is not None
+    sa.event.listen(adapter.engine, "connect", lambda *_: time.sleep(0.3))
+    try:
+        result = adapter.execute("SELECT pg_sleep(0.8) IS NULL AS x, 1 AS y")  # 1.1 s from before the connect
+        assert result.success, result.error
+    finally:
+        adapter.close()
+
+
+def test_a_row_crossing_the_byte_cap_is_still_compared(tmp_path: Path) -> None:
+    """The row that crosses max_result_bytes was left out: two results whose first row crossed became two
+    empty ones and passed as a vacuous match (a review's finding). It is kept cut small and compared."""
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "w.duckdb"
+    duckdb.connect(str(path)).close()
+    adapter = ExecutionAdapter(str(path))
+    try:
+        config = EvalConfig(max_result_bytes=1_000_000, neighbor_count=0)
+        report = compare(CompareRequest(expected_sql="SELECT repeat('a', 600000) AS x, repeat('b', 600000) AS y",
+                                        actual_sql="SELECT repeat('z', 600000) AS x, repeat('q', 600000) AS y",
+                                        config=config), adapter)
+        assert report.deterministic_verdict == "fail", report.explanations
+        same = compare(CompareRequest(expected_sql="SELECT repeat('a', 600000) AS x, repeat('b', 600000) AS y",
+                                      actual_sql="SELECT repeat('a', 600000) AS x, repeat('b', 600000) AS y",
+                                      config=config), adapter)
+        assert same.deterministic_verdict == "pass" and "vacuous" not in " ".join(same.explanations)
     finally:
         adapter.close()

@@ -47,10 +47,12 @@ def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int, max_cell_bytes: in
     at ``max_cell_bytes`` as it arrives (:func:`cut_cell`).
 
     The caps are enforced while fetching: rows come in round trips of about a MiB (one row at a time while rows
-    are huge), so the process never holds more than the kept rows plus one round trip, and the rows kept are
-    never more than ``max_bytes``: the row that would cross it is left out (a row of 200 cells of a MiB each,
-    every one under ``max_cell_bytes``, was kept whole and sent on from DuckDB's query process). Size is
-    approximate: the length of text and binary values plus 8 bytes per cell.
+    are huge), so the process never holds more than the kept rows plus one round trip. The row that crosses
+    ``max_bytes`` ends the result, kept with each of its text and binary cells cut at
+    :data:`CROSSING_CELL_CHARS` (a prefix and a digest, so it is still compared: left out, two results whose
+    first row crossed compared as two empty ones). Kept whole, a row of 200 cells of a MiB each, every one under
+    ``max_cell_bytes``, went on from DuckDB's query process as 200 MB. Size is approximate: the length of text
+    and binary values plus 8 bytes per cell.
     """
     rows: list[tuple[Any, ...]] = []
     size, batch, cells_cut = 0, 1, 0
@@ -65,14 +67,17 @@ def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int, max_cell_bytes: in
             for raw in chunk:
                 row = tuple(cut_cell(value, max_cell_bytes) for value in raw)
                 row_size = sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
-                if size + row_size > max_bytes:
-                    warnings = [f"result truncated at max_result_bytes={max_bytes:,} (about {size:,} bytes in "
-                                f"{len(rows):,} rows; the next row alone held about {row_size:,})"]
-                    return Fetched(rows, True, cut_warning(cells_cut, max_cell_bytes) + warnings)
+                crossing = size + row_size > max_bytes
+                if crossing:
+                    row = tuple(cut_cell(value, CROSSING_CELL_CHARS) for value in raw)
                 cells_cut += sum(a is not b or isinstance(a, (CutText, CutBytes))
                                  for a, b in zip(raw, row) if isinstance(a, (str, bytes)))
                 size += row_size
                 rows.append(row)
+                if crossing:
+                    warnings = [f"result truncated at max_result_bytes={max_bytes:,} (about {size:,} bytes in "
+                                f"{len(rows):,} rows; the last row's cells kept cut at {CROSSING_CELL_CHARS})"]
+                    return Fetched(rows, True, cut_warning(cells_cut, max_cell_bytes) + warnings)
         if len(rows) > max_rows:
             warnings = [f"result truncated to max_result_rows={max_rows} rows"]
             return Fetched(rows[:max_rows], True, cut_warning(cells_cut, max_cell_bytes) + warnings)
@@ -107,6 +112,11 @@ def _plain_size(chunk: list[Any], max_cell_bytes: int) -> int | None:
     if lengths and max(lengths) > max_cell_bytes:
         return None
     return sum(lengths) + 8 * (len(cells) - len(lengths))
+
+
+#: The characters (bytes of binary) a cell of the row that crosses ``max_result_bytes`` keeps: that row is kept
+#: cut (:func:`fetch_bounded`), on PostgreSQL cut on the server.
+CROSSING_CELL_CHARS = 64
 
 
 def cut_cell(value: Any, limit: int) -> Any:

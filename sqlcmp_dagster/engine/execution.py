@@ -35,7 +35,8 @@ from urllib.parse import quote
 
 import polars as pl
 
-from sqlcmp_dagster.engine.bounds import CutBytes, CutText, Fetched, fetch_bounded, interrupt_after
+from sqlcmp_dagster.engine.bounds import CROSSING_CELL_CHARS, CutBytes, CutText, Fetched, fetch_bounded, \
+    interrupt_after
 from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, Request, \
     memory_bound
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError, \
@@ -399,8 +400,8 @@ def value_text(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_item_text(item) for item in value) + "]"
     if isinstance(value, dict):
-        entries = sorted(value.items(), key=lambda entry: str(entry[0]))
-        return "{" + ", ".join(f"{_item_text(key)}: {_item_text(item)}" for key, item in entries) + "}"
+        entries = sorted((_item_text(key), _item_text(item)) for key, item in value.items())
+        return "{" + ", ".join(f"{key}: {item}" for key, item in entries) + "}"
     return str(value)
 
 
@@ -415,6 +416,8 @@ def _item_text(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float, Decimal)):
         return _number_text(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):  # psycopg2 gives a bytea array's items as memoryview
+        return binary_text(bytes(value))
     return value_text(value)
 
 
@@ -428,11 +431,19 @@ def _number_text(value: int | float | Decimal) -> str:
     """
     if isinstance(value, int):
         return str(value)
-    if not value.is_finite() if isinstance(value, Decimal) else not math.isfinite(value):
+    if isinstance(value, Decimal) and value.is_nan():  # quiet or signaling (which float() refuses)
+        return "NaN"
+    if isinstance(value, Decimal) and (value.is_infinite() or abs(value.adjusted()) > _EXACT_DECIMAL_DIGITS):
+        value = float(value)  # an infinity, or too large or small to write out whole: the float nearest
+    if not math.isfinite(value):
         return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
     if value == int(value):
         return str(int(value))
     return repr(float(value))
+
+
+#: The largest power of ten of a decimal :func:`_number_text` writes out whole (past it, as the nearest float).
+_EXACT_DECIMAL_DIGITS = 300
 
 
 def _finite_decimals(values: list[Any]) -> list[Any]:
@@ -604,9 +615,11 @@ class ExecutionAdapter:
         if self._duckdb_database is not None:
             return self._execute_duckdb(Request(self._duckdb_database, _strip_terminator(sql), timeout, limit,
                                                 max_bytes, max_cell_bytes))
-        started, deadline = time.perf_counter(), time.monotonic() + timeout / 1000
+        started = time.perf_counter()
         try:
             with self._session(timeout, max_cell_bytes) as connection:
+                # PostgreSQL: no FETCH starts past this, the watchdog's deadline, armed once connected (_session)
+                deadline = time.monotonic() + timeout / 1000
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone. On
                 # PostgreSQL a server-side cursor, so that only the rows kept ever reach this process.
                 raw = connection
@@ -617,10 +630,10 @@ class ExecutionAdapter:
                     cursor.execute(query)
                     merged = shape.rows(cursor, deadline) if shape is not None else None
                     fetched = fetch_bounded(cursor if merged is None else merged, limit, max_bytes, max_cell_bytes)
-                    if merged is not None and merged.crossed:
+                    if merged is not None and merged.crossed and not fetched.truncated:
                         fetched = Fetched(fetched.rows, True, fetched.warnings + [
-                            f"result truncated at max_result_bytes={max_bytes:,}: the next row's values add up "
-                            "to more than that, and the server sent none of them"])
+                            f"result truncated at max_result_bytes={max_bytes:,}: the last row's values add up "
+                            f"to more than that, and the server sent them cut at {CROSSING_CELL_CHARS}"])
                     if cursor.description is None:
                         raise _NoRows()
                     names = shape.names if shape is not None else [str(c[0]) for c in cursor.description]
@@ -696,9 +709,10 @@ class ExecutionAdapter:
             with self._idle_lock:
                 self._duckdb_idle.append(process)
 
-    def explain(self, sql: str, timeout_ms: int | None = None) -> Plan | None:
+    def explain(self, sql: str, timeout_ms: int | None = None, max_bytes: int = DEFAULT_MAX_RESULT_BYTES) \
+            -> Plan | None:
         """The engine's plan for ``sql``, estimated only (a query is never run for its plan: no ANALYZE), within
-        ``timeout_ms`` (the adapter's timeout when None).
+        ``timeout_ms`` (the adapter's timeout when None) and, on DuckDB, the memory bound of ``max_bytes``.
 
         SQLite: ``EXPLAIN QUERY PLAN`` operators, no cost. PostgreSQL: ``EXPLAIN (FORMAT JSON)``, its node types
         and the root's estimated total cost. DuckDB: ``EXPLAIN (FORMAT JSON)``, its operators and, as the cost,
@@ -714,7 +728,7 @@ class ExecutionAdapter:
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms
         if self._duckdb_database is not None:
             planned = self._execute_duckdb(Request(self._duckdb_database, prefix + _strip_terminator(sql), timeout,
-                                                   16, DEFAULT_MAX_RESULT_BYTES, DEFAULT_MAX_CELL_BYTES))
+                                                   16, max_bytes, max_bytes))
             if planned.relation is None or not planned.relation.height:
                 return None
             return _plan_of(self.dialect, planned.relation.frame.rows())
@@ -891,10 +905,11 @@ class _PostgresShape:
     (full length, SHA-256 prefix), computed on the server, so the whole value never reaches this process.
     Other values, and their types, are as the query returned them. :meth:`rows` puts the cut values back.
 
-    A row whose values (each counted up to ``max_cell_bytes``) add up to more than ``max_bytes`` is sent with
-    every such value NULL and a last column saying so: :meth:`rows` ends the result before it, as
-    :func:`~bounds.fetch_bounded` ends one at the row that would cross ``max_bytes``. Without it 600 values of
-    a MiB each, every one under ``max_cell_bytes``, crossed the wire as one row of 628 MB.
+    A row whose values (each counted up to ``max_cell_bytes``, as :func:`~bounds.fetch_bounded` counts them)
+    add up to more than ``max_bytes`` is sent with each of them cut at :data:`~bounds.CROSSING_CELL_CHARS` and a
+    last column saying so: :meth:`rows` ends the result with it, as :func:`~bounds.fetch_bounded` ends one with
+    the row that crosses ``max_bytes``. Without it 600 values of a MiB each, every one under
+    ``max_cell_bytes``, crossed the wire as one row of 628 MB.
     """
 
     sql: str
@@ -906,20 +921,17 @@ class _PostgresShape:
             return self.sql
         columns = [f"c{i}" for i in range(len(self.names))]
         kept, cut, sizes = list(columns), [], []
-        wide = f"sqlcmp_size > {max_bytes}"
+        wide, small = f"sqlcmp_size > {max_bytes}", CROSSING_CELL_CHARS
         for index, oid in self.cuttable:
             value = columns[index] if oid in _PG_TEXT_TYPES or oid == _PG_BYTEA else f"{columns[index]}::text"
             too_long = f"octet_length({value}) > {limit}"  # read from the value's header: no scan
-            sizes.append(f"least(coalesce(octet_length({value}), 0), {limit})")
-            if oid == _PG_BYTEA:
-                marker = (f"substring({value} from 1 for {limit}) || convert_to('…[cut at {limit} of ' || "
-                          f"octet_length({value}) || ' bytes, sha256 ' || left(encode(sha256({value}), 'hex'), "
-                          "16) || ']', 'UTF8')")
-            else:
-                marker = (f"left({value}, {limit}) || '…[cut at {limit} of ' || length({value}) || ' characters, "
-                          f"sha256 ' || left(encode(sha256(convert_to({value}, 'UTF8')), 'hex'), 16) || ']'")
-            kept[index] = f"CASE WHEN {wide} OR {too_long} THEN NULL ELSE {columns[index]} END"
-            cut.append(f"CASE WHEN {wide} THEN NULL WHEN {too_long} THEN {marker} END")
+            # a value's size as fetch_bounded counts it: characters of text, bytes of binary
+            size = f"octet_length({value})" if oid == _PG_BYTEA else f"char_length({value})"
+            sizes.append(f"least(coalesce({size}, 0), {limit})::bigint")
+            cut_small = f"{wide} AND {size} > {small}"
+            kept[index] = f"CASE WHEN ({cut_small}) OR {too_long} THEN NULL ELSE {columns[index]} END"
+            cut.append(f"CASE WHEN {cut_small} THEN {_pg_marker(value, oid, small)} "
+                       f"WHEN {too_long} THEN {_pg_marker(value, oid, limit)} END")
         # OFFSET 0 keeps each subquery a query of its own, so each value is computed once, not once per use.
         return (f"SELECT {', '.join(kept + cut)}, {wide} FROM (SELECT *, {' + '.join(sizes)} AS sqlcmp_size "
                 f"FROM (SELECT * FROM ({_wrapped(self.sql)}) AS sqlcmp_query OFFSET 0) "
@@ -927,10 +939,21 @@ class _PostgresShape:
 
     def rows(self, cursor: Any, deadline: float) -> _MergedCursor:
         """``cursor`` with each row's cut values put back in their columns (as :class:`~bounds.CutText` or
-        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are), ended before a row the
-        server found too large, and no FETCH started past ``deadline`` (a ``time.monotonic()`` instant)."""
+        :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are), ended with a row the server
+        found too large, and no FETCH started past ``deadline`` (a ``time.monotonic()`` instant)."""
         return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable], deadline,
                              sized=bool(self.cuttable))
+
+
+def _pg_marker(value: str, oid: int, limit: int) -> str:
+    """The SQL of ``value`` cut on the server at ``limit`` characters (bytes of a bytea) with the marker
+    :func:`~bounds.cut_cell` would write: the full length and a SHA-256 prefix of the whole value."""
+    if oid == _PG_BYTEA:
+        return (f"substring({value} from 1 for {limit}) || convert_to('…[cut at {limit} of ' || "
+                f"octet_length({value}) || ' bytes, sha256 ' || left(encode(sha256({value}), 'hex'), 16) || ']', "
+                "'UTF8')")
+    return (f"left({value}, {limit}) || '…[cut at {limit} of ' || length({value}) || ' characters, sha256 ' || "
+            f"left(encode(sha256(convert_to({value}, 'UTF8')), 'hex'), 16) || ']'")
 
 
 class _PastDeadline(Exception):
@@ -945,10 +968,10 @@ def _pg_timeout(timeout_ms: int) -> str:
 class _MergedCursor:
     """A DBAPI cursor over a :class:`_PostgresShape` query whose rows come back in the query's own columns.
 
-    It ends at a row the server marked too large (``crossed`` then says so: the result is cut there). It starts
-    no FETCH past ``deadline``: the watchdog's cancel ends a FETCH running at the query's timeout, but PostgreSQL
-    drops a cancel that reaches the backend between two FETCHes (while this process works on a batch), and the
-    next FETCH would then run as if none had come."""
+    It ends with a row the server marked too large (``crossed`` then says so: the result is truncated there).
+    It starts no FETCH past ``deadline`` while rows may be left: the watchdog's cancel ends a FETCH running at
+    the query's timeout, but PostgreSQL drops a cancel that reaches the backend between two FETCHes (while this
+    process works on a batch), and the next FETCH would then run as if none had come."""
 
     cursor: Any
     width: int
@@ -956,22 +979,25 @@ class _MergedCursor:
     deadline: float
     sized: bool  # the query was wrapped (it has a column to cut): its rows end with the too-large mark
     crossed: bool = False
+    ended: bool = False  # a FETCH returned fewer rows than asked: there are no more
 
     def fetchmany(self, size: int) -> list[tuple[Any, ...]]:
-        if self.crossed:
+        if self.crossed or self.ended:
             return []
         if time.monotonic() > self.deadline:
             raise _PastDeadline()
+        fetched = self.cursor.fetchmany(size)
+        self.ended = len(fetched) < size
         merged = []
-        for row in self.cursor.fetchmany(size):
-            if self.sized and row[-1]:  # the row's values add up to more than max_bytes: none of them was sent
-                self.crossed = True
-                break
+        for row in fetched:
             values = list(row[:self.width])
             for index, cut in zip(self.cut_columns, row[self.width:]):
                 if cut is not None:
                     values[index] = CutText(cut) if isinstance(cut, str) else CutBytes(bytes(cut))
             merged.append(tuple(values))
+            if self.sized and row[-1]:  # its values add up to more than max_bytes: sent cut small, and the last
+                self.crossed = True
+                break
         return merged
 
 

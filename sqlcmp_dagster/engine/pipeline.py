@@ -412,10 +412,10 @@ def performance_layer(validation: Validation, index: int, database: ExecutionAda
     if not validation.request.config.enable_performance_metrics or not (actual.execution and expected.execution):
         return None, []
     can_explain = database is not None and not actual.pre_materialized and not expected.pre_materialized
-    timeout = validation.request.config.query_timeout_ms
-    return performance_metrics(actual.execution.elapsed_ms, expected.execution.elapsed_ms,
-                               database.explain(actual.sql, timeout) if can_explain and database else None,
-                               database.explain(expected.sql, timeout) if can_explain and database else None)
+    config = validation.request.config
+    plans = [database.explain(side.sql, config.query_timeout_ms, config.max_result_bytes)
+             if can_explain and database else None for side in (actual, expected)]
+    return performance_metrics(actual.execution.elapsed_ms, expected.execution.elapsed_ms, *plans)
 
 
 def analyze(validation: Validation, database: ExecutionAdapter | None) -> Analysis:
