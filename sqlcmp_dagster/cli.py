@@ -277,12 +277,16 @@ def _config_overrides(args: argparse.Namespace) -> dict[str, Any]:
 def _options_file(path: Path, flag: str) -> dict[str, Any]:
     import yaml
 
+    from sqlcmp_dagster.cases.suite import load_yaml
+
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        loaded = load_yaml(path.read_text(encoding="utf-8"))
     except OSError as error:
         raise UsageError(f"{flag} {path}: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise UsageError(f"{flag} {path}: not valid JSON or YAML: {error}") from error
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{flag} {path}: not UTF-8 text (byte {error.start})") from error
+    except (yaml.YAMLError, RecursionError) as error:
+        raise UsageError(f"{flag} {path}: not valid JSON or YAML: {error or 'nested too deep to read'}") from error
     if not isinstance(loaded, dict):
         raise UsageError(f"{flag} {path}: expected a mapping of options")
     return loaded

@@ -47,12 +47,17 @@ def test_compare_options_reach_the_config(sample_db: Path, capsys: pytest.Captur
         (["--db", "{db}", "--atol", "-1"], "numeric_abs_tolerance"),
         (["--db", "{db}", "--config", "/no/such.yaml"], "--config /no/such.yaml"),
         (["--db", "nosuchdriver://x"], "--db 'nosuchdriver://x'"),
+        (["--db", "{db}", "--config", "{alias}"], "an alias (*name)"),
+        (["--db", "{db}", "--config", "{latin1}"], "not UTF-8 text"),
     ],
 )
 def test_compare_bad_input_exits_2_with_a_message(sample_db: Path, capsys: pytest.CaptureFixture[str],
-                                                  args: list[str], message: str) -> None:
+                                                  tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "alias.yaml").write_text("a: &a [1, 2]\nquery_timeout_ms: *a\n", encoding="utf-8")
+    (tmp_path / "latin1.yaml").write_bytes("dialect: caf\xe9\n".encode("latin-1"))
     argv = ["compare", "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1"]
-    argv += [a.replace("{db}", str(sample_db)) for a in args]
+    argv += [a.replace("{db}", str(sample_db)).replace("{alias}", str(tmp_path / "alias.yaml"))
+             .replace("{latin1}", str(tmp_path / "latin1.yaml")) for a in args]
     assert main(argv) == 2
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err

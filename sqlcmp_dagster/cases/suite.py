@@ -114,13 +114,37 @@ def _jsonl_items(path: Path) -> Iterable[tuple[int, Any]]:
                 yield number, json.loads(text)
             except json.JSONDecodeError as error:
                 yield number, _Broken(f"invalid JSON: {error.msg} at column {error.colno}")
+            except RecursionError:  # a value nested past the parser's limit: this line, not the file
+                yield number, _Broken("invalid JSON: nested too deep to read")
+
+
+class SuiteLoader(yaml.SafeLoader):
+    """YAML's safe loader without aliases: an alias is refused where it stands. A kilobyte of aliases of aliases
+    (a "billion laughs") is a few nodes to the parser but a thousand million strings to any walk that copies the
+    case (the text check every case goes through did), and a suite never needs one. Used for suites and
+    ``--config`` files."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "an alias (*name): suites and config files take none",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` read by :class:`SuiteLoader`; raises ``yaml.YAMLError``, or ``RecursionError`` for a value nested
+    past the parser's limit."""
+    return yaml.load(text, Loader=SuiteLoader)  # noqa: S506 - a SafeLoader without aliases
 
 
 def _yaml_items(path: Path) -> Iterable[tuple[int, Any]]:
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8", errors="replace"))
+        data = load_yaml(path.read_text(encoding="utf-8", errors="replace"))
     except yaml.YAMLError as error:
         yield 0, _Broken(f"invalid YAML: {error}")
+        return
+    except RecursionError:
+        yield 0, _Broken("invalid YAML: nested too deep to read")
         return
     if isinstance(data, dict) and "cases" in data:
         data = data["cases"]
@@ -147,6 +171,8 @@ def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str,
             errors.append(SuiteError(str(path), number, f"a case is an object, got {type(item).__name__}"))
             continue
         item = {k: v for k, v in item.items() if v is not None}
+        if isinstance(item.get("config"), dict):  # a Parquet struct holds every case's keys, null where unset
+            item["config"] = {k: v for k, v in item["config"].items() if v is not None}
         item.setdefault("case_id", f"{path.stem}:{number}")
         if overrides:
             item["config"] = {**overrides, **(item.get("config") or {})}
@@ -162,6 +188,8 @@ def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str,
         first_line[case_id] = number
         try:
             cases.append(CompareRequest.model_validate(item))
+        except RecursionError:
+            errors.append(SuiteError(str(path), number, f"case {case_id!r}: a value is nested too deep to read"))
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'case'}: {e['msg']}" for e in error.errors())
             errors.append(SuiteError(str(path), number, f"case {item.get('case_id')!r}: {problems}"))
