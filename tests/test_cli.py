@@ -195,3 +195,23 @@ def test_sqlglot_does_not_echo_a_hostile_query_to_stderr(sample_db: Path) -> Non
                          capture_output=True, text=True, timeout=300)
     assert "\x1b" not in out.stderr + out.stdout and "PWNED" not in out.stderr, out.stderr
     assert "not a read-only query: SHOW statement" in out.stdout
+
+
+@pytest.mark.parametrize(("option", "value"), [("max_cell_bytes", 2**31), ("query_timeout_ms", 10**30),
+                                               ("numeric_abs_tolerance", float("inf")),
+                                               ("neighbor_sample_rows", 10**30)])
+def test_an_option_past_what_the_engines_hold_is_refused_by_name(tmp_path: Path, sample_dir: Path, option: str,
+                                                                 value: float, capsys: pytest.CaptureFixture[str]
+                                                                 ) -> None:
+    """A case's config past what the engines hold failed deep inside one of them (every query of the case, on
+    SQLite, for max_cell_bytes of 2 GiB), and an infinite tolerance made every number equal (a review's
+    findings): the case is refused as it loads, naming the option, and the other case runs."""
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"case_id": "odd", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop",
+                                 "config": {option: value}}) + "\n"
+                     + json.dumps({"case_id": "fine", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1",
+                                   "db": "shop"}) + "\n", encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 2
+    assert f"config.{option}" in capsys.readouterr().err
+    assert [json.loads(line)["case_id"] for line in out.read_text(encoding="utf-8").split("\n") if line] == ["fine"]

@@ -86,6 +86,22 @@ def test_duckdb_lists_structs_intervals_and_uuids_are_compared(duck: Path, expec
         adapter.close()
 
 
+def test_a_duckdb_file_edited_in_place_has_a_new_fingerprint(duck: Path) -> None:
+    """The fingerprint of a DuckDB file was a hash of its address: an edited file kept its cached schema and its
+    cases' data version (a review's finding)."""
+    duckdb = pytest.importorskip("duckdb")
+    adapter = ExecutionAdapter(str(duck))
+    try:
+        before = adapter.fingerprint()
+        assert adapter.fingerprint() == before
+        connection = duckdb.connect(str(duck))
+        connection.execute("ALTER TABLE items ADD COLUMN w INTEGER")
+        connection.close()
+        assert adapter.fingerprint() != before
+    finally:
+        adapter.close()
+
+
 @pytest.mark.parametrize(
     ("sql", "category"),
     [

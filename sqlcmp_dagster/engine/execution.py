@@ -755,9 +755,16 @@ class ExecutionAdapter:
         return self._duckdb_database if self._duckdb_database not in (None, ":memory:") else None
 
     def fingerprint(self) -> str:
-        """A content hash of the database: what a cached result depends on besides the case itself."""
+        """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
+        DuckDB file's is its bytes' (a DuckDB file's write-ahead log's too); a server's, its address's. A DuckDB
+        file's used to be its address's: a file edited in place kept its cached schema (the neighbor search then
+        built neighbors without the new column) and its cases their Dagster data version."""
         if self._sqlite_path is not None:
             return _file_digest(self._sqlite_path)
+        if self.neighbor_process is None and self._duckdb_database not in (None, ":memory:"):
+            path = Path(str(self._duckdb_database))
+            wal = path.with_name(path.name + ".wal")
+            return _file_digest(path) + (_file_digest(wal) if wal.is_file() else "")
         return hashlib.sha256(self.identifier.encode()).hexdigest()[:16]
 
     def close(self) -> None:

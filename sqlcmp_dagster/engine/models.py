@@ -53,6 +53,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+#: The longest time an option gives (a day, in milliseconds).
+MAX_MS = 86_400_000
+#: The largest count or length an option gives (a C int: SQLite's length limit is one).
+MAX_COUNT = 2**31 - 1
+#: The largest result size an option gives (a TiB; DuckDB's memory limit is set from it).
+MAX_BYTES = 1 << 40
+
+
 class EvalConfig(_Strict):
     """Runtime options of one comparison (architecture.txt, Configuration Model).
 
@@ -65,21 +73,26 @@ class EvalConfig(_Strict):
     query is a parse failure before the parser runs), ``case_timeout_ms`` (the case's total budget for parsing
     and every query it runs: expected, actual, counterfactual probes and tie re-checks; default three query
     timeouts, see :meth:`case_budget_ms`).
+
+    Each number has the largest value the engines hold (:data:`MAX_MS`, :data:`MAX_COUNT`, :data:`MAX_BYTES`):
+    past it a value was refused deep inside one engine (a timestamp out of range in DuckDB, a C int in SQLite's
+    length limit, which made every query of the case fail), so it is refused here, naming the option. A
+    tolerance is finite: an infinite one made every number equal to every other.
     """
 
     comparison_mode: ComparisonMode = "auto"
-    numeric_abs_tolerance: float | None = Field(default=None, ge=0)
-    numeric_rel_tolerance: float | None = Field(default=None, ge=0)
+    numeric_abs_tolerance: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    numeric_rel_tolerance: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     null_equality_mode: Literal["strict", "sql_semantic"] = "strict"
     require_column_name_match: bool = False
     require_column_order_match: bool = False
-    max_rows_for_cell_alignment: int = Field(default=100_000, ge=0)
-    query_timeout_ms: int = Field(default=10_000, gt=0)
-    max_result_rows: int = Field(default=1_000_000, gt=0)
-    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0)
-    max_cell_bytes: int = Field(default=DEFAULT_MAX_CELL_BYTES, gt=0)
-    max_sql_chars: int = Field(default=DEFAULT_MAX_SQL_CHARS, gt=0)
-    case_timeout_ms: int | None = Field(default=None, gt=0)
+    max_rows_for_cell_alignment: int = Field(default=100_000, ge=0, le=MAX_COUNT)
+    query_timeout_ms: int = Field(default=10_000, gt=0, le=MAX_MS)
+    max_result_rows: int = Field(default=1_000_000, gt=0, le=MAX_COUNT)
+    max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0, le=MAX_BYTES)
+    max_cell_bytes: int = Field(default=DEFAULT_MAX_CELL_BYTES, gt=0, le=MAX_COUNT)
+    max_sql_chars: int = Field(default=DEFAULT_MAX_SQL_CHARS, gt=0, le=MAX_COUNT)
+    case_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_MS)
     enable_ai_judge: bool = False
     enable_performance_metrics: bool = False
     enable_counterfactual_probes: bool = True
@@ -88,10 +101,13 @@ class EvalConfig(_Strict):
     include_result_tables: bool = False
     # Neighbor databases (engine/neighbors.py): is a pass an accident of this database's rows?
     verdict_scope: Literal["database", "neighborhood"] = "database"
-    neighbor_count: int = Field(default=8, ge=0)  # neighbor databases built per passing case (PRIORITY order); 0: off
-    neighbor_time_budget_ms: int = Field(default=30_000, gt=0)  # wall-clock safety cap of one case's search, far
-    # above its work (bounded by neighbor_count and the shrink tests): hitting it is a named cut, not the norm
-    neighbor_sample_rows: int = Field(default=40, gt=0)  # rows read from each table the queries read (and FK parents)
+    # neighbor databases built per passing case (PRIORITY order); 0: off
+    neighbor_count: int = Field(default=8, ge=0, le=MAX_COUNT)
+    # wall-clock safety cap of one case's search, far above its work (bounded by neighbor_count and the shrink
+    # tests): hitting it is a named cut, not the norm
+    neighbor_time_budget_ms: int = Field(default=30_000, gt=0, le=MAX_MS)
+    # rows read from each table the queries read (and FK parents)
+    neighbor_sample_rows: int = Field(default=40, gt=0, le=MAX_COUNT)
     neighbor_seed: int = 0
     # Skip the search of a pass whose queries are proven equal (equal canonical trees, or equal after the
     # rewrites of engine/equivalence.py): no database with the case's schema can tell such queries apart.
