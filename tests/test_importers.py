@@ -154,3 +154,20 @@ def test_import_with_tables_needs_db_dir(tmp_path: Path, capsys: pytest.CaptureF
     code = main(["import", "spider", "--questions", str(files[0]), "--gold", str(files[1]), "--pred", str(files[2]),
                  "--tables", str(_tables_json(tmp_path / "tables.json")), "--out", str(tmp_path / "o.jsonl")])
     assert code == 2 and "--tables needs --db-dir" in capsys.readouterr().err
+
+
+def test_untrusted_prediction_and_question_files(tmp_path: Path) -> None:
+    """A carriage return inside a prediction split it in two and, with an empty last prediction dropped,
+    paired every later prediction with the question before its own; a byte-order mark stuck to the first
+    prediction; a BIRD question without db_id or SQL ended in a traceback (a review's findings)."""
+    files = _spider_files(tmp_path, ["SELECT 1\ta", "SELECT 2\tb", "SELECT 3\ta"], ["x", "y", "z"])
+    files[2].write_bytes(b"SELECT id\rFROM t\nSELECT name FROM t\n\n")
+    with pytest.raises(BenchmarkFormatError, match=r"pred.sql:1: a carriage return inside the line"):
+        import_spider(*files)
+    files[2].write_bytes(b"\xef\xbb\xbfSELECT 10\r\nSELECT 20\r\nSELECT 30\r\n")  # a BOM, CRLF line ends
+    assert [c.actual_sql for c in import_spider(*files)] == ["SELECT 10", "SELECT 20", "SELECT 30"]
+    questions, predictions = tmp_path / "bird.json", tmp_path / "bird_pred.json"
+    questions.write_text(json.dumps([{"question_id": 0, "question": "q", "SQL": "SELECT 1"}]), encoding="utf-8")
+    predictions.write_text(json.dumps({"0": "SELECT 1"}), encoding="utf-8")
+    with pytest.raises(BenchmarkFormatError, match=r"question 0 is not an object with 'db_id' and 'SQL'"):
+        import_bird(questions, predictions)

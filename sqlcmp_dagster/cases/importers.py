@@ -8,6 +8,7 @@ disagreement, missing id or length mismatch is an :class:`BenchmarkFormatError` 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,8 @@ def import_bird(questions: Path, predictions: Path, db_dir: Path | None = None) 
         raise BenchmarkFormatError(f"{questions} must be a JSON list and {predictions} a JSON object keyed by question id")
     by_id: dict[str, dict[str, Any]] = {}
     for position, item in enumerate(items):
+        if not isinstance(item, dict) or not isinstance(item.get("db_id"), str) or "SQL" not in item:
+            raise BenchmarkFormatError(f"{questions}: question {position} is not an object with 'db_id' and 'SQL'")
         qid = str(item.get("question_id", position))
         if qid in by_id:
             raise BenchmarkFormatError(f"{questions}: question id {qid} appears twice")
@@ -192,13 +195,30 @@ def _json(path: Path) -> Any:
 
 
 def _lines(path: Path, *, keep_blank: bool = False) -> list[str]:
-    """The lines of ``path``: without blank ones, or with them (``keep_blank``) up to the last non-blank line."""
+    """The lines of ``path``: without blank ones, or with them (``keep_blank``) up to the last non-blank line.
+
+    A carriage return that ends no line (one not before a line feed, in a file that has line feeds) is refused:
+    read as a line break, as text files are read, it split one prediction in two and, with an empty last
+    prediction dropped, paired every later prediction with the question before its own, the counts still
+    equal."""
+    raw = _raw_bytes(path)
+    if b"\n" in raw and (stray := re.search(rb"\r(?!\n)", raw)) is not None:
+        line = raw.count(b"\n", 0, stray.start()) + 1
+        raise BenchmarkFormatError(f"{path}:{line}: a carriage return inside the line (a query over several lines?): "
+                                   "each line is one query")
     lines = read_lines(path, BenchmarkFormatError)
     if not keep_blank:
         return [line for line in lines if line.strip()]
     while lines and not lines[-1].strip():
         lines.pop()
     return lines
+
+
+def _raw_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as failure:
+        raise BenchmarkFormatError(f"{path}: {failure.strerror}") from failure
 
 
 def _check_db(db_dir: Path | None, db: str, where: str) -> None:

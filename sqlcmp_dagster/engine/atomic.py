@@ -44,7 +44,7 @@ def read_utf8(path: Path, error: type[Exception]) -> str:
     ValueError: ...bad.txt: not UTF-8 text (byte 2)
     """
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not text: it stuck to the first line
     except OSError as failure:
         raise error(f"{path}: {failure.strerror}") from failure
     except UnicodeDecodeError as failure:
