@@ -92,9 +92,11 @@ def _say(*parts: object, sep: str = " ", file: Any = None) -> None:
     print(terminal_text(sep.join(map(str, parts))), file=file)
 
 
-def _say_json(value: Any) -> None:
-    """``value`` as indented JSON on stdout, with no character that drives a terminal left raw in it."""
-    print(terminal_json(json.dumps(value, indent=2, ensure_ascii=False)))
+def _say_json(report: Report) -> None:
+    """``report`` as indented JSON on stdout, written as a reports file line is (an infinite cell as the text
+    ``"Infinity"``: ``json.dumps`` wrote a bare ``Infinity``, which is not JSON), with no character that drives
+    a terminal left raw in it."""
+    print(terminal_json(report.model_dump_json(indent=2)))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -311,7 +313,7 @@ def _compare(args: argparse.Namespace) -> int:
     finally:
         adapter.close()
     if args.format == "json":
-        _say_json(report.model_dump(mode="json"))
+        _say_json(report)
     else:
         _say(render_text(report))
     if not report.validity.get("case_valid", True):
@@ -417,7 +419,7 @@ def _show(args: argparse.Namespace) -> int:
     if report is None:
         raise UsageError(f"{args.reports} has no case {args.case_id!r}")
     if args.format == "json":
-        _say_json(report.model_dump(mode="json"))
+        _say_json(report)
     else:
         _say(render_text(report))
     return EXIT_PASS

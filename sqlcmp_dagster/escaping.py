@@ -23,8 +23,8 @@ from __future__ import annotations
 CONTROLS: tuple[int, ...] = (*range(0x00, 0x09), *range(0x0B, 0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029,
                              *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _AS_TEXT = {code: repr(chr(code))[1:-1] for code in CONTROLS}
-#: In JSON, where ``json.dumps(..., ensure_ascii=False)`` has escaped the C0 controls already and every other
-#: character in this table can only stand inside a string, as JSON's own ``\\uXXXX``.
+#: In JSON, where the writer has escaped the C0 controls already and every other character in this table can
+#: only stand inside a string, as JSON's own ``\\uXXXX``.
 _AS_JSON = {code: f"\\u{code:04x}" for code in CONTROLS}
 
 
@@ -38,8 +38,9 @@ def terminal_text(text: str) -> str:
 
 
 def terminal_json(text: str) -> str:
-    """JSON text (from ``json.dumps(..., ensure_ascii=False)``) with every character of :data:`CONTROLS` that it
-    still holds raw written as a JSON escape: the same JSON value, safe to print.
+    """JSON text (from pydantic's ``model_dump_json`` or ``json.dumps(..., ensure_ascii=False)``, which escape
+    the C0 controls but no other character of :data:`CONTROLS`) with every such character it still holds raw
+    written as a JSON escape: the same JSON value, safe to print.
 
     >>> import json
     >>> out = terminal_json(json.dumps({"x": "\\x9b2J\\u202e\\x7f"}, ensure_ascii=False))

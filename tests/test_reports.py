@@ -106,6 +106,13 @@ def test_an_infinite_cell_is_not_read_back_as_null(tmp_path: Path, sample_dir: P
     capsys.readouterr()
     assert main(["show", "inf", "--reports", str(out)]) == 0
     assert "extra rows (sample): ('-Infinity',)" in capsys.readouterr().out
+    assert main(["show", "inf", "--reports", str(out), "--format", "json"]) == 0
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    shown = json.loads(capsys.readouterr().out, parse_constant=refuse)  # strict JSON: no bare Infinity
+    assert shown["mismatch_map"]["extra_rows_sample"] == [["-Infinity"]]
 
 
 def test_diff_counts_regressions_and_gates_ci(runs: dict[str, Path], tmp_path: Path,
