@@ -25,8 +25,9 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     the sensor cannot take from the folder (:func:`suite_problems`) goes to ``warn``.
     """
     suite = cases.load()
-    for problem in suite_problems(suite) if warn is not None else []:
-        warn(terminal_text(problem))
+    if warn is not None:
+        for problem in suite_problems(suite):
+            warn(terminal_text(problem))
     previous: dict[str, str] = json.loads(cursor) if cursor else {}
     versions = {case.case_id: case_version(case, database.fingerprint(database.with_defaults(case)))
                 for case in suite.cases if partition_key_problem(case.case_id) is None}

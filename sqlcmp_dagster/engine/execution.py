@@ -948,8 +948,7 @@ class _PostgresShape:
         """``cursor`` with each row's cut values put back in their columns (as :class:`~bounds.CutText` or
         :class:`~bounds.CutBytes`, which :func:`fetch_bounded` keeps as they are), ended with a row the server
         found too large, and no FETCH started past ``deadline`` (a ``time.monotonic()`` instant)."""
-        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable], deadline,
-                             sized=bool(self.cuttable))
+        return _MergedCursor(cursor, len(self.names), [index for index, _ in self.cuttable], deadline)
 
 
 def _pg_marker(value: str, oid: int, limit: int) -> str:
@@ -975,34 +974,31 @@ def _pg_timeout(timeout_ms: int) -> str:
 class _MergedCursor:
     """A DBAPI cursor over a :class:`_PostgresShape` query whose rows come back in the query's own columns.
 
-    It ends with a row the server marked too large (``crossed`` then says so: the result is truncated there).
-    It starts no FETCH past ``deadline`` while rows may be left: the watchdog's cancel ends a FETCH running at
-    the query's timeout, but PostgreSQL drops a cancel that reaches the backend between two FETCHes (while this
-    process works on a batch), and the next FETCH would then run as if none had come."""
+    It ends with a row the server marked too large (``crossed`` then says so: the result is truncated there);
+    only a wrapped query (one with ``cut_columns``) has that mark, as its last column. It starts no FETCH past
+    ``deadline``: the watchdog's cancel ends a FETCH running at the query's timeout, but PostgreSQL drops a
+    cancel that reaches the backend between two FETCHes (while this process works on a batch), and the next
+    FETCH would then run as if none had come."""
 
     cursor: Any
     width: int
     cut_columns: list[int]
     deadline: float
-    sized: bool  # the query was wrapped (it has a column to cut): its rows end with the too-large mark
     crossed: bool = False
-    ended: bool = False  # a FETCH returned fewer rows than asked: there are no more
 
     def fetchmany(self, size: int) -> list[tuple[Any, ...]]:
-        if self.crossed or self.ended:
+        if self.crossed:
             return []
         if time.monotonic() > self.deadline:
             raise _PastDeadline()
-        fetched = self.cursor.fetchmany(size)
-        self.ended = len(fetched) < size
         merged = []
-        for row in fetched:
+        for row in self.cursor.fetchmany(size):
             values = list(row[:self.width])
             for index, cut in zip(self.cut_columns, row[self.width:]):
                 if cut is not None:
                     values[index] = CutText(cut) if isinstance(cut, str) else CutBytes(bytes(cut))
             merged.append(tuple(values))
-            if self.sized and row[-1]:  # its values add up to more than max_bytes: sent cut small, and the last
+            if self.cut_columns and row[-1]:  # its values add up to more than max_bytes: sent cut small, the last
                 self.crossed = True
                 break
         return merged
@@ -1059,8 +1055,7 @@ def resolve_database(db: str, db_dir: Path | None) -> str:
     if "://" in db:
         return db
     if db_dir is not None:
-        if not db or db in (".", "..") or any(separator in db for separator in ("/", "\\", os.sep)) \
-                or Path(db).is_absolute():
+        if not db or db in (".", "..") or "/" in db or "\\" in db:  # an absolute path holds a separator too
             raise ValueError(f"database {db!r} is not a db id under {db_dir}: an id names a database in that "
                              "folder (no path separator, no '..')")
         candidates = (db_dir / db / f"{db}.sqlite", db_dir / f"{db}.sqlite", db_dir / f"{db}.db",
