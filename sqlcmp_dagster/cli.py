@@ -200,7 +200,7 @@ class _Version(argparse.Action):
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
-        from sqlcmp_dagster.engine.report import ENGINE_VERSION
+        from sqlcmp_dagster.engine.version import ENGINE_VERSION
 
         _say(f"sqlcmp {ENGINE_VERSION}")  # on stdout, as argparse's own version action
         parser.exit()

@@ -25,7 +25,8 @@ from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import CASE_FAULTS, Validation, fault_text, finish_timings
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
     validation_from_record
-from sqlcmp_dagster.engine.report import ENGINE_VERSION, Analysis, blocked_report, build_report, fault_report
+from sqlcmp_dagster.engine.version import ENGINE_VERSION
+from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 
 #: One partition per case id, added and removed by the case sensor as suite files change.
 cases_partitions = dg.DynamicPartitionsDefinition(name="cases")

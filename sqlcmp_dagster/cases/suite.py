@@ -202,7 +202,7 @@ def case_version(request: CompareRequest, database_fingerprint: str) -> str:
     That is the case itself (queries, config, context, pre-materialized results), the database's content and
     the engine version; editing any of them makes exactly this case stale.
     """
-    from sqlcmp_dagster.engine.report import ENGINE_VERSION
+    from sqlcmp_dagster.engine.version import ENGINE_VERSION
 
     payload = json.dumps({"case": request.model_dump(mode="json"), "database": database_fingerprint,
                           "engine": ENGINE_VERSION}, sort_keys=True, default=str)

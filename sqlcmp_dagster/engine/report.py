@@ -8,7 +8,6 @@ only annotate. Every report carries every top-level key, null where it does not 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
@@ -20,14 +19,11 @@ from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, fail
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.results import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
+from sqlcmp_dagster.engine.version import ENGINE_VERSION
 
 if TYPE_CHECKING:
     from sqlcmp_dagster.engine.pipeline import Side, Validation
 
-try:
-    ENGINE_VERSION = version("sqlcmp-dagster")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    ENGINE_VERSION = "0.0.0+source"
 
 #: The twelve diagnostic metrics of the glossary, in its order.
 DIAGNOSTIC_METRICS = (*SCORES, "ordering_error_flag", "cardinality_explosion_flag", "per_column_mismatch_map",

@@ -21,7 +21,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbors import neighborhood_of
-from sqlcmp_dagster.engine.report import ENGINE_VERSION, explanation_lines, neighbor_lines, per_column_map
+from sqlcmp_dagster.engine.version import ENGINE_VERSION
+from sqlcmp_dagster.engine.report import explanation_lines, neighbor_lines, per_column_map
 from sqlcmp_dagster.engine.summary import SEVERITIES, robust_line
 from sqlcmp_dagster.reporting.cases import case_row
 
