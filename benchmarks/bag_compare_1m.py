@@ -52,7 +52,7 @@ def child(tool: str, folder: Path) -> dict[str, object]:
     expected, actual = pl.read_parquet(folder / "expected.parquet"), pl.read_parquet(folder / "actual.parquet")
     rows = expected.height
     if tool == "sqlcmp":
-        from sqlcmp_dagster.engine.execution import Relation
+        from sqlcmp_dagster.engine.relation import Relation
         from sqlcmp_dagster.engine.models import EvalConfig
         from sqlcmp_dagster.engine.results import compare_results
 

@@ -19,8 +19,8 @@ import duckdb
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-from sqlcmp_dagster.engine.bounds import fetch_bounded
-from sqlcmp_dagster.engine.duckdb_process import DUCKDB_SANDBOX
+from sqlcmp_dagster.engine.sandbox.bounds import fetch_bounded
+from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 
 QUERIES = ("SELECT * FROM t", "SELECT range, range * 2 FROM range(20000)")

@@ -14,7 +14,7 @@ import argparse
 import random
 import time
 
-from sqlcmp_dagster.engine.execution import Relation, relation_from_rows
+from sqlcmp_dagster.engine.relation import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.result_rows import SMALL_RESULT_CELLS
 from sqlcmp_dagster.engine.results import ComparisonPath, compare_results

@@ -93,7 +93,7 @@ def official_loop(suite: Path, db_dir: Path, official: Path | None) -> None:
                 pass
     else:
         from sqlcmp_dagster.cases.spider_exec import official_match
-        from sqlcmp_dagster.engine.execution import sqlite_read_only
+        from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 
         connections = {}
         for case in cases:

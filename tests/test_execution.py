@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, sqlite_read_only, resolve_database
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
+from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 from sqlcmp_dagster.engine.parsing import parse
 
 
@@ -166,10 +167,10 @@ def test_the_statement_gate_walks_a_parsed_query_once(adapter: ExecutionAdapter)
     query, and its refusal holds on every run."""
     from unittest import mock
 
-    from sqlcmp_dagster.engine import execution
+    from sqlcmp_dagster.engine.sandbox import gate as gate_module
 
     safe, hostile = parse("SELECT count(*) FROM products", "sqlite"), parse("DELETE FROM products", "sqlite")
-    with mock.patch.object(execution, "unsafe_reason", wraps=execution.unsafe_reason) as gate:
+    with mock.patch.object(gate_module, "unsafe_reason", wraps=gate_module.unsafe_reason) as gate:
         for _ in range(3):
             assert adapter.execute("SELECT count(*) FROM products", parsed=safe).success
             refused = adapter.execute("DELETE FROM products", parsed=hostile)
@@ -194,7 +195,7 @@ def test_fetch_bounded_keeps_plain_rows_whole_and_cuts_and_caps_row_by_row() -> 
     """Round trips of plain cells (numbers, NULL, short text and bytes) are kept as they came; a round trip with
     a cell to cut, a cut cell or the byte cap inside it is taken row by row, with the same caps, cuts and
     counts."""
-    from sqlcmp_dagster.engine.bounds import CutText, fetch_bounded
+    from sqlcmp_dagster.engine.sandbox.bounds import CutText, fetch_bounded
 
     plain = [(i, float(i), None, f"t{i:04}", b"b") for i in range(3000)]
     fetched = fetch_bounded(_Rows(plain), 10_000, 1 << 30, 8)
@@ -216,16 +217,18 @@ def test_fetch_bounded_keeps_plain_rows_whole_and_cuts_and_caps_row_by_row() -> 
     assert fetch_bounded(_Rows(plain), 50, 1 << 30, 8).rows == plain[:50]
 
 
-def test_a_kept_sqlite_connection_carries_nothing_to_the_next_query(sample_db: Path, tmp_path: Path) -> None:
+def test_a_kept_sqlite_connection_carries_nothing_to_the_next_query(sample_db: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """One sandboxed connection serves query after query; no query's length limit, transaction or interrupt
     reaches the next one, and a database file replaced at its path is read anew."""
+    from sqlcmp_dagster.engine import execution
+
     database = tmp_path / "own.sqlite"  # replaced below: not the session's sample database
     database.write_bytes(sample_db.read_bytes())
-    adapter = ExecutionAdapter(str(database), timeout_ms=2_000)
     opened = []
-    open_sandboxed = adapter._sqlite_open
-    assert open_sandboxed is not None
-    adapter._sqlite_open = lambda: opened.append(1) or open_sandboxed()  # type: ignore[func-returns-value]
+    monkeypatch.setattr(execution, "sqlite_read_only",
+                        lambda path: opened.append(1) or sqlite_read_only(path))  # type: ignore[func-returns-value]
+    adapter = ExecutionAdapter(str(database), timeout_ms=2_000)
     for _ in range(50):
         assert adapter.execute("SELECT count(*) FROM products").success
     assert len(opened) == 1
@@ -236,7 +239,7 @@ def test_a_kept_sqlite_connection_carries_nothing_to_the_next_query(sample_db: P
     forged = adapter.execute("SAVEPOINT sqlcmp_left_open", parsed=parse("SELECT 1", "sqlite"))
     assert forged.error is not None and forged.error.category == "unsafe_statement"
     assert adapter.execute("SELECT count(*) FROM products").success
-    assert not any(connection.in_transaction for connection in adapter._sqlite_idle)
+    assert adapter.execute("SELECT count(*) FROM products", parsed=parse("SELECT 1", "sqlite")).success
     runaway = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
     assert adapter.execute(runaway, timeout_ms=100).error.category == "timeout"  # type: ignore[union-attr]
     assert adapter.execute("SELECT count(*) FROM products").success

@@ -32,8 +32,8 @@ from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 from sqlcmp_dagster.cli import main
-from sqlcmp_dagster.engine import execution
-from sqlcmp_dagster.engine.duckdb_process import memory_bound
+from sqlcmp_dagster.engine.sandbox import postgres
+from sqlcmp_dagster.engine.sandbox.duckdb_process import memory_bound
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import canonical_tree, parse
@@ -571,7 +571,7 @@ def test_postgres_timeout_holds_when_it_passes_between_two_fetches(pg_url: str,
     """PostgreSQL drops a cancel that reaches the backend between two FETCHes: with the timeout passing while
     this process worked on a batch, the next FETCH ran, and a 1 s query returned its rows after 2 s (a review's
     finding). No FETCH starts past the timeout."""
-    original = execution.fetch_bounded
+    original = postgres.fetch_bounded
 
     def slow_between_fetches(cursor: Any, *args: Any) -> Any:
         class Slow:
@@ -585,7 +585,7 @@ def test_postgres_timeout_holds_when_it_passes_between_two_fetches(pg_url: str,
                 return rows
         return original(Slow(), *args)
 
-    monkeypatch.setattr(execution, "fetch_bounded", slow_between_fetches)
+    monkeypatch.setattr(postgres, "fetch_bounded", slow_between_fetches)
     adapter = ExecutionAdapter(pg_url, timeout_ms=1000)
     try:
         result = adapter.execute("SELECT g, pg_sleep(0.06) FROM generate_series(1, 15) g")

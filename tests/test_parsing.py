@@ -6,7 +6,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import sqlglot
 
-from sqlcmp_dagster.engine.parsing import parse, sql_text, tokens_of, unsafe_reason
+from sqlcmp_dagster.engine.parsing import parse, sql_text, tokens_of
+from sqlcmp_dagster.engine.sandbox.gate import unsafe_reason
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import polars as pl
 
 from sqlcmp_dagster.engine import results
-from sqlcmp_dagster.engine.execution import Relation, relation_from_rows
+from sqlcmp_dagster.engine.relation import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
 from sqlcmp_dagster.engine.results import ComparisonPath, ResultComparison
 

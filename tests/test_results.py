@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from sqlcmp_dagster.engine.equivalence import MAX_PERMUTED_COLUMNS
-from sqlcmp_dagster.engine.execution import Relation, relation_from_rows
+from sqlcmp_dagster.engine.relation import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
 from sqlcmp_dagster.engine.results import (
     _MAX_PERMUTATIONS,
@@ -230,7 +230,7 @@ def test_nan_and_infinity_equal_only_themselves_under_tolerance(mode: ResolvedMo
 def test_the_plain_path_writes_numbers_as_tagged_text_does() -> None:
     """The plain path writes the tagged text of numbers itself; its order decides which rows pair in the cell
     alignment, so it must be polars' text exactly."""
-    from sqlcmp_dagster.engine.execution import tagged_text
+    from sqlcmp_dagster.engine.relation import tagged_text
     from sqlcmp_dagster.engine.result_rows import _tagged
 
     values = [0.0, -0.0, 1.5, 1e-5, -1.5e-5, 8.9e-5, 1e-6, -3.6e-7, 1e15, 1e16, 1e20, 5e-324, math.nan, math.inf,

@@ -11,7 +11,8 @@ import pytest
 
 from sqlcmp_dagster.cases.spider_exec import (REASONS, compare_with_official, denotations_equal,
                                               explain_difference, official_match, render_markdown)
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, sqlite_read_only
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.pipeline import compare
 

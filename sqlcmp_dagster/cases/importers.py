@@ -18,7 +18,7 @@ import sqlglot
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.atomic import atomic_path, read_lines, read_utf8
-from sqlcmp_dagster.engine.execution import sqlite_read_only
+from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 
 
 class BenchmarkFormatError(ValueError):

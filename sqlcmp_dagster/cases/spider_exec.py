@@ -37,7 +37,7 @@ from typing import Any
 import sqlglot
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.execution import sqlite_deadline, sqlite_read_only
+from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_deadline, sqlite_read_only
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.results import Tolerance
 from sqlcmp_dagster.escaping import markdown_cell

@@ -5,7 +5,7 @@ Nothing here writes to the user's database: the schema and the sample are read t
 read-only, time-limited :class:`ExecutionAdapter` (the same sandbox as the queries), and each neighbor is an
 in-memory database of the case's engine whose rows live only while its :class:`Scratch` is open: SQLite in
 this process, DuckDB in one of the case's bounded DuckDB processes
-(:mod:`~sqlcmp_dagster.engine.duckdb_process`), so that the queries run on a neighbor under the very bounds of
+(:mod:`~sqlcmp_dagster.engine.sandbox.duckdb_process`), so that the queries run on a neighbor under the very bounds of
 the case's own database. One search builds all its neighbors in one place (a :class:`Neighborhood`), over
 connections opened once for the search rather than once per neighbor and per query.
 """
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from operator import length_hint
 from typing import Any
 
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES
 
 Rows = dict[str, list[tuple[Any, ...]]]

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.equivalence import proven_equivalent, provable
-from sqlcmp_dagster.engine.execution import ExecutionAdapter, Relation
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, Scratch, \

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlcmp_dagster.engine.execution import Plan
+from sqlcmp_dagster.engine.plans import Plan
 
 #: Plan operators that cost the most, with their weight in plan_complexity_score (SQLite EXPLAIN QUERY PLAN
 #: wording; ``ExecutionAdapter.explain`` puts PostgreSQL's and DuckDB's operators in the same words).

@@ -28,8 +28,8 @@ from sqlglot import exp
 from sqlcmp_dagster.engine.collector import batch_collector, tune_worker
 from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose, diagnose_pass
 from sqlcmp_dagster.engine.judge import JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
-from sqlcmp_dagster.engine.execution import Execution, ExecutionAdapter, Relation, relation_from_rows, \
-    resolve_database
+from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_rows
+from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
 from sqlcmp_dagster.engine.neighbors import neighbor_search
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
     ResultTable

@@ -16,7 +16,7 @@ import polars as pl
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.diagnostics import SCORES
-from sqlcmp_dagster.engine.execution import Execution, Relation
+from sqlcmp_dagster.engine.relation import Execution, Relation
 from sqlcmp_dagster.engine.models import CompareRequest, ExecutionError, Report
 from sqlcmp_dagster.engine.parsing import ParseOutcome
 from sqlcmp_dagster.engine.pipeline import Side, Validation

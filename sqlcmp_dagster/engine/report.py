@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
-from sqlcmp_dagster.engine.execution import shown_rows
+from sqlcmp_dagster.engine.relation import shown_rows
 from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
 from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of, \

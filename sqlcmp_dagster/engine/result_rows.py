@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from sqlcmp_dagster.engine import results as frames
-from sqlcmp_dagster.engine.execution import Relation, tagged_text
+from sqlcmp_dagster.engine.relation import Relation, tagged_text
 from sqlcmp_dagster.engine.models import ResolvedMode
 
 #: Results of at most this many cells (both sides' rows times the wider side's columns) take the plain path.

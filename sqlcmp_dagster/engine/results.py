@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal, TypeVar
 
 import polars as pl
 
-from sqlcmp_dagster.engine.execution import Relation, tagged_text
+from sqlcmp_dagster.engine.relation import Relation, tagged_text
 from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
 
 _ROW = "__row"

@@ -1,9 +1,9 @@
 """What one query may cost while its result is fetched: a bounded fetch, a cut for over-long cells, and an
 interrupt at a deadline.
 
-Shared by the adapter (:mod:`sqlcmp_dagster.engine.execution`) and DuckDB's query process
-(:mod:`sqlcmp_dagster.engine.duckdb_process`), so this module imports nothing but the standard library: the
-DuckDB process starts fast and the rules are the same on every engine.
+Shared by the adapter's sandboxes (:mod:`.sqlite`, :mod:`.postgres`) and DuckDB's query process
+(:mod:`.duckdb_process`), so this module imports nothing but the standard library: the DuckDB process starts
+fast and the rules are the same on every engine.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 if __package__:
-    from sqlcmp_dagster.engine.bounds import Fetched, fetch_bounded, interrupt_after
+    from sqlcmp_dagster.engine.sandbox.bounds import Fetched, fetch_bounded, interrupt_after
 else:  # the child, run as a script beside bounds.py
     from bounds import Fetched, fetch_bounded, interrupt_after  # type: ignore[import-not-found,no-redef]
 

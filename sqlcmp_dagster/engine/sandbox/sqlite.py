@@ -1,0 +1,179 @@
+"""SQLite's sandbox: every wall between an untrusted query and a SQLite file, in one module.
+
+Guarantees, each of which holds without the statement gate (:mod:`.gate`) in front of it:
+
+- **Read only.** The file is opened ``mode=ro`` with ``query_only`` set, and :func:`sqlite_authorizer`
+  denies, as each statement is prepared, everything but reads, function calls off the deny list, read-only
+  pragmas and the session's own transaction statements: ``ATTACH`` (which opens, even creates, any file),
+  a pragma that sets something, temporary objects and every write fail with ``not authorized``.
+- **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), and the query is
+  interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
+  (:func:`sqlite_deadline`).
+- **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
+  connection opens and no query can change it; the length limit is set for each query, the progress handler
+  and watchdog are undone after it, and the rollback ends any transaction or savepoint it opened.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlcmp_dagster.engine.sandbox.bounds import interrupt_after
+from sqlcmp_dagster.engine.sandbox.gate import denied
+
+#: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
+_SQLITE_PROGRESS_STEPS = 10_000
+
+
+def sqlite_read_only(path: Path) -> sqlite3.Connection:
+    """A connection to the SQLite file at ``path`` that cannot write: opened ``mode=ro`` and ``query_only``,
+    under :func:`sqlite_authorizer`."""
+    return _sqlite_sandboxed(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False))
+
+
+def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
+    """A connection to the shared in-memory SQLite database ``name`` (``file:NAME?mode=memory&cache=shared``,
+    alive while its builder holds a connection) that cannot write: the rules of :func:`sqlite_read_only`. It
+    reads what its builder has not committed yet (``read_uncommitted``): a neighbor database is built in a
+    transaction that is rolled back once its queries have run (:mod:`~sqlcmp_dagster.engine.neighbor_scratch`)."""
+    connection = sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True, check_same_thread=False)
+    connection.execute("PRAGMA read_uncommitted = ON")
+    return _sqlite_sandboxed(connection)
+
+
+def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
+    connection.execute("PRAGMA query_only = ON")
+    connection.set_authorizer(sqlite_authorizer)
+    # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
+    connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    return connection
+
+
+#: What a query may do on SQLite (authorizer actions): read, select, call a function, recurse, and the
+#: session's own transaction statements.
+_SQLITE_ALLOWED = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
+                             sqlite3.SQLITE_RECURSIVE, sqlite3.SQLITE_TRANSACTION, sqlite3.SQLITE_SAVEPOINT})
+#: Pragmas without side effects, readable as table-valued functions (``pragma_table_info('t')``).
+_SQLITE_READ_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo",
+                                  "foreign_key_list", "collation_list", "function_list", "pragma_list",
+                                  "table_list"})
+
+
+def sqlite_authorizer(action: int, first: str | None, second: str | None, database: str | None,
+                      trigger: str | None) -> int:
+    """SQLite's own wall, consulted as each statement is prepared (the engine-side twin of DuckDB's
+    ``enable_external_access=false``): it allows reads, function calls but those on the deny list
+    (:data:`~sqlcmp_dagster.engine.parsing.DENIED_FUNCTIONS`) and the read-only pragmas, and denies everything
+    else, so ``ATTACH`` (which opens, even creates, any file), a pragma that sets something and every write
+    fail with ``not authorized`` even past the gate.
+
+    >>> sqlite_authorizer(sqlite3.SQLITE_ATTACH, "/tmp/x.db", None, None, None) == sqlite3.SQLITE_DENY
+    True
+    """
+    if action == sqlite3.SQLITE_FUNCTION:
+        return sqlite3.SQLITE_DENY if denied(second or "", "sqlite") else sqlite3.SQLITE_OK
+    if action == sqlite3.SQLITE_PRAGMA:
+        name = (first or "").lower()
+        # SQLAlchemy reads the isolation level when it connects; setting it stays denied.
+        allowed = name in _SQLITE_READ_PRAGMAS or (name == "read_uncommitted" and second is None)
+        return sqlite3.SQLITE_OK if allowed else sqlite3.SQLITE_DENY
+    if action in _SQLITE_ALLOWED:
+        return sqlite3.SQLITE_OK
+    # Preparing a table-valued pragma asks for sqlite_master's columns as an UPDATE; that table cannot be
+    # written here anyway (a read-only file, query_only, and writable_schema is a pragma denied above).
+    if action == sqlite3.SQLITE_UPDATE and first in ("sqlite_master", "sqlite_schema"):
+        return sqlite3.SQLITE_OK
+    return sqlite3.SQLITE_DENY
+
+
+@contextmanager
+def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
+    """Interrupt SQLite once ``timeout_ms`` has passed: from inside its VM loop (the progress handler), and
+    from the process's watchdog thread (:func:`interrupt_after`), because one VM step can take minutes
+    (``replace`` over a 20 MB string in a recursive CTE) and the progress handler only runs between steps,
+    while an interrupt stops at the next opcode."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
+    connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
+    try:
+        with interrupt_after(connection.interrupt, timeout_ms):
+            yield
+    finally:
+        connection.set_progress_handler(None, 0)
+
+
+
+def file_identity(path: Path) -> tuple[int, int] | None:
+    """The device and inode at ``path``, or None when nothing is there (opening it then fails as it would)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+
+class SqliteConnections:
+    """The sandboxed connections of one SQLite file or shared in-memory neighbor, kept for the next query.
+
+    Opening a connection and SQLAlchemy's checkout per query were a third of the adapter's cost on Spider's small
+    queries. Connections are kept for one process and one file: a forked child opens its own (a SQLite
+    connection must not cross a fork), and a file replaced at its path (a new inode, which a kept connection would
+    go on reading) closes the kept ones. A connection whose rollback fails is closed, not kept."""
+
+    def __init__(self, open_connection: Callable[[], sqlite3.Connection], path: Path | None) -> None:
+        self._open, self._path = open_connection, path
+        self._idle: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._kept_for: tuple[int, tuple[int, int] | None] = (os.getpid(), None)
+        self._length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
+
+    @contextmanager
+    def session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[sqlite3.Connection]:
+        """A kept or new sandboxed connection under the query's length limit and deadline, rolled back after."""
+        connection = self._borrow()
+        kept = False
+        try:
+            connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes or self._length)
+            with sqlite_deadline(connection, timeout_ms):
+                try:
+                    yield connection
+                finally:
+                    connection.rollback()
+                    kept = True
+        finally:
+            if kept:
+                with self._lock:
+                    self._idle.append(connection)
+            else:
+                connection.close()
+
+    def _borrow(self) -> sqlite3.Connection:
+        now = (os.getpid(), file_identity(self._path) if self._path is not None else None)
+        with self._lock:
+            stale: list[sqlite3.Connection] = []
+            if now != self._kept_for:
+                stale = self._idle if now[0] == self._kept_for[0] else []
+                self._idle, self._kept_for = [], now
+            connection = self._idle.pop() if self._idle else None
+        for old in stale:
+            old.close()
+        if connection is None:
+            connection = self._open()
+            self._length = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+        return connection
+
+    def close(self) -> None:
+        """Close the kept connections (only in the process that opened them)."""
+        with self._lock:
+            connections, self._idle = self._idle, []
+        if self._kept_for[0] == os.getpid():
+            for connection in connections:
+                connection.close()
