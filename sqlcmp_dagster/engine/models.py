@@ -1,7 +1,7 @@
 """Request, configuration and report models: the engine's input and output contract.
 
-The names follow ``architecture.txt`` (Configuration Model, Request Model, Suggested Output Contract) and
-``sqlcmp-spec.md`` section 1, which fixes the report's top-level keys. Every model forbids unknown fields so
+The report's top-level keys are fixed (docs/design.md, "What a report holds"), and the options are listed in
+docs/configuration.md, generated from :class:`EvalConfig`. Every model forbids unknown fields so
 that a misspelt option is a clear error naming the field rather than a silently ignored setting.
 """
 
@@ -40,7 +40,7 @@ SourceClause = Literal[
 ]
 
 
-#: Defaults of :class:`EvalConfig`'s resource caps (the README's security section gives the reasons). sqlglot's
+#: Defaults of :class:`EvalConfig`'s resource caps (docs/security.md gives the reasons). sqlglot's
 #: parse and the canonical rewrites grow faster than linearly on pathological input (``SELECT 1+1+...``: 4 s at
 #: 20,000 characters, 14-17 s at 50,000-100,000 here) and cannot be interrupted, so the length is what bounds
 #: parse time; the longest Spider or BIRD gold query is a few thousand characters.
@@ -62,10 +62,10 @@ MAX_BYTES = 1 << 40
 
 
 class EvalConfig(_Strict):
-    """Runtime options of one comparison (architecture.txt, Configuration Model).
+    """Runtime options of one comparison (docs/configuration.md is generated from this class).
 
     ``numeric_abs_tolerance``/``numeric_rel_tolerance`` default to 1e-9 each; in ``exact`` mode they default to
-    0 unless set explicitly (sqlcmp-spec.md section 2), which :meth:`tolerances` resolves.
+    0 unless set explicitly (exact means exact), which :meth:`tolerances` resolves.
 
     The resource caps bound what one hostile query can cost: ``max_result_bytes`` (about 64 MiB per result;
     fetching stops there, the result is truncated with a warning), ``max_cell_bytes`` (1 MiB; a longer text or
@@ -80,38 +80,71 @@ class EvalConfig(_Strict):
     tolerance is finite: an infinite one made every number equal to every other.
     """
 
+    model_config = ConfigDict(use_attribute_docstrings=True)  # merged with _Strict's: unknown options stay errors
+
     comparison_mode: ComparisonMode = "auto"
+    """How rows are compared: ``order-insensitive`` as multisets, ``order-sensitive`` in order (ties of the ORDER BY
+    keys accepted), ``exact`` in order with tolerances 0 unless set; ``auto`` is order-sensitive exactly when the
+    expected query has a top-level ORDER BY."""
     numeric_abs_tolerance: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """``atol`` of ``|a-b| <= atol + rtol*|b|`` for floating-point and decimal values; unset: 1e-9, 0 in ``exact``
+    mode. Integers always compare exactly."""
     numeric_rel_tolerance: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """``rtol`` of the same rule; unset: 1e-9, 0 in ``exact`` mode."""
     null_equality_mode: Literal["strict", "sql_semantic"] = "strict"
+    """``strict``: NULL equals NULL and nothing else; ``sql_semantic``: NULL equals nothing, not even NULL."""
     require_column_name_match: bool = False
+    """Result columns must carry the same names; otherwise columns are aligned by their values."""
     require_column_order_match: bool = False
+    """Result columns must come in the same order; otherwise one consistent column permutation is searched."""
     max_rows_for_cell_alignment: int = Field(default=100_000, ge=0, le=MAX_COUNT)
+    """Most unpaired rows for which rows that differ in one column are paired, so that the per-column mismatch
+    counts say which attribute is wrong."""
     query_timeout_ms: int = Field(default=10_000, gt=0, le=MAX_MS)
+    """Each query is interrupted past it (``timeout``), its fetches included."""
     max_result_rows: int = Field(default=1_000_000, gt=0, le=MAX_COUNT)
+    """Fetching stops past it; the result is truncated with a warning."""
     max_result_bytes: int = Field(default=DEFAULT_MAX_RESULT_BYTES, gt=0, le=MAX_BYTES)
+    """Bytes of one result (text and binary lengths plus 8 a cell); fetching stops past it with a warning. On
+    DuckDB it also sets the query process's memory bound (256 MiB + 8 times this)."""
     max_cell_bytes: int = Field(default=DEFAULT_MAX_CELL_BYTES, gt=0, le=MAX_COUNT)
+    """A longer text or binary value is cut with a marker (its length and a digest) before it reaches the
+    comparing process, or refused by SQLite itself."""
     max_sql_chars: int = Field(default=DEFAULT_MAX_SQL_CHARS, gt=0, le=MAX_COUNT)
+    """A longer query is a parse failure before the parser runs."""
     case_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_MS)
+    """The case's whole budget for parsing and every query it runs (expected, actual, fix-search candidates, tie
+    re-checks, neighbor search); unset: three times ``query_timeout_ms``."""
     enable_ai_judge: bool = False
+    """Ask the advisory LLM judge (it never changes the deterministic verdict)."""
     enable_performance_metrics: bool = False
+    """Time ratio of the two queries and figures from their estimated plans; indicative, off and free by
+    default."""
     enable_counterfactual_probes: bool = True
-    dialect: str | None = None  # sqlglot dialect; None: the database's own (sqlite for SQLite files)
+    """Search a failing case's verified minimal fix by re-running the actual query with expected clauses
+    transplanted in."""
+    dialect: str | None = None
+    """sqlglot dialect of both queries; unset: the database's own (``sqlite`` for SQLite files)."""
     include_asts: bool = False
+    """Add both queries' parsed trees to the report's metrics."""
     include_result_tables: bool = False
-    # Neighbor databases (engine/neighbors.py): is a pass an accident of this database's rows?
+    """Add both results (rows and schema) to the report's metrics."""
     verdict_scope: Literal["database", "neighborhood"] = "database"
-    # neighbor databases built per passing case (PRIORITY order); 0: off
+    """``database``: a pass with a neighbor counterexample stays a pass, severity minor issue;
+    ``neighborhood``: it becomes a fail."""
     neighbor_count: int = Field(default=8, ge=0, le=MAX_COUNT)
-    # wall-clock safety cap of one case's search, far above its work (bounded by neighbor_count and the shrink
-    # tests): hitting it is a named cut, not the norm
+    """Neighbor databases built per passing case (the search stops at the first counterexample); 0 turns the
+    search off."""
     neighbor_time_budget_ms: int = Field(default=30_000, gt=0, le=MAX_MS)
-    # rows read from each table the queries read (and FK parents)
+    """Wall-clock safety cap of one case's neighbor search, far above its work (bounded by ``neighbor_count``
+    and the shrink tests): hitting it is a named cut in the report, not the norm."""
     neighbor_sample_rows: int = Field(default=40, gt=0, le=MAX_COUNT)
+    """Rows read from each table the queries read (and from the parents their foreign keys reference)."""
     neighbor_seed: int = 0
-    # Skip the search of a pass whose queries are proven equal (equal canonical trees, or equal after the
-    # rewrites of engine/equivalence.py): no database with the case's schema can tell such queries apart.
+    """Seed of the neighbor search; the same seed rebuilds the same neighbors and counterexample."""
     neighbor_skip_proven: bool = True
+    """Do not search a pass whose queries are proven equal (equal canonical trees, or equal after the rewrites
+    of ``engine/equivalence.py``): no database of the case's schema tells them apart."""
 
     def tolerances(self, mode: ResolvedMode) -> tuple[float, float]:
         """Return ``(atol, rtol)`` in force for ``mode``."""
@@ -152,7 +185,7 @@ class ResultTable(_Strict):
 
 
 class CompareRequest(_Strict):
-    """One evaluation case (architecture.txt component A; suite format of sqlcmp-spec.md section 4)."""
+    """One evaluation case (one line of a suite: docs/usage.md)."""
 
     case_id: str = "case"
     user_query: str = ""
@@ -211,7 +244,7 @@ class ExecutionError(_Strict):
 
 
 class Report(_Strict):
-    """The output contract: one object per case, every key always present (sqlcmp-spec.md section 1). Its scores
+    """The output contract: one object per case, every key always present (docs/design.md). Its scores
     are finite numbers: JSON has no NaN or infinity, and pydantic would write one as ``null``, which a float
     field does not read back (a report that got one is an engine fault, reported as such for its case). A result
     cell that is an infinity (SQLite's ``-1e999``) is written as the text ``"-Infinity"``/``"Infinity"``, not as
