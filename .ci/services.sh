@@ -21,7 +21,7 @@ su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp'\"" 
   su postgres -c "psql -qc \"CREATE ROLE sqlcmp LOGIN SUPERUSER PASSWORD 'sqlcmp'\""
 su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname = 'sqlcmp_dagster'\"" | grep -q 1 ||
   su postgres -c "createdb -O sqlcmp sqlcmp_dagster"
-# The engine's tests run untrusted SQL as the role the README recommends: SELECT on the tables, nothing else
+# The engine's tests run untrusted SQL as the role docs/security.md recommends: SELECT on the tables, nothing else
 # (granted by default on every schema and table 'sqlcmp' creates). The superuser 'sqlcmp' above builds the test
 # tables, holds Dagster's storage and is the role the engine must refuse.
 su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp_select'\"" | grep -q 1 ||

@@ -144,7 +144,7 @@ def _failing_cases_are_found_per_partition(instance: dg.DagsterInstance, reports
 
 
 def _query_the_store_as_the_readme_does(store: Path, reports: list[Report]) -> None:
-    """The README's queries over the Parquet store (DuckDB and polars) agree with the library's reports."""
+    """docs/dagster.md's queries over the Parquet store (DuckDB and polars) agree with the library's reports."""
     import duckdb
 
     clauses = dict(duckdb.sql(f"SELECT likely_source_clause, count(*) FROM '{store}/diagnostics/*.parquet' "

@@ -551,7 +551,7 @@ def test_integers_compare_exactly_and_booleans_are_not_integers_on_every_engine(
                                                                               targets: dict[str, str]) -> None:
     """Issue 11 item 10, the issue's three commands on each engine: integers compare exactly at any size (no
     tolerance), and a boolean never equals an integer, except on SQLite, which has no boolean (``true`` is the
-    integer 1 there, as the README says)."""
+    integer 1 there, as docs/design.md says)."""
     adapter = ExecutionAdapter(targets[engine])
 
     def verdict(expected: str, actual: str, **config: object) -> str:

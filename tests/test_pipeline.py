@@ -128,7 +128,7 @@ def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> N
         "projection_error_score", "filter_error_score", "join_error_score", "grouping_error_score",
         "aggregate_function_error_score", "ordering_error_flag", "limit_topk_error_score",
         "cardinality_explosion_flag", "per_column_mismatch_map", "confidence", "evidence_strength", "ambiguous_case",
-        # The neighbor-database search's Layer 4 fields (README glossary, "Neighbor databases").
+        # The neighbor-database search's Layer 4 fields (docs/neighbor-databases.md).
         "neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample"}
 
 

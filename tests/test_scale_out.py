@@ -2,8 +2,8 @@
 (``dagster-celery``, Redis broker), with PostgreSQL run/event storage and the S3-compatible case store; the case
 sensor's first load split into runs of at most N cases by the layer assets' ``BackfillPolicy.multi_run(N)``.
 
-Every service is the one ``.ci/services.sh`` starts (Redis, PostgreSQL, moto on loopback); every command is the
-README's ("Scale-out"). The reports must equal those of the in-process run, timings aside.
+Every service is the one ``.ci/services.sh`` starts (Redis, PostgreSQL, moto on loopback); every command is
+docs/dagster.md's ("Scale-out"). The reports must equal those of the in-process run, timings aside.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ DONE = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunS
 @pytest.fixture
 def dagster_home(tmp_path: Path, fresh_pg_database: Any) -> Path:
     """A DAGSTER_HOME whose dagster.yaml puts run, event-log and schedule storage in a fresh PostgreSQL database
-    of the CI server (dropped afterwards), with this project's batched event log, as the README's deployment."""
+    of the CI server (dropped afterwards), with this project's batched event log, as docs/dagster.md's deployment."""
     pytest.importorskip("dagster_postgres")
     home = tmp_path / "dagster_home"
     home.mkdir()
