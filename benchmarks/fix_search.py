@@ -1,7 +1,7 @@
 """The verified-minimal-fix search on Spider dev's failing cases (SuperSQL's predictions): how many failures get
 a verified fix, the distribution of fix sizes and candidates executed, and what the search costs.
 
-    python benchmarks/fix_search.py [--spider ../shared/data/spider] [--rounds 2]
+    python benchmarks/fix_search.py [--spider DIR] [--rounds 2]
 
 The peer measured in the same run is the same engine with ``enable_counterfactual_probes`` off (no search):
 the cost is reported as the ratio of the two wall times over the failing cases, and as the search's share of

@@ -7,7 +7,7 @@ per engine: the neighbor searches and their outcome, the searches' summed wall t
 time (this process plus its reaped children: DuckDB's query processes do the DuckDB work). CPU time depends less on
 the machine's load than wall time; run it twice before believing a ratio.
 
-    python benchmarks/neighbor_duckdb.py [--spider ../shared/data/spider] [--dbs concert_singer,pets_1]
+    python benchmarks/neighbor_duckdb.py [--spider DIR] [--dbs concert_singer,pets_1]
 
 To compare two versions of the code, run it under each (``PYTHONPATH=<checkout>``), alternately.
 """

@@ -1,6 +1,6 @@
 """Neighbor databases over Spider dev: precision, recall on semantic mutants, and the cost on SuperSQL.
 
-    python benchmarks/neighbor_search.py [--spider ../shared/data/spider] [--part precision|recall|supersql|all]
+    python benchmarks/neighbor_search.py [--spider DIR] [--part precision|recall|supersql|all]
                                          [--workers 2] [--neighbors N]
 
 * precision: every gold query against itself and against its equivalence-preserving rewrites (sqlglot's

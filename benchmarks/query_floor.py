@@ -8,7 +8,7 @@ import, the parse and the sandboxed execution of the cases' own queries are step
 metric skips (the structure metrics read the canonical form; the actual query is hostile and runs only through
 the sandbox): their sum is what the whole evaluation cannot go under, before any comparison, diagnosis or search.
 
-    python benchmarks/query_floor.py [--spider ../shared/data/spider] [--rounds 2]
+    python benchmarks/query_floor.py [--spider DIR] [--rounds 2]
                                      [--official DIR --official-python PY]
 
 ``--official`` and ``--official-python`` are those of ``spider_vs_official.py`` (a local checkout of the public

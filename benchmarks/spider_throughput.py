@@ -2,7 +2,7 @@
 per second, engine overhead per case beyond query execution, peak memory; and the Dagster summary checked
 against the engine's.
 
-    python benchmarks/spider_throughput.py [--spider ../shared/data/spider] [--workers 2]
+    python benchmarks/spider_throughput.py [--spider DIR] [--workers 2]
 
 Each part runs in a child process of its own (wall time and peak RSS from Linux /proc do not mix). The suite is
 imported first with ``sqlcmp import spider --tables`` into a temporary folder (the cases run on the databases

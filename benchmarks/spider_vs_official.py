@@ -3,7 +3,7 @@ loop, in one run: both wall times and their ratio; ``--workers`` scaling; engine
 expected-result cache over three models answering the same questions; and how many verdicts and severities
 differ from a previous release over Spider dev and the bundled suite.
 
-    python benchmarks/spider_vs_official.py [--spider ../shared/data/spider] [--official DIR]
+    python benchmarks/spider_vs_official.py [--spider DIR] [--official DIR]
                                             [--official-python PY] [--baseline-ref REF] [--workers 2]
                                             [--no-cache]
 

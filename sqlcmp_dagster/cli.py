@@ -1,6 +1,6 @@
 """The ``sqlcmp`` command line: ``compare`` one pair, ``evaluate`` a suite, ``demo`` the bundled sample.
 
-Exit status (sqlcmp-spec.md section 4, plus 3 for invalid cases): 0 pass (for ``evaluate``: every case passed),
+Exit status (the README's "Exit status"): 0 pass (for ``evaluate``: every case passed),
 1 fail (for ``evaluate``: at least one valid case failed), 2 bad input or usage (for ``evaluate`` also: suite
 lines that could not be loaded), 3 invalid case (no expected query runs, so the query under test could not be
 judged; for ``evaluate``: no valid case failed but some were invalid). Messages go to stderr, never a stack trace.

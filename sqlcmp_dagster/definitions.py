@@ -4,7 +4,7 @@ Defaults evaluate the bundled sample (its suite folder and SQLite database); env
 elsewhere: ``SQLCMP_CASES_DIR`` (suite folder), ``SQLCMP_DB_DIR`` (SQLite folder), ``SQLCMP_DB_URL``
 (a SQLAlchemy URL for cases that name no database), ``SQLCMP_STORAGE_DIR`` (the Parquet store: a
 local folder or an fsspec URL such as ``s3://bucket/prefix``). ``SQLCMP_EXECUTOR`` and ``SQLCMP_CASES_PER_RUN``
-choose how runs scale out (README, "Scale-out"); the same jobs run under every executor.
+choose how runs scale out (docs/dagster.md, "Scale-out"); the same jobs run under every executor.
 """
 
 from __future__ import annotations

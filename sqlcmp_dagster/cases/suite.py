@@ -1,4 +1,4 @@
-"""Loading case suites (sqlcmp-spec.md section 4): JSONL, YAML or Parquet, one case per line/item/row.
+"""Loading case suites (the format: docs/usage.md): JSONL, YAML or Parquet, one case per line/item/row.
 
 A broken case is reported with its file and line and skipped; it never stops the other cases from loading.
 """

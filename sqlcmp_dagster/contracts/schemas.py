@@ -106,7 +106,7 @@ _execution_failed = (pl.col("blocked_reason") == "execution_failure") | \
     (pl.col("validity").struct.field("execution_success_actual") == False)  # noqa: E712 (polars expression)
 _mode_pass = pl.col("metrics").str.json_path_match("$.result.result_equality_family.mode_pass")
 
-#: The failure precedence of the output contract (architecture.txt, Scoring Strategy), one rule each.
+#: The failure precedence of the output contract (engine/scoring.py), one rule each.
 PRECEDENCE_RULES = [
     _rule("parse_failure_precedence",
           "a parse failure means verdict fail, severity critical failure, overall_score 0.0, blocked_reason "

@@ -1,4 +1,4 @@
-"""Layer 4: attribute a result mismatch to the SQL clause most likely behind it (architecture.txt component F).
+"""Layer 4: attribute a result mismatch to the SQL clause most likely behind it.
 
 Each candidate clause gets a score from two kinds of signal: the clause differs in the AST (Layer 2), and the
 results differ the way that clause would make them differ (Layer 3: extra columns for the projection, one-sided
@@ -23,7 +23,7 @@ from sqlcmp_dagster.engine.repair import FixSearch, Runner, Transplant, label_wo
 from sqlcmp_dagster.engine.results import ResultComparison
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison
 
-#: Score name -> the source clause it stands for, in the order of the glossary.
+#: Score name -> the source clause it stands for, in the report's order.
 SCORES: dict[str, SourceClause] = {
     "projection_error_score": "projection",
     "filter_error_score": "selection_predicate",

@@ -1,6 +1,6 @@
 """Layer 1 execution: the adapter that runs one read-only, time-limited query and materializes its result.
 
-The adapter is the only place that talks to a database, and every query it runs is hostile input. It sends
+The adapter is the only place that talks to a database (docs/security.md), and every query it runs is hostile input. It sends
 nothing the statement gate (:mod:`~sqlcmp_dagster.engine.sandbox.gate`) has not read and passed, and runs
 what passes inside the engine's own sandbox, each readable whole in one module of
 :mod:`sqlcmp_dagster.engine.sandbox`: :mod:`~.sandbox.sqlite`, :mod:`~.sandbox.postgres` and

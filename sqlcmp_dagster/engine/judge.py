@@ -1,4 +1,4 @@
-"""Layer 5: the optional, advisory LLM judge (architecture.txt component I and the AI Judge Guardrails).
+"""Layer 5: the optional, advisory LLM judge: it annotates, never overturns (docs/design.md).
 
 The judge reads the deterministic report (metrics, evidence), the schema/context and bounded samples of both
 results, and answers with the ten AI-judge metrics as JSON validated by pydantic. The guardrails are code, not
@@ -45,7 +45,7 @@ _FALSE_NEGATIVE_TASK = (
 
 
 class Judgment(BaseModel):
-    """The ten AI-judge metrics of the glossary, plus the advisory verdict they lead to. Nothing else: no
+    """The ten AI-judge metrics, plus the advisory verdict they lead to. Nothing else: no
     reasoning trace is accepted or exposed."""
 
     model_config = ConfigDict(extra="ignore")

@@ -12,7 +12,7 @@ shrunk by delta debugging and then row by row to a 1-minimal counterexample (``m
 budget let it get there). A difference that does come from chance is reported as non-determinism, never as a
 counterexample.
 
-Verdict policy (``verdict_scope``): with ``"database"`` (the default, as the spec requires) the verdict is
+Verdict policy (``verdict_scope``): with ``"database"`` (the default: a verdict is about one database) the verdict is
 the evaluated database's; a counterexample leaves it a pass but makes the severity ``minor issue`` (the answer
 is right here, the query means something else) with a warning. With ``"neighborhood"`` a counterexample is a
 fail, with the severity Layer 3 gives the difference on the counterexample.
@@ -46,7 +46,7 @@ from sqlcmp_dagster.engine.structure import StructuralComparison
 if TYPE_CHECKING:
     from sqlcmp_dagster.engine.pipeline import Side, Validation
 
-#: Names of the Layer 4 neighbor metrics (README glossary), in ``metrics.diagnostics``.
+#: Names of the Layer 4 neighbor metrics (docs/neighbor-databases.md), in ``metrics.diagnostics``.
 NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
 #: Most tests per row of the pass that removes rows after the whole tables (:func:`one_minimal`): its removals,
 #: the longer runs that lost the difference, and the round that confirms no single row can go.
@@ -58,7 +58,7 @@ MAX_FAILURES_NAMED = 3
 #: How a report names an engine that a dialect id (sqlglot's) stands for.
 ENGINE_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgres": "PostgreSQL"}
 #: The label (summaries, the per-case table) of a fail under ``verdict_scope: "neighborhood"`` that only a
-#: counterexample fails: the spec's ``likely_source_clause`` names a clause, and no clause is attributed there.
+#: counterexample fails: the report's ``likely_source_clause`` names a clause, and no clause is attributed there.
 NEIGHBOR_COUNTEREXAMPLE = "neighbor_counterexample"
 #: Why a pass was not searched: its queries are proven to agree on every database (``robust_by_structure``).
 PROVEN_BY_STRUCTURE = ("the canonical trees are equal: no database tells the queries apart, so the pass is robust "

@@ -1,4 +1,4 @@
-"""The metric processing pipeline: one request in, one report out (architecture.txt, Metric Processing Pipeline).
+"""The metric processing pipeline: one request in, one report out (docs/design.md, the layers).
 
 Validation -> structural comparison -> result comparison -> diagnostic attribution -> performance -> final
 synthesis under the failure precedence. Every layer's work on one case is exposed as a function so that the

@@ -95,7 +95,7 @@ def _frame_bytes(relation: Relation | None) -> bytes:
 
 
 # --- Typed layer tables -------------------------------------------------------------------------------------
-# The polars types under which the Dagster layer assets store each layer's metrics, named as in the glossary:
+# The polars types under which the Dagster layer assets store each layer's metrics, named as in the reports' metrics:
 # a user can query the store directly (e.g. ``structures[1].clause_match.ordering.match``). Maps keyed by
 # names the data chooses (columns of a result) become lists of structs with the key as a field; sampled result
 # rows, whose values have any type, are JSON arrays (one string per row).

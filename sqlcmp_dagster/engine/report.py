@@ -1,6 +1,6 @@
-"""Final synthesis and the report builder (architecture.txt component H, sqlcmp-spec.md section 1).
+"""Final synthesis and the report builder: every report carries every top-level key (docs/design.md).
 
-The failure precedence is applied here, in the spec's order: parse failure, then execution failure, then the
+The failure precedence is applied here, in this order: parse failure, then execution failure, then the
 result gate; structure and diagnostics only refine attribution and severity, and the (advisory) AI judge can
 only annotate. Every report carries every top-level key, null where it does not apply.
 """
@@ -25,11 +25,11 @@ if TYPE_CHECKING:
     from sqlcmp_dagster.engine.pipeline import Side, Validation
 
 
-#: The twelve diagnostic metrics of the glossary, in its order.
+#: The twelve diagnostic metrics, in the report's order.
 DIAGNOSTIC_METRICS = (*SCORES, "ordering_error_flag", "cardinality_explosion_flag", "per_column_mismatch_map",
                       "confidence", "evidence_strength", "ambiguous_case")
 #: ``diagnostic_scores``: the six error scores and confidence, both flags, the attribution, and the verified
-#: minimal fix (``suggested_fix``, an addition nested here so that the spec's top-level keys stay as they are).
+#: minimal fix (``suggested_fix``, an addition nested here so that the report's top-level keys stay as they are).
 DIAGNOSTIC_SCORE_KEYS = (*SCORES, "confidence", "ordering_error_flag", "cardinality_explosion_flag",
                          "likely_source_clause", "evidence_strength", "ambiguous_case", "suggested_fix", "evidence")
 PERFORMANCE_METRICS = ("execution_time_ratio", "resource_cost_score", "plan_complexity_score")
@@ -134,8 +134,8 @@ def build_report(validation: Validation, analysis: Analysis) -> Report:
     }
     # On an order-only failure every row is in both results: rows unpaired by position are not missing.
     order_only = diagnostics["ordering_error_flag"]
-    # The per-column map lives once, in metrics.diagnostics.per_column_mismatch_map (spec §1: a diagnostic
-    # metric under its layer); mismatch_map adds only what no metric holds, the sampled rows.
+    # The per-column map lives once, in metrics.diagnostics.per_column_mismatch_map (a diagnostic
+    # metric under its layer, as every metric is); mismatch_map adds only what no metric holds, the sampled rows.
     mismatch_map = {
         "missing_rows_sample": [] if order_only else shown_rows(result.missing_rows),
         "extra_rows_sample": [] if order_only else shown_rows(result.extra_rows),

@@ -1,4 +1,4 @@
-"""Layer 3: result comparison with polars, vectorized (architecture.txt component E, sqlcmp-spec.md section 2).
+"""Layer 3: result comparison with polars, vectorized (docs/design.md, "How the engine decides").
 
 The comparison works in three steps, each a frame operation rather than a loop over rows:
 
@@ -116,7 +116,7 @@ class ResultComparison:
     warnings: list[str] = field(default_factory=list)
 
     def metrics(self) -> dict[str, Any]:
-        """``metrics.result.*`` with the glossary's names."""
+        """``metrics.result.*`` with the report's names."""
         return {
             "result_equality_family": {
                 "comparison_mode": self.comparison_mode,

@@ -1,4 +1,4 @@
-"""Scoring and severity (architecture.txt component G, Scoring Strategy, Failure-State Precedence).
+"""Scoring and severity, and the precedence of failures (docs/design.md, "Scoring").
 
 The weights are explicit module constants so that a report can be recomputed by hand:
 

@@ -1,4 +1,4 @@
-"""Layer 2: structural comparison of the two canonical ASTs (architecture.txt component D).
+"""Layer 2: structural comparison of the two canonical ASTs.
 
 Each clause of a query is reduced to a multiset of canonical fragments (one per projected expression, WHERE
 conjunct, join edge, ...). Two clauses match when their fragments are equal; their similarity is the Dice

@@ -2,7 +2,7 @@
 
 Invalid cases (no expected query runs) are counted apart and left out of the pass rate: they say nothing about
 the model under test. Passes on two empty results are counted too (``vacuous_passes``): they are passes by the
-spec, but say little about the query, and a benchmark with many of them (Spider has dozens, more where a
+rules, but say little about the query, and a benchmark with many of them (Spider has dozens, more where a
 database ships without rows) reads better when a person can see how many there are.
 """
 

@@ -1,4 +1,4 @@
-"""The error taxonomy: a raw database message mapped to one category (architecture.txt, Error Taxonomy).
+"""The error taxonomy: a raw database message mapped to one category (``ErrorCategory``).
 
 Patterns are matched against real messages of SQLite, PostgreSQL and DuckDB, most specific first. The raw
 message is always kept beside the category, so an ``unknown_error`` loses nothing.
