@@ -10,6 +10,7 @@ parse is trusted (:func:`lexical_hazard`). The engines' walls hold without it; i
 from __future__ import annotations
 
 import re
+import unicodedata
 import threading
 from collections import OrderedDict
 
@@ -200,7 +201,8 @@ _gate_lock = threading.Lock()
 
 
 def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
-    """:func:`unsafe_reason` of ``outcome`` parsed from ``sql``, walked once per parsed query: the neighbor
+    """Why ``sql``, parsed as ``outcome``, must not run on ``dialect``: :func:`lexical_hazard` of the text, then
+    :func:`unsafe_reason` of the parse; None when it may run. Walked once per parsed query: the neighbor
     search runs one parsed query on each neighbor database, and the walk cost a tenth of a Spider run. Answers
     are kept by the parsed query's identity and text for the last :data:`_GATE_ANSWERS_KEPT` queries; each entry
     holds its ``ParseOutcome`` (a frozen record), so the identity cannot be reused by another query while the
@@ -211,7 +213,7 @@ def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
         if kept is not None and kept[0] is outcome:
             _gate_answers.move_to_end(key)
             return kept[1]
-    reason = unsafe_reason(outcome, dialect, sql)
+    reason = lexical_hazard(sql, dialect) or unsafe_reason(outcome, dialect, sql)
     with _gate_lock:
         _gate_answers[key] = (outcome, reason)
         _gate_answers.move_to_end(key)
@@ -220,3 +222,178 @@ def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
     return reason
 
 
+
+
+#: sqlglot token types whose text is quoted: a string literal of any kind or a quoted identifier.
+_QUOTED_TOKENS = frozenset({
+    TokenType.STRING, TokenType.IDENTIFIER, TokenType.BYTE_STRING, TokenType.HEREDOC_STRING,
+    TokenType.NATIONAL_STRING, TokenType.HEX_STRING, TokenType.BIT_STRING, TokenType.RAW_STRING,
+    TokenType.UNICODE_STRING,
+})
+#: Characters of an identifier as PostgreSQL's and DuckDB's lexer take them after its first: letters, digits,
+#: ``_``, ``$`` and every character past ASCII (SQLite's too, but ``$``).
+_IDENT_CHAR = re.compile(r"[A-Za-z0-9_$\x80-\U0010ffff]")
+#: Where each engine's lexer leaves code for a quoted literal, a quoted identifier or a comment.
+_QUOTE_START = {
+    "postgres": re.compile(r"--|/\*|[eE]'|'|\"|\$(?:[A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff]*)?\$"),
+    "sqlite": re.compile(r"--|/\*|'|\"|`|\["),
+}
+_QUOTE_START["duckdb"] = _QUOTE_START["postgres"]
+
+
+def hazard_character(char: str) -> bool:
+    r"""Whether ``char``, outside a quoted literal or identifier, may be read differently by sqlglot and by an
+    engine: sqlglot takes every character for which ``str.isspace()`` holds as whitespace (``U+00A0``,
+    ``U+2028``, ``U+3000``, ``\x1c``, ...), PostgreSQL, DuckDB and SQLite take every character past ASCII as part
+    of an identifier; and control and format characters (categories Cc, Cf, Zs, Zl, Zp, Co, Cs, Cn) have no
+    place in a plain query. Tab, line feed and carriage return are whitespace to all of them.
+
+    >>> [hazard_character(c) for c in (" ", "\n", "\u00a0", "\u2028", "\u200b", "\x0b", "é", "x")]
+    [False, False, True, True, True, True, False, False]
+    """
+    if char in " \t\n\r":
+        return False
+    return char.isspace() or unicodedata.category(char) in _HAZARD_CATEGORIES
+
+
+_HAZARD_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cs", "Cn"})
+#: Text made of these characters only holds no hazard character (the common case, checked at C speed).
+_PLAIN_TEXT = re.compile(r"[ \t\n\r!-~]*")
+
+
+def engine_segments(sql: str, dialect: str) -> tuple[list[tuple[int, int]], list[tuple[int, int]], str | None]:
+    """The quoted literals and quoted identifiers of ``sql`` as ``dialect``'s own lexer reads them, as
+    ``(start, end)`` spans (``end`` inclusive, as sqlglot's tokens), its comments (spans alike), and the first
+    hazard character (:func:`hazard_character`) outside quotes and comments, described with its position, or
+    None.
+
+    PostgreSQL and DuckDB: ``'...'`` with ``''``, ``E'...'`` with backslash escapes, ``"..."``, dollar quotes
+    ``$tag$...$tag$`` where a token may start (not inside an identifier), ``--`` comments to a line break and
+    nested ``/* */``. SQLite: ``'...'``, ``"..."``, ```...```, ``[...]``, ``--`` to a line feed and ``/* */``
+    (not nested).
+
+    >>> engine_segments("SELECT 'a''b', $q$ x $q$ FROM t -- c", "postgres")
+    ([(7, 12), (15, 23)], [(32, 35)], None)
+    >>> engine_segments("SELECT x FROM t WHERE\u00a0$q$, 1 $q$", "postgres")[2]
+    'U+00A0 (NO-BREAK SPACE) at character 22'
+    """
+    starts = _QUOTE_START.get(dialect)
+    segments: list[tuple[int, int]] = []
+    comments: list[tuple[int, int]] = []
+    position, length = 0, len(sql)
+    while position < length:
+        match = starts.search(sql, position) if starts is not None else None
+        code_end = match.start() if match is not None else length
+        hazard = _first_hazard(sql, position, code_end)
+        if hazard is not None or match is None:
+            return segments, comments, hazard
+        opener = match.group()
+        if opener.startswith("$") and match.start() > 0 and _IDENT_CHAR.match(sql[match.start() - 1]):
+            position = match.start() + 1  # inside an identifier (PostgreSQL: ``a$b``): no dollar quote
+            continue
+        if opener in ("e'", "E'") and match.start() > 0 and _IDENT_CHAR.match(sql[match.start() - 1]):
+            position = match.start() + 1  # the E ends an identifier: a plain string follows
+            continue
+        end = _quote_end(sql, match.end(), opener, dialect)
+        (comments if opener in ("--", "/*") else segments).append((match.start(), min(end, length) - 1))
+        position = end
+    return segments, comments, None
+
+
+def _first_hazard(sql: str, start: int, end: int) -> str | None:
+    if _PLAIN_TEXT.fullmatch(sql, start, end):
+        return None
+    for index in range(start, end):
+        char = sql[index]
+        if hazard_character(char):
+            name = unicodedata.name(char, "unnamed")
+            return f"U+{ord(char):04X} ({name}) at character {index + 1}"
+    return None
+
+
+def _quote_end(sql: str, start: int, opener: str, dialect: str) -> int:
+    """Where the quote or comment ``opener`` (ending at ``start``) ends: the index just past it, or the text's
+    length when it never ends (the engine then refuses the text; so does the check, reading it as quoted)."""
+    if opener == "--":
+        found = re.compile(r"\n" if dialect == "sqlite" else r"[\n\r]").search(sql, start)
+        return found.start() if found is not None else len(sql)
+    if opener == "/*":
+        if dialect == "sqlite":
+            found_at = sql.find("*/", start)
+            return found_at + 2 if found_at >= 0 else len(sql)
+        depth, index = 1, start
+        while depth and index < len(sql):
+            if sql.startswith("/*", index):
+                depth, index = depth + 1, index + 2
+            elif sql.startswith("*/", index):
+                depth, index = depth - 1, index + 2
+            else:
+                index += 1
+        return index
+    if opener.startswith("$"):
+        found_at = sql.find(opener, start)
+        return found_at + len(opener) if found_at >= 0 else len(sql)
+    close = {"[": "]", "`": "`", '"': '"'}.get(opener, "'")
+    backslash = opener in ("e'", "E'")
+    index = start
+    while index < len(sql):
+        char = sql[index]
+        if backslash and char == "\\":
+            index += 2
+            continue
+        if char == close:
+            if close != "]" and sql.startswith(close, index + 1):  # a doubled quote is the quote itself
+                index += 2
+                continue
+            return index + 1
+        index += 1
+    return len(sql)
+
+
+def lexical_hazard(sql: str, dialect: str) -> str | None:
+    """Why the gate must not trust its parse of ``sql`` on ``dialect``, or None: the gate reads sqlglot's
+    tokens, the engine its own lexer's, and where they may disagree a denied call can hide in what one of them
+    takes for a literal. Refused:
+
+    - a hazard character (:func:`hazard_character`) outside quoted literals, quoted identifiers and comments as
+      the engine reads them (``WHERE<U+00A0>$q$, pg_advisory_lock(1) AS z<U+00A0>$q$`` is a string to sqlglot
+      and code to PostgreSQL);
+    - quoted text that the two read differently: every quoted literal or identifier of the engine's lexer
+      (:func:`engine_segments`) must be one of sqlglot's quoted tokens, ending at the same character, and the
+      other way round.
+
+    >>> lexical_hazard("SELECT name FROM t WHERE x = 'caf\u00e9\u00a0'", "postgres") is None
+    True
+    >>> lexical_hazard("SELECT 1 AS a\u2028, 2", "duckdb")
+    'character refused: U+2028 (LINE SEPARATOR) at character 14, outside any quoted text: the gate and the engine may read it differently'
+    """
+    segments, comments, hazard = engine_segments(sql, dialect)
+    if hazard is not None:
+        return (f"character refused: {hazard}, outside any quoted text: the gate and the engine may read it "
+                "differently")
+    if dialect not in _QUOTE_START:
+        return None
+    try:
+        tokens = tokens_of(sql, dialect)
+    except Exception:  # noqa: BLE001 - text sqlglot cannot tokenize is refused by the parse itself
+        return None
+    quoted = [token for token in tokens if token.token_type in _QUOTED_TOKENS]
+    engine_ends = {end: start for start, end in segments}
+    gate_ends = {token.end: token.start for token in quoted}
+    for end in sorted(set(engine_ends) ^ set(gate_ends)):
+        start = engine_ends.get(end, gate_ends.get(end, end))
+        return (f"quoted text read differently by the gate and the engine at characters {start + 1}-{end + 1}: "
+                "a quote, dollar quote or comment that one of them does not take as such")
+    for end, start in engine_ends.items():
+        if not gate_ends[end] <= start <= gate_ends[end] + 2:  # a prefix (E'', B'', X'', N'') stands before it
+            return f"quoted text read differently by the gate and the engine at characters {start + 1}-{end + 1}"
+    # Every character the engine reads as code (not whitespace, quote or comment) is in one of the gate's tokens:
+    # text the gate took for a comment is code the engine runs.
+    covered = bytearray(len(sql))
+    for start, end in [(token.start, token.end) for token in tokens] + segments + comments:
+        covered[start:end + 1] = b"\x01" * (end + 1 - start)
+    for index, char in enumerate(sql):
+        if not covered[index] and char not in " \t\n\r":
+            return (f"text read differently by the gate and the engine at character {index + 1}: the engine reads "
+                    "it as code, the gate as a comment")
+    return None
