@@ -201,8 +201,8 @@ _gate_lock = threading.Lock()
 
 
 def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
-    """Why ``sql``, parsed as ``outcome``, must not run on ``dialect``: :func:`lexical_hazard` of the text, then
-    :func:`unsafe_reason` of the parse; None when it may run. Walked once per parsed query: the neighbor
+    """Why ``sql``, parsed as ``outcome``, must not run on ``dialect``: :func:`unsafe_reason` of the parse, then
+    :func:`lexical_hazard` of the text; None when it may run. Walked once per parsed query: the neighbor
     search runs one parsed query on each neighbor database, and the walk cost a tenth of a Spider run. Answers
     are kept by the parsed query's identity and text for the last :data:`_GATE_ANSWERS_KEPT` queries; each entry
     holds its ``ParseOutcome`` (a frozen record), so the identity cannot be reused by another query while the
@@ -213,7 +213,9 @@ def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
         if kept is not None and kept[0] is outcome:
             _gate_answers.move_to_end(key)
             return kept[1]
-    reason = lexical_hazard(sql, dialect) or unsafe_reason(outcome, dialect, sql)
+    # the tree's refusal first (it names a statement or call); a tree that passes is trusted only once the text
+    # is known to be read by sqlglot as the engine reads it
+    reason = unsafe_reason(outcome, dialect, sql) or lexical_hazard(sql, dialect)
     with _gate_lock:
         _gate_answers[key] = (outcome, reason)
         _gate_answers.move_to_end(key)
