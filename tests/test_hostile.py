@@ -32,6 +32,15 @@ CORPUS: list[dict[str, str]] = yaml.safe_load((Path(__file__).parent / "hostile_
 FORGED = {dialect: parse("SELECT 1", dialect) for dialect in ("duckdb", "postgres", "sqlite")}
 
 
+@pytest.fixture()
+def no_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The statement gate switched off (with a FORGED parse, nothing of the text is read): the engine's own
+    walls alone."""
+    from sqlcmp_dagster.engine import execution
+
+    monkeypatch.setattr(execution, "gate_reason", lambda outcome, dialect, sql: None)
+
+
 @pytest.fixture(scope="module")
 def canary(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """A file outside every database whose content must never reach a report (readable by the server too)."""
@@ -115,7 +124,7 @@ def test_corpus_is_refused_with_its_reason(entry: dict[str, str], canary: tuple[
     "SET enable_external_access = true", "LOAD httpfs", "COPY t TO '{dir}/out.csv'", "ATTACH '{dir}/x.duckdb'",
 ])
 def test_duckdb_engine_refuses_files_past_the_gate(duck: Path, canary: tuple[Path, str], tmp_path: Path,
-                                                    sql: str) -> None:
+                                                    sql: str, no_gate: None) -> None:
     """The engine is the first wall: with the gate bypassed, DuckDB itself refuses files, URLs and settings."""
     before = digest(duck)
     adapter = ExecutionAdapter(str(duck), timeout_ms=2000)
@@ -133,7 +142,8 @@ def test_duckdb_engine_refuses_files_past_the_gate(duck: Path, canary: tuple[Pat
     "ATTACH '{dir}/x.sqlite' AS x", "ATTACH 'file:{dir}/y.sqlite?mode=rwc' AS y", "PRAGMA query_only = OFF",
     "PRAGMA writable_schema = ON", "SELECT load_extension('{dir}/x.so')", "DELETE FROM orders",
 ])
-def test_sqlite_engine_refuses_files_and_settings_past_the_gate(sample_db: Path, tmp_path: Path, sql: str) -> None:
+def test_sqlite_engine_refuses_files_and_settings_past_the_gate(sample_db: Path, tmp_path: Path, sql: str,
+                                                                no_gate: None) -> None:
     """SQLite's authorizer is its engine wall (DuckDB's is its sandbox settings): with the gate bypassed, an
     ATTACH (which would create the file), a pragma that sets something, a denied function or a write is not
     authorized, and no file appears."""
@@ -164,7 +174,7 @@ def test_text_the_gate_cannot_read_is_never_run(duck: Path, canary: tuple[Path, 
     adapter.close()
 
 
-def test_postgres_select_only_role_refuses_server_access_past_the_gate(pg: tuple[str, str]) -> None:
+def test_postgres_select_only_role_refuses_server_access_past_the_gate(pg: tuple[str, str], no_gate: None) -> None:
     url, admin_url = pg
     before = pg_state(admin_url)
     adapter = ExecutionAdapter(url, timeout_ms=2000)
