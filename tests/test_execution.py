@@ -195,14 +195,16 @@ def test_fetch_bounded_keeps_plain_rows_whole_and_cuts_and_caps_row_by_row() -> 
     """Round trips of plain cells (numbers, NULL, short text and bytes) are kept as they came; a round trip with
     a cell to cut, a cut cell or the byte cap inside it is taken row by row, with the same caps, cuts and
     counts."""
-    from sqlcmp_dagster.engine.sandbox.bounds import CutText, fetch_bounded
+    from sqlcmp_dagster.engine.sandbox.bounds import CutText, fetch_bounded, row_cost
 
     plain = [(i, float(i), None, f"t{i:04}", b"b") for i in range(3000)]
     fetched = fetch_bounded(_Rows(plain), 10_000, 1 << 30, 8)
     assert fetched.rows == plain and not fetched.truncated and not fetched.warnings
     assert all(a is b for a, b in zip(fetched.rows, plain))
     # each row counts 8 + 8 + 8 + 5 + 1 bytes: the cap falls inside a round trip, at the 101st row
-    capped = fetch_bounded(_Rows(plain), 10_000, 100 * 30 + 10, 8)
+    # each row counted as it is held here: a tuple and five objects, plus 6 bytes of text and binary
+    capped = fetch_bounded(_Rows(plain), 10_000, 100 * row_cost(plain[0]) + 10, 8)
+    assert row_cost(plain[0]) == 56 + 5 * 40 + 6
     assert len(capped.rows) == 101 and capped.truncated and "max_result_bytes" in capped.warnings[-1]
     # the row that crosses the cap is kept cut small, however large its cells under max_cell_bytes were (a
     # review's finding: it was kept whole)
