@@ -207,3 +207,21 @@ def test_missing_role_defaults_are_named_when_the_adapter_connects(pg: tuple[str
     finally:
         with sa.create_engine(admin_url, isolation_level="AUTOCOMMIT").connect() as connection:
             connection.execute(sa.text("DROP ROLE IF EXISTS sqlcmp_pg_bare"))
+
+
+def test_work_between_interrupt_checks_ends_the_case_in_time(pg: tuple[str, str]) -> None:
+    """json_agg over 300 MB checks for interrupts rarely: the cancel and the terminate wait for its next check
+    (45 s once), so the client stops waiting ABANDON_AFTER_MS after the timeout and the case is a timeout. The
+    bound is the sandbox's (timeout + 2 s); the margin beyond it is the loaded machine's."""
+    url, _ = pg
+    adapter = ExecutionAdapter(url, timeout_ms=2_000)
+    try:
+        for _ in range(2):
+            started = time.monotonic()
+            outcome = adapter.execute("SELECT json_agg(repeat('y', 1000)) AS a FROM generate_series(1, 300000)")
+            took = time.monotonic() - started
+            assert outcome.error is not None and outcome.error.category == "timeout", outcome
+            assert took < 2.0 + 2.0 + 1.0, took
+        assert adapter.execute(f"SELECT count(*) AS n FROM {SCHEMA}.t").success
+    finally:
+        adapter.close()

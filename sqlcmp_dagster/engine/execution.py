@@ -16,6 +16,7 @@ import sqlite3
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,9 @@ class ExecutionAdapter:
             self._driver_errors += (duckdb.Error,)
         if self.dialect == "postgres" and self.engine is not None:
             privileges, self.setup_warnings = postgres.role_check(self.engine)
+            for missing in self.setup_warnings:  # said once per process and message (Python's warning filter)
+                warnings.warn(f"PostgreSQL role of {self.identifier}: {missing}", postgres.RoleDefaultsWarning,
+                              stacklevel=2)
             if privileges and not allow_privileged_role:
                 self.engine.dispose()
                 raise PrivilegedRoleError(
