@@ -215,3 +215,31 @@ def test_an_option_past_what_the_engines_hold_is_refused_by_name(tmp_path: Path,
     assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 2
     assert f"config.{option}" in capsys.readouterr().err
     assert [json.loads(line)["case_id"] for line in out.read_text(encoding="utf-8").split("\n") if line] == ["fine"]
+
+
+def test_a_database_that_cannot_be_opened_makes_the_case_invalid_whichever_side_needed_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A case with its expected result given still needs the database for the actual query: when that database is
+    not there, the case says nothing about the query under test (it used to fail as the model's error)."""
+    given = {"columns": ["v"], "rows": [[1]]}
+    cases = [{"case_id": "expected_given", "expected_sql": "SELECT 1 AS v", "actual_sql": "SELECT 1 AS v",
+              "expected_result": given},
+             {"case_id": "actual_given", "expected_sql": "SELECT 1 AS v", "actual_sql": "SELECT 1 AS v",
+              "actual_result": given},
+             {"case_id": "none_given", "expected_sql": "SELECT 1 AS v", "actual_sql": "SELECT 1 AS v"},
+             {"case_id": "both_given", "expected_sql": "SELECT 1 AS v", "actual_sql": "SELECT 1 AS v",
+              "expected_result": given, "actual_result": given}]
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({**case, "db": "shop"}) + "\n" for case in cases), encoding="utf-8")
+    (tmp_path / "empty").mkdir()
+    out = tmp_path / "reports.jsonl"
+    code = main(["evaluate", str(suite), "--db-dir", str(tmp_path / "empty"), "--out", str(out), "--quiet"])
+    assert code == 3  # no valid case failed, some were invalid
+    reports = {r["case_id"]: r for r in map(json.loads, out.read_text(encoding="utf-8").splitlines())}
+    for case_id in ("expected_given", "actual_given", "none_given"):
+        validity = reports[case_id]["validity"]
+        assert validity["case_valid"] is False and "cannot open database 'shop'" in validity["invalid_reason"]
+        assert [line for line in reports[case_id]["explanations"] if "shop" in line] == [
+            reports[case_id]["explanations"][0]]  # said once
+    assert reports["both_given"]["validity"]["case_valid"] is True  # it needs no database
+    assert "1 passed, 0 failed" in capsys.readouterr().out

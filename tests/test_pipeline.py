@@ -217,8 +217,8 @@ def test_db_dir_may_be_given_as_text(sample_dir: Path) -> None:
 
 def test_missing_database_is_a_report_not_a_crash() -> None:
     report = Evaluator().evaluate(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1", db="/no/such.db"))
-    assert report.blocked_reason == "execution_failure"
-    assert report.explanations[0].startswith("actual query failed with unknown_error: cannot open database")
+    assert report.blocked_reason == "execution_failure" and not report.validity["case_valid"]
+    assert report.explanations[0].startswith("cannot open database")
 
 
 def test_performance_metrics_when_enabled(run: Callable[..., Report]) -> None:

@@ -53,3 +53,11 @@ def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
 def _stored(value: dict[str, object], dtype: pl.DataType) -> dict[str, object]:
     """``value`` after a trip through a polars column of ``dtype`` (what the layer tables store)."""
     return pl.Series([value], dtype=dtype).to_list()[0]
+
+
+def test_why_the_database_did_not_open_is_stored(tmp_path: Path) -> None:
+    """The Dagster layers read a stored validation back: a case whose database did not open stays invalid there."""
+    case = next(c for c in load_suite(sample_suite_path()).cases if c.case_id == "pass_pre_materialized")
+    database, error = Evaluator(db_dir=tmp_path).open(case)
+    restored = validation_from_record(*validation_record(validate(case, database, error)))
+    assert restored.database_error is not None and "cannot open database 'shop'" in restored.database_error

@@ -90,6 +90,9 @@ class Validation:
     expected: list[Side]
     warnings: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    #: Why the database a side needed could not be opened (None when it opened, or no side needed it): such a
+    #: case is invalid whichever side needed it, since nothing it says is about the query under test.
+    database_error: str | None = None
 
     def runnable(self) -> list[int]:
         """Indexes of the expected alternatives that parsed and executed: the ones results can compare with."""
@@ -197,6 +200,9 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
             execution_ms += side.execution.elapsed_ms if side.execution else 0.0
             if key is not None and side.execution is not None:
                 cache.put(key, side.execution)  # type: ignore[union-attr]
+    if database is None and any(side.execution is not None and not side.pre_materialized
+                                for side in [*validation.expected, validation.actual]):
+        validation.database_error = database_error or "no database to execute against"
     validation.database = database.identifier if database is not None else validation.request.db
     validation.warnings = [w for side in [*validation.expected, validation.actual] if side.execution
                            for w in side.execution.warnings]
@@ -703,7 +709,7 @@ def _execute(side: Side, given: ResultTable | None, database: ExecutionAdapter |
                                    None, 0.0)
         return
     if database is None:
-        message = database_error or "no database to execute against"
+        message = database_error or "no database to execute against"  # and execute_layer makes the case invalid
         side.execution = Execution(False, None, ExecutionError(category="unknown_error", message=message), 0.0)
         return
     if timeout_ms is None:

@@ -33,6 +33,7 @@ def validation_record(validation: Validation) -> tuple[str, list[bytes]]:
         "database": validation.database,
         "warnings": validation.warnings,
         "timings": validation.timings,
+        "database_error": validation.database_error,
         "sides": [_side_payload(side) for side in sides],
     }
     return json.dumps(payload, ensure_ascii=False), [_frame_bytes(side.relation) for side in sides]
@@ -49,6 +50,7 @@ def validation_from_record(text: str, frames: list[bytes]) -> Validation:
         expected=sides[1:],
         warnings=list(payload["warnings"]),
         timings=dict(payload["timings"]),
+        database_error=payload.get("database_error"),
     )
 
 

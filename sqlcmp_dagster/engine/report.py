@@ -68,16 +68,18 @@ def blocked_report(validation: Validation) -> Report | None:
     if reason is None:
         return None
     explanations: list[str] = []
-    if not actual.parsed.success:
+    if validation.database_error is not None:
+        explanations.append(f"{validation.database_error}: the case is invalid and this is not the model's error")
+    elif not actual.parsed.success:
         explanations.append(f"actual query does not parse: {actual.parsed.error}")
     elif actual.execution is not None and actual.execution.error is not None:
         error = actual.execution.error
         explanations.append(f"actual query failed with {error.category}: {error.message}")
-    case_valid = any(s.executed_ok for s in expected)
-    if not case_valid:
-        explanations.append("no expected query runs: the case is invalid and this is not the model's error")
-    for index, side in enumerate(expected):
-        explanations += _expected_failure(index, side, len(expected))
+    if validation.database_error is None:
+        if invalid_reason(validation) is not None:
+            explanations.append("no expected query runs: the case is invalid and this is not the model's error")
+        for index, side in enumerate(expected):
+            explanations += _expected_failure(index, side, len(expected))
     structure = None
     first_parsed = next((i for i, s in enumerate(expected) if s.parsed.success), None)
     if actual.parsed.success and first_parsed is not None:
@@ -349,16 +351,24 @@ def _first_expected(validation: Validation) -> int:
     return 0
 
 
+def invalid_reason(validation: Validation) -> str | None:
+    """Why the case says nothing about the query under test, or None when it is valid: its database could not be
+    opened (for whichever side needed it), or no expected query parses and executes."""
+    if validation.database_error is not None:
+        return validation.database_error
+    return None if any(s.executed_ok for s in validation.expected) else "no expected query parses and executes"
+
+
 def _validity(validation: Validation) -> dict[str, Any]:
     actual, expected = validation.actual, validation.expected
-    case_valid = any(s.executed_ok for s in expected)
+    reason = invalid_reason(validation)
     return {
         "parse_success_actual": actual.parsed.success,
         "parse_success_expected": [s.parsed.success for s in expected],
         "execution_success_actual": actual.executed_ok if actual.parsed.success else None,
         "execution_success_expected": [s.executed_ok if s.parsed.success else None for s in expected],
-        "case_valid": case_valid,
-        "invalid_reason": None if case_valid else "no expected query parses and executes",
+        "case_valid": reason is None,
+        "invalid_reason": reason,
     }
 
 
