@@ -626,7 +626,10 @@ def _line(report: Report) -> str:
 
 
 def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
+    """The adapter of ``--db``; what keeps it from opening is a usage error that shows the URL without its
+    password (:func:`~sqlcmp_dagster.engine.redaction.redact`)."""
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
+    from sqlcmp_dagster.engine.redaction import redact, redacted_url
 
     _check_database_file(db)
     try:
@@ -634,7 +637,7 @@ def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
     except FileNotFoundError as error:
         raise UsageError(f"--db: {error}") from error
     except Exception as error:  # SQLAlchemy's URL and driver errors: bad input, not a crash
-        raise UsageError(f"--db {db!r}: {type(error).__name__}: {error}") from error
+        raise UsageError(f"--db {redacted_url(db)!r}: {type(error).__name__}: {redact(str(error), db)}") from error
 
 
 def _check_database_file(db: str) -> None:

@@ -243,3 +243,48 @@ def test_a_database_that_cannot_be_opened_makes_the_case_invalid_whichever_side_
             reports[case_id]["explanations"][0]]  # said once
     assert reports["both_given"]["validity"]["case_valid"] is True  # it needs no database
     assert "1 passed, 0 failed" in capsys.readouterr().out
+
+
+def test_a_database_password_is_never_written(tmp_path: Path, sample_dir: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A URL's password, in its user information or as a query parameter, is shown as *** on stderr, in the
+    reports, the text of a case, the summary, the CSV and the HTML report."""
+    secret = "Pa55-w0rd"
+    refused = [f"postgresql+psycopg2://who:{secret}@127.0.0.1:1/sales",
+               f"postgresql+psycopg2://who@127.0.0.1:1/sales?password={secret}",
+               f"nosuchdriver://who:{secret}@h/sales"]
+    for url in refused:
+        assert main(["compare", "--db", url, "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1"]) == 2
+        captured = capsys.readouterr()
+        assert "--db 'postgresql+psycopg2://who" in captured.err or "nosuchdriver://who:***@h" in captured.err
+        assert secret not in captured.err + captured.out
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({"case_id": f"c{i}", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1",
+                                         "db": url}) + "\n" for i, url in enumerate(refused)), encoding="utf-8")
+    out, html, csv_out = tmp_path / "r.jsonl", tmp_path / "r.html", tmp_path / "r.csv"
+    assert main(["evaluate", str(suite), "--out", str(out), "--html", str(html), "--csv", str(csv_out),
+                 "--summary-out", str(tmp_path / "s.json"), "--quiet"]) == 3
+    main(["show", "c0", "--reports", str(out)])
+    written = capsys.readouterr()
+    reports = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert all("***" in r["validity"]["invalid_reason"] for r in reports)
+    for text in (written.out, written.err, *(p.read_text(encoding="utf-8") for p in (out, html, csv_out,
+                                                                                       tmp_path / "s.json"))):
+        assert secret not in text
+
+
+def test_a_postgresql_password_given_as_a_parameter_is_not_in_the_report(
+        pg_service: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """SQLAlchemy hides the password of a URL's user information, not one given as ``?password=`` (which the
+    driver takes as well): the report's database identifier hid the first only."""
+    import sqlalchemy as sa
+
+    url = sa.make_url(pg_service[0])
+    password = url.password
+    assert password  # the service's role has one
+    given = url.set(password=None).update_query_dict({"password": password}).render_as_string(hide_password=False)
+    assert main(["compare", "--db", given, "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1",
+                 "--format", "json"]) == 0
+    database = json.loads(capsys.readouterr().out)["run_metadata"]["database"]
+    assert database.endswith("password=***") and f"={password}" not in database
+

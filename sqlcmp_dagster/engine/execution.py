@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
 from sqlcmp_dagster.engine.plans import Plan, plan_of
+from sqlcmp_dagster.engine.redaction import redacted_url
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.sandbox import postgres
 from sqlcmp_dagster.engine.sandbox.bounds import Fetched, fetch_bounded, interrupt_after
@@ -121,7 +122,7 @@ class ExecutionAdapter:
             import sqlalchemy as sa
 
             url = sa.make_url(target)
-            self.identifier = url.render_as_string(hide_password=True)
+            self.identifier = redacted_url(url.render_as_string(hide_password=True))  # ?password= too
             if url.get_backend_name() == "postgresql":
                 return _create_engine(postgres.sandbox_url(url), connect_args=postgres.connect_args())
             if url.get_backend_name() == "duckdb":

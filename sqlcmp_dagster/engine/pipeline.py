@@ -35,6 +35,7 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionEr
     ResultTable
 from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse, unalias_tables
 from sqlcmp_dagster.engine.performance import performance_metrics
+from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
 from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results, cut_inside_tie, \
@@ -122,7 +123,7 @@ def parse_layer(request: CompareRequest, dialect: str) -> Validation:
     deadline = time.monotonic() + request.config.case_budget_ms() / 1000
     expected = [Side(sql, parse(sql, dialect, max_chars=limit, deadline=deadline)) for sql in request.expected_sql]
     actual = Side(request.actual_sql, parse(request.actual_sql, dialect, max_chars=limit, deadline=deadline))
-    return Validation(request, dialect, request.db, actual, expected,
+    return Validation(request, dialect, _shown(request.db), actual, expected,
                       timings={"parse_ms": (time.perf_counter() - started) * 1000})
 
 
@@ -203,7 +204,7 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
     if database is None and any(side.execution is not None and not side.pre_materialized
                                 for side in [*validation.expected, validation.actual]):
         validation.database_error = database_error or "no database to execute against"
-    validation.database = database.identifier if database is not None else validation.request.db
+    validation.database = database.identifier if database is not None else _shown(validation.request.db)
     validation.warnings = [w for side in [*validation.expected, validation.actual] if side.execution
                            for w in side.execution.warnings]
     validation.timings["execution_ms"] = execution_ms
@@ -231,6 +232,11 @@ def case_time_left(validation: Validation, more_ms: float = 0.0) -> int | None:
 def resolve_dialect(request: CompareRequest, database: ExecutionAdapter | None) -> str:
     """The case's configured dialect, else the database's, else SQLite (the embedded default)."""
     return request.config.dialect or (database.dialect if database is not None else "sqlite")
+
+
+def _shown(db: str | None) -> str | None:
+    """A case's ``db`` as reports may show it: a URL without its password."""
+    return None if db is None else redacted_url(db)
 
 
 def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None,
@@ -537,12 +543,13 @@ class Evaluator:
         target = request.db or self.default_db
         if target is None:
             return None, "no database given: the case names no db and no default database is configured"
+        shown = f"cannot open database {redacted_url(target)!r}"  # never a password, in a report or a log
         try:
             return self.adapter(target), None
         except (FileNotFoundError, ValueError, ImportError) as failure:
-            return None, f"cannot open database {target!r}: {failure}"
+            return None, f"{shown}: {redact(str(failure), target)}"
         except Exception as failure:  # a driver's own failure to connect
-            return None, f"cannot open database {target!r}: {type(failure).__name__}: {failure}"
+            return None, f"{shown}: {type(failure).__name__}: {redact(str(failure), target)}"
 
     def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
                      progress: Callable[[Report], None] | None = None) -> list[Report]:
