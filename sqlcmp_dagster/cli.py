@@ -1,9 +1,9 @@
 """The ``sqlcmp`` command line: ``compare`` one pair, ``evaluate`` a suite, ``demo`` the bundled sample.
 
-Exit status (the README's "Exit status"): 0 pass (for ``evaluate``: every case passed),
-1 fail (for ``evaluate``: at least one valid case failed), 2 bad input or usage (for ``evaluate`` also: suite
-lines that could not be loaded), 3 invalid case (no expected query runs, so the query under test could not be
-judged; for ``evaluate``: no valid case failed but some were invalid). Messages go to stderr, never a stack trace.
+Each command has its own exit status (:data:`EXIT_STATUSES`, shown by its ``--help``): 0 pass, 1 fail, 2 bad input
+or usage, 3 invalid case (no expected query runs, or its database cannot be opened, so the query under test could
+not be judged), each read for what the command does. Messages go to stderr, never a stack trace. The README's
+"Exit status" has them all.
 """
 
 from __future__ import annotations
@@ -34,12 +34,33 @@ if TYPE_CHECKING:
 # workers wait for that server to import the engine, not for this process.
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INVALID = 0, 1, 2, 3
-EXIT_CODES = """exit status:
-  0  pass (evaluate: every case passed; diff: no regression, or no --fail-on-regression)
-  1  fail (evaluate: at least one valid case failed; diff --fail-on-regression: a case regressed)
-  2  bad input or usage (evaluate: also suite lines that could not be loaded, after the others ran)
-  3  invalid case: no expected query runs, so the actual query could not be judged
-     (evaluate: no valid case failed but at least one case was invalid)"""
+#: What the top-level ``--help`` says (plain text: argparse shows it as written).
+DESCRIPTION = "The sqlcmp command line: compare one pair, evaluate a suite, demo the bundled sample."
+_USAGE = "  2  bad input or usage (the message on stderr names what and where)"
+_VERDICT = f"""  0  pass
+  1  fail
+{_USAGE}
+  3  invalid case: no expected query runs, or its database cannot be opened, so the actual query could not be
+     judged"""
+#: Each command's exit statuses, as its ``--help`` shows them.
+EXIT_STATUSES = {
+    "sqlcmp": "each command's --help gives its own exit status; 2 is always bad input or usage",
+    "compare": _VERDICT,
+    "show": _VERDICT.replace(_USAGE, _USAGE + "; also when the reports file has no such case"),
+    "evaluate": f"""  0  every case passed
+  1  at least one valid case failed
+{_USAGE}; also suite lines that could not be loaded (after the other cases ran)
+  3  no valid case failed, but at least one case was invalid""",
+    "report": f"""  0  the summary (and each export asked for) was written, whatever the verdicts: evaluate's status says
+     how the run went
+{_USAGE}""",
+    "diff": f"""  0  no case regressed, or no --fail-on-regression
+  1  --fail-on-regression, and a case valid in both runs went from pass to fail
+{_USAGE}""",
+    "import": f"  0  the suite was written\n{_USAGE}",
+    "spider-ex": f"  0  the table was written\n{_USAGE}",
+    "demo": f"  0  the sample was evaluated\n  1  a Dagster run failed (its logs are in the Dagster UI)\n{_USAGE}",
+}
 
 
 class UsageError(Exception):
@@ -101,14 +122,14 @@ def _say_json(report: Report) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
-    parser = argparse.ArgumentParser(prog="sqlcmp", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
-                                     formatter_class=formatter)
+    parser = argparse.ArgumentParser(prog="sqlcmp", description=DESCRIPTION,
+                                     epilog="exit status: " + EXIT_STATUSES["sqlcmp"], formatter_class=formatter)
     parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     commands = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES,
-                                   formatter_class=formatter)
+        return commands.add_parser(name, help=help_text, description=help_text,
+                                   epilog="exit status:\n" + EXIT_STATUSES[name], formatter_class=formatter)
 
     one = command("compare", "compare one actual query with the expected one")
     one.add_argument("--db", required=True, help="SQLAlchemy URL, or path to a SQLite (.sqlite, .db) or DuckDB file")
@@ -161,7 +182,8 @@ def _parser() -> argparse.ArgumentParser:
 
     importer = command("import", "turn a Spider or BIRD benchmark into a suite")
     formats = importer.add_subparsers(dest="format", required=True)
-    spider = formats.add_parser("spider", help="dev.json + gold SQL file + predictions file")
+    imports: dict[str, Any] = {"epilog": "exit status:\n" + EXIT_STATUSES["import"], "formatter_class": formatter}
+    spider = formats.add_parser("spider", help="dev.json + gold SQL file + predictions file", **imports)
     spider.add_argument("--questions", type=Path, required=True, help="Spider's question file (dev.json)")
     spider.add_argument("--gold", type=Path, required=True, help="gold queries, 'SQL<TAB>db_id' a line (dev_gold.sql)")
     spider.add_argument("--pred", type=Path, required=True,
@@ -170,7 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     spider.add_argument("--tables", type=Path,
                         help="tables.json: check that each database has every table and column it publishes "
                              "(needs --db-dir); a difference is an error naming them, and nothing is written")
-    bird = formats.add_parser("bird", help="question JSON with SQL/db_id + predictions JSON keyed by question id")
+    bird = formats.add_parser("bird", help="question JSON with SQL/db_id + predictions JSON keyed by question id",
+                              **imports)
     bird.add_argument("--questions", type=Path, required=True,
                       help="BIRD's question file (dev.json: question_id, db_id, question, SQL, evidence, difficulty)")
     bird.add_argument("--pred", type=Path, required=True,
@@ -316,6 +339,11 @@ def _compare(args: argparse.Namespace) -> int:
         _say_json(report)
     else:
         _say(render_text(report))
+    return _verdict_status(report)
+
+
+def _verdict_status(report: Report) -> int:
+    """The exit status of one case's verdict (``compare``, ``show``): pass, fail, or invalid."""
     if not report.validity.get("case_valid", True):
         return EXIT_INVALID
     return EXIT_PASS if report.deterministic_verdict == "pass" else EXIT_FAIL
@@ -422,7 +450,7 @@ def _show(args: argparse.Namespace) -> int:
         _say_json(report)
     else:
         _say(render_text(report))
-    return EXIT_PASS
+    return _verdict_status(report)
 
 
 def _diff(args: argparse.Namespace) -> int:

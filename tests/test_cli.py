@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 from conftest import JUDGE_PASS
-from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.cli import EXIT_STATUSES, main
 
 
 def test_compare_pass_text(sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -264,7 +264,7 @@ def test_a_database_password_is_never_written(tmp_path: Path, sample_dir: Path,
     out, html, csv_out = tmp_path / "r.jsonl", tmp_path / "r.html", tmp_path / "r.csv"
     assert main(["evaluate", str(suite), "--out", str(out), "--html", str(html), "--csv", str(csv_out),
                  "--summary-out", str(tmp_path / "s.json"), "--quiet"]) == 3
-    main(["show", "c0", "--reports", str(out)])
+    assert main(["show", "c0", "--reports", str(out)]) == 3
     written = capsys.readouterr()
     reports = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert all("***" in r["validity"]["invalid_reason"] for r in reports)
@@ -288,3 +288,37 @@ def test_a_postgresql_password_given_as_a_parameter_is_not_in_the_report(
     database = json.loads(capsys.readouterr().out)["run_metadata"]["database"]
     assert database.endswith("password=***") and f"={password}" not in database
 
+
+@pytest.mark.parametrize("command", ["compare", "evaluate", "report", "show", "diff", "import spider",
+                                     "import bird", "spider-ex", "demo"])
+def test_each_command_help_gives_its_own_exit_status_in_plain_text(command: str,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main([*command.split(), "--help"])
+    shown = capsys.readouterr().out
+    own = EXIT_STATUSES[command.split()[0]]
+    assert "``" not in shown and shown.rstrip().endswith(own.rstrip())
+    assert all(text not in shown for name, text in EXIT_STATUSES.items() if text != own and name != "sqlcmp")
+
+
+def test_the_top_level_help_is_plain_text(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    shown = capsys.readouterr().out
+    assert "``" not in shown and "The sqlcmp command line: compare one pair" in shown
+
+
+def test_show_exits_with_the_case_verdict(tmp_path: Path, sample_dir: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(json.dumps({"case_id": case_id, "expected_sql": expected, "actual_sql": "SELECT 1",
+                                         "db": "shop"}) + "\n"
+                             for case_id, expected in (("passes", "SELECT 1"), ("fails", "SELECT 2"),
+                                                       ("invalid", "SELECT nope FROM nothing"))),
+                     encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 1
+    assert [main(["show", case_id, "--reports", str(out), *fmt]) for case_id in ("passes", "fails", "invalid")
+            for fmt in ([], ["--format", "json"])] == [0, 0, 1, 1, 3, 3]
+    capsys.readouterr()
+    assert main(["report", str(out)]) == 0  # the summary was written: evaluate's status says how the run went

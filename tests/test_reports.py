@@ -61,7 +61,7 @@ def test_csv_and_only_failed(runs: dict[str, Path], tmp_path: Path, capsys: pyte
 
 
 def test_show_one_case_and_version(runs: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["show", "broken_gold", "--reports", str(runs["new"])]) == 0
+    assert main(["show", "broken_gold", "--reports", str(runs["new"])]) == 3  # the case's own exit status
     assert capsys.readouterr().out.startswith("case broken_gold: INVALID (no expected query parses and executes)")
     assert main(["show", "nope", "--reports", str(runs["new"])]) == 2
     assert "has no case 'nope'" in capsys.readouterr().err
@@ -89,8 +89,8 @@ def test_every_case_is_written_and_read_back_whatever_its_text(tmp_path: Path, s
     capsys.readouterr()
     assert [json.loads(line)["case_id"] for line in out.read_text(encoding="utf-8").split("\n") if line] == \
         ["surrogate?", "separators"]
-    assert main(["show", "surrogate?", "--reports", str(out)]) == 0
-    assert main(["show", "separators", "--reports", str(out)]) == 0
+    assert main(["show", "surrogate?", "--reports", str(out)]) == 1
+    assert main(["show", "separators", "--reports", str(out)]) == 1
     assert "missing rows (sample): ('a\\u2028b\\x85',)" in capsys.readouterr().out
 
 
@@ -104,7 +104,7 @@ def test_an_infinite_cell_is_not_read_back_as_null(tmp_path: Path, sample_dir: P
     out = tmp_path / "reports.jsonl"
     assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 1
     capsys.readouterr()
-    assert main(["show", "inf", "--reports", str(out)]) == 0
+    assert main(["show", "inf", "--reports", str(out)]) == 1
     assert "extra rows (sample): ('-Infinity',)" in capsys.readouterr().out
 
     def refuse(constant: str) -> None:
