@@ -368,6 +368,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise UsageError(str(error)) from error
     for problem in suite.errors:
         _say(f"sqlcmp: skipped {problem}", file=sys.stderr)
+    if not suite.cases:  # nothing to evaluate is not a success, whether the file is empty or every line broke
+        raise UsageError(f"no cases in {args.suite}")
     _warn_missing_databases(suite.cases, args.db_dir, args.db)
     evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args),
                           allow_privileged_role=args.allow_privileged_role)
@@ -426,6 +428,8 @@ def _report(args: argparse.Namespace) -> int:
     from sqlcmp_dagster.reporting.cases import is_failed
 
     reports = _read_reports(args.reports)
+    if not reports:
+        raise UsageError(f"no cases in {args.reports}")
     summary = summarize(reports)
     written = _write_outputs(args, reports, summary)
     _say(render_summary(summary))

@@ -322,3 +322,16 @@ def test_show_exits_with_the_case_verdict(tmp_path: Path, sample_dir: Path,
             for fmt in ([], ["--format", "json"])] == [0, 0, 1, 1, 3, 3]
     capsys.readouterr()
     assert main(["report", str(out)]) == 0  # the summary was written: evaluate's status says how the run went
+
+
+@pytest.mark.parametrize("content", ["", "\n\n", '{"case_id": "broken"}\n'])
+def test_a_suite_or_reports_file_without_cases_is_bad_input(content: str, tmp_path: Path, sample_dir: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(content, encoding="utf-8")
+    assert main(["evaluate", str(empty), "--db-dir", str(sample_dir), "--out", str(tmp_path / "r.jsonl"),
+                 "--quiet"]) == 2
+    assert f"sqlcmp: no cases in {empty}" in capsys.readouterr().err
+    if content != '{"case_id": "broken"}\n':  # a reports file's broken line is an error of its own
+        assert main(["report", str(empty)]) == 2
+        assert capsys.readouterr().err == f"sqlcmp: no cases in {empty}\n"
