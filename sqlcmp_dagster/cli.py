@@ -361,7 +361,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
     if args.db is not None:
-        _open(args.db, args.allow_privileged_role).close()
+        _open(args.db, args.allow_privileged_role, " (a folder of databases named by the cases' db is --db-dir)")\
+            .close()
     try:
         suite = load_suite(args.suite, _config_overrides(args))
     except ValueError as error:
@@ -657,13 +658,14 @@ def _line(report: Report) -> str:
     return report.model_dump_json() + "\n"
 
 
-def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
+def _open(db: str, allow_privileged_role: bool = False, folder_hint: str = "") -> ExecutionAdapter:
     """The adapter of ``--db``; what keeps it from opening is a usage error that shows the URL without its
-    password (:func:`~sqlcmp_dagster.engine.redaction.redact`)."""
+    password (:func:`~sqlcmp_dagster.engine.redaction.redact`). ``folder_hint`` follows the message when ``--db``
+    names a folder (what the command takes instead)."""
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
     from sqlcmp_dagster.engine.redaction import redact, redacted_url
 
-    _check_database_file(db)
+    _check_database_file(db, folder_hint)
     try:
         return ExecutionAdapter(db, allow_privileged_role=allow_privileged_role)
     except FileNotFoundError as error:
@@ -672,17 +674,22 @@ def _open(db: str, allow_privileged_role: bool = False) -> ExecutionAdapter:
         raise UsageError(f"--db {redacted_url(db)!r}: {type(error).__name__}: {redact(str(error), db)}") from error
 
 
-def _check_database_file(db: str) -> None:
-    """A SQLite path (or ``sqlite:///`` URL) must name a SQLite file: SQLite itself would accept any file and fail
-    only at the first query, and an empty file would pass ``SELECT 1``."""
-    if db.startswith("sqlite:///"):
-        path = Path(db.removeprefix("sqlite:///").split("?", 1)[0])
-    elif "://" in db or db.lower().endswith(".duckdb"):
+def _check_database_file(db: str, folder_hint: str = "") -> None:
+    """A path (or ``sqlite:///``, ``duckdb:///`` URL) must not name a folder (the engines' own message said the
+    database was not found), and a SQLite one must name a SQLite file: SQLite itself would accept any file and
+    fail only at the first query, and an empty file would pass ``SELECT 1``."""
+    from sqlcmp_dagster.engine.execution import DUCKDB_SUFFIXES
+
+    if db.startswith(("sqlite:///", "duckdb:///")):
+        path = Path(db.split(":///", 1)[1].split("?", 1)[0])
+    elif "://" in db:
         return
     else:
         path = Path(db)
-    if not path.is_file():
-        return  # the adapter names a missing file
+    if path.is_dir():
+        raise UsageError(f"--db {db}: a folder, not a database file{folder_hint}")
+    if not path.is_file() or db.startswith("duckdb:///") or path.suffix.lower() in DUCKDB_SUFFIXES:
+        return  # the adapter names a missing file, and DuckDB a file that is not its own
     with path.open("rb") as handle:
         header = handle.read(16)
     if header != b"SQLite format 3\x00":

@@ -44,6 +44,8 @@ def test_compare_options_reach_the_config(sample_db: Path, capsys: pytest.Captur
     ("args", "message"),
     [
         (["--db", "/no/such.sqlite"], "--db: SQLite database not found"),
+        (["--db", "{folder}"], "--db {folder}: a folder, not a database file\n"),
+        (["--db", "sqlite:///{folder}"], "--db sqlite:///{folder}: a folder, not a database file\n"),
         (["--db", "{db}", "--atol", "-1"], "numeric_abs_tolerance"),
         (["--db", "{db}", "--config", "/no/such.yaml"], "--config /no/such.yaml"),
         (["--db", "nosuchdriver://x"], "--db 'nosuchdriver://x'"),
@@ -56,11 +58,14 @@ def test_compare_bad_input_exits_2_with_a_message(sample_db: Path, capsys: pytes
     (tmp_path / "alias.yaml").write_text("a: &a [1, 2]\nquery_timeout_ms: *a\n", encoding="utf-8")
     (tmp_path / "latin1.yaml").write_bytes("dialect: caf\xe9\n".encode("latin-1"))
     argv = ["compare", "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1"]
-    argv += [a.replace("{db}", str(sample_db)).replace("{alias}", str(tmp_path / "alias.yaml"))
-             .replace("{latin1}", str(tmp_path / "latin1.yaml")) for a in args]
+    def filled(text: str) -> str:
+        return text.replace("{db}", str(sample_db)).replace("{alias}", str(tmp_path / "alias.yaml")) \
+            .replace("{latin1}", str(tmp_path / "latin1.yaml")).replace("{folder}", str(tmp_path))
+
+    argv += [filled(a) for a in args]
     assert main(argv) == 2
     captured = capsys.readouterr()
-    assert message in captured.err and "Traceback" not in captured.err
+    assert filled(message) in captured.err and "Traceback" not in captured.err
 
 
 def test_evaluate_writes_one_report_per_case_and_reports_bad_lines(
@@ -335,3 +340,12 @@ def test_a_suite_or_reports_file_without_cases_is_bad_input(content: str, tmp_pa
     if content != '{"case_id": "broken"}\n':  # a reports file's broken line is an error of its own
         assert main(["report", str(empty)]) == 2
         assert capsys.readouterr().err == f"sqlcmp: no cases in {empty}\n"
+
+
+def test_evaluate_db_naming_a_folder_points_to_db_dir(tmp_path: Path, sample_dir: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text('{"case_id": "a", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1"}\n', encoding="utf-8")
+    assert main(["evaluate", str(suite), "--db", str(sample_dir), "--out", str(tmp_path / "r.jsonl")]) == 2
+    assert capsys.readouterr().err == (f"sqlcmp: --db {sample_dir}: a folder, not a database file (a folder of "
+                                       "databases named by the cases' db is --db-dir)\n")
