@@ -354,8 +354,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sqlcmp_dagster.engine.pipeline import Evaluator
     from sqlcmp_dagster.engine.summary import render_summary, summarize
 
-    if not args.suite.is_file():
-        raise UsageError(f"suite not found: {args.suite}")
+    _check_input(args.suite, "suite")
     if args.db_dir is not None and not args.db_dir.is_dir():
         raise UsageError(f"--db-dir is not a folder: {args.db_dir}")
     if args.workers < 1:
@@ -477,6 +476,15 @@ def _diff(args: argparse.Namespace) -> int:
     return EXIT_FAIL if args.fail_on_regression and diff["regressed"] else EXIT_PASS
 
 
+def _check_input(path: Path, what: str) -> None:
+    """``path`` must be there and not be a folder; a pipe (``<(...)``, ``/dev/stdin``) is an input too, which a
+    check for a regular file refused."""
+    if not path.exists():
+        raise UsageError(f"{what} not found: {path}")
+    if path.is_dir():
+        raise UsageError(f"{what} is a folder, not a file: {path}")
+
+
 def _read_reports(path: Path) -> list[Report]:
     from sqlcmp_dagster.reporting.cases import ReportsFileError, read_reports
 
@@ -525,8 +533,7 @@ def _spider_ex(args: argparse.Namespace) -> int:
     from sqlcmp_dagster.cases.suite import load_suite
 
     for path, flag in ((args.suite, "suite"), (args.reports, "--reports")):
-        if not path.is_file():
-            raise UsageError(f"{flag} not found: {path}")
+        _check_input(path, flag)
     if not args.db_dir.is_dir():
         raise UsageError(f"--db-dir is not a folder: {args.db_dir}")
     try:

@@ -349,3 +349,24 @@ def test_evaluate_db_naming_a_folder_points_to_db_dir(tmp_path: Path, sample_dir
     assert main(["evaluate", str(suite), "--db", str(sample_dir), "--out", str(tmp_path / "r.jsonl")]) == 2
     assert capsys.readouterr().err == (f"sqlcmp: --db {sample_dir}: a folder, not a database file (a folder of "
                                        "databases named by the cases' db is --db-dir)\n")
+
+
+def test_inputs_from_a_pipe_are_read_once(tmp_path: Path, sample_dir: Path) -> None:
+    """``--pred /dev/stdin`` (or ``<(cut -f1 gold.sql)``) was read twice, the second time empty: '0 predictions'.
+    A suite from a pipe was refused as not found (not a regular file) and as having no suffix."""
+    questions = [{"db_id": "shop", "query": f"SELECT {i}", "question": f"question {i}"} for i in (1, 2)]
+    (tmp_path / "dev.json").write_text(json.dumps(questions), encoding="utf-8")
+    (tmp_path / "gold.sql").write_text("SELECT 1\tshop\nSELECT 2\tshop\n", encoding="utf-8")
+    command = [sys.executable, "-m", "sqlcmp_dagster.cli"]
+    imported = subprocess.run([*command, "import", "spider", "--questions", str(tmp_path / "dev.json"),
+                               "--gold", str(tmp_path / "gold.sql"), "--pred", "/dev/stdin",
+                               "--out", str(tmp_path / "suite.jsonl")],
+                              input="SELECT 1\nSELECT 3\n", capture_output=True, text=True, timeout=300)
+    assert imported.returncode == 0, imported.stderr
+    suite = (tmp_path / "suite.jsonl").read_text(encoding="utf-8")
+    assert [json.loads(line)["actual_sql"] for line in suite.splitlines()] == ["SELECT 1", "SELECT 3"]
+    evaluated = subprocess.run([*command, "evaluate", "/dev/stdin", "--db-dir", str(sample_dir), "--out",
+                                str(tmp_path / "r.jsonl"), "--quiet"], input=suite, capture_output=True, text=True,
+                               timeout=300)
+    assert evaluated.returncode == 1, evaluated.stderr  # the second prediction is wrong
+    assert "2 cases: 1 passed, 1 failed" in evaluated.stdout

@@ -17,7 +17,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.atomic import atomic_path, read_lines, read_utf8
+from sqlcmp_dagster.engine.atomic import atomic_path, decode_utf8, read_bytes, read_utf8, text_lines
 from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 
 
@@ -201,24 +201,17 @@ def _lines(path: Path, *, keep_blank: bool = False) -> list[str]:
     read as a line break, as text files are read, it split one prediction in two and, with an empty last
     prediction dropped, paired every later prediction with the question before its own, the counts still
     equal."""
-    raw = _raw_bytes(path)
+    raw = read_bytes(path, BenchmarkFormatError)  # once: a pipe has nothing left to read a second time
     if b"\n" in raw and (stray := re.search(rb"\r(?!\n)", raw)) is not None:
         line = raw.count(b"\n", 0, stray.start()) + 1
         raise BenchmarkFormatError(f"{path}:{line}: a carriage return inside the line (a query over several lines?): "
                                    "each line is one query")
-    lines = read_lines(path, BenchmarkFormatError)
+    lines = text_lines(decode_utf8(raw, path, BenchmarkFormatError))
     if not keep_blank:
         return [line for line in lines if line.strip()]
     while lines and not lines[-1].strip():
         lines.pop()
     return lines
-
-
-def _raw_bytes(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as failure:
-        raise BenchmarkFormatError(f"{path}: {failure.strerror}") from failure
 
 
 def _check_db(db_dir: Path | None, db: str, where: str) -> None:

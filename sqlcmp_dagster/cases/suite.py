@@ -44,6 +44,8 @@ class Suite:
 def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
     """Load every case of ``path``; ``config_overrides`` are applied under each case's own ``config``."""
     suffix = path.suffix.lower()
+    if not suffix and path.exists() and not path.is_file():  # a pipe (<(...), /dev/stdin): JSONL lines, read once
+        suffix = ".jsonl"
     if suffix not in SUITE_SUFFIXES:
         raise ValueError(f"{path}: unsupported suite format {suffix!r} (use {', '.join(SUITE_SUFFIXES)})")
     if suffix == ".jsonl":

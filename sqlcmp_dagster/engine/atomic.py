@@ -31,6 +31,16 @@ def atomic_path(target: Path) -> Iterator[Path]:
         partial.unlink(missing_ok=True)
 
 
+def read_bytes(path: Path, error: type[Exception]) -> bytes:
+    """The bytes of ``path``, or ``error`` naming the file and why it cannot be read (missing, unreadable). A
+    caller that needs both the bytes and the text decodes these (:func:`decode_utf8`) rather than opening the file
+    again: a pipe (``--pred <(cut -f1 gold.sql)``, ``/dev/stdin``) is read once, and is empty after that."""
+    try:
+        return path.read_bytes()
+    except OSError as failure:
+        raise error(f"{path}: {failure.strerror}") from failure
+
+
 def read_utf8(path: Path, error: type[Exception]) -> str:
     """The text of ``path``, or ``error`` naming the file and why it cannot be read (missing, unreadable, not
     UTF-8 with the offending byte's offset); callers pass their own error type so each reader keeps its own.
@@ -43,12 +53,21 @@ def read_utf8(path: Path, error: type[Exception]) -> str:
     ...
     ValueError: ...bad.txt: not UTF-8 text (byte 2)
     """
+    return decode_utf8(read_bytes(path, error), path, error)
+
+
+def decode_utf8(raw: bytes, path: Path, error: type[Exception]) -> str:
+    r"""``raw``, read from ``path``, as a text read gives it: a byte-order mark dropped (it stuck to the first
+    line), ``\r\n`` and ``\r`` read as ``\n``; ``error`` names the file and the first byte that is not UTF-8.
+
+    >>> decode_utf8(b"\xef\xbb\xbfa\r\nb\rc", Path("x"), ValueError)
+    'a\nb\nc'
+    """
     try:
-        return path.read_text(encoding="utf-8-sig")  # a byte-order mark is not text: it stuck to the first line
-    except OSError as failure:
-        raise error(f"{path}: {failure.strerror}") from failure
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as failure:
         raise error(f"{path}: not UTF-8 text (byte {failure.start})") from failure
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def read_lines(path: Path, error: type[Exception]) -> list[str]:
@@ -63,5 +82,9 @@ def read_lines(path: Path, error: type[Exception]) -> list[str]:
     >>> read_lines(lines, ValueError)
     ['a\u2028b', 'c']
     """
-    text = read_utf8(path, error)
+    return text_lines(read_utf8(path, error))
+
+
+def text_lines(text: str) -> list[str]:
+    """``text`` split as :func:`read_lines` splits a file's."""
     return text.removesuffix("\n").split("\n") if text else []
