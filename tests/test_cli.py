@@ -370,3 +370,14 @@ def test_inputs_from_a_pipe_are_read_once(tmp_path: Path, sample_dir: Path) -> N
                                timeout=300)
     assert evaluated.returncode == 1, evaluated.stderr  # the second prediction is wrong
     assert "2 cases: 1 passed, 1 failed" in evaluated.stdout
+
+
+def test_each_fact_is_said_once_with_the_right_plural(sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The verified fix and the probe that found it said the same thing; '1 actual rows are not expected'."""
+    assert main(["compare", "--db", str(sample_db), "--expected-sql", "SELECT name FROM products WHERE price > 30",
+                 "--actual-sql", "SELECT name FROM products WHERE price > 29"]) == 1
+    out = capsys.readouterr().out
+    assert "verified fix: taking the WHERE clause from the expected query makes the results match" in out
+    assert "re-running the actual query with the expected WHERE clause" not in out
+    assert "actual returns 3 rows, expected 2 (1.50x)" in out
+    assert "2 of 2 expected rows are in the actual result; 1 actual row is not expected" in out

@@ -116,10 +116,10 @@ def inconsistencies(report: Report) -> list[str]:
     columns = per_column["attributes"]
     rows_word = "paired rows" if per_column["pairing"] == "multiset" else "rows paired in order"
     for sentence in explanation_lines(report)[1:]:
-        if m := re.fullmatch(r"actual returns (\d+) rows, expected (\d+) .*", sentence):
+        if m := re.fullmatch(r"actual returns (\d+) rows?, expected (\d+) .*", sentence):
             check((int(m[1]), int(m[2])) == (card["actual_rows"], card["expected_rows"]), sentence)
-        elif m := re.fullmatch(r"(\d+) of (\d+) expected rows are in the actual result; (\d+) actual rows are "
-                               r"not expected", sentence):
+        elif m := re.fullmatch(r"(\d+) of (\d+) expected rows? (?:is|are) in the actual result; (\d+) actual rows? "
+                               r"(?:is|are) not expected", sentence):
             matched, total = int(m[1]), card["expected_rows"] + card["actual_rows"]
             check(int(m[2]) == card["expected_rows"] and matched + int(m[3]) == card["actual_rows"]
                   and math.isclose(result["row_overlap"], 2 * matched / total), sentence)
@@ -133,7 +133,7 @@ def inconsistencies(report: Report) -> list[str]:
                                r"results match", sentence):
             check(any(len(p["clauses"]) == 1 and words(p["clauses"][0], p["branches"][0]) == m[1]
                       and p["passed"] == (m[2] == "makes") for p in probes), sentence)
-        elif m := re.fullmatch(r"(\d+) of (\d+) rows are at a different position", sentence):
+        elif m := re.fullmatch(r"(\d+) of (\d+) rows? (?:is|are) at a different position", sentence):
             check(d["ordering_error_flag"] and int(m[2]) == card["expected_rows"]
                   and int(m[1]) == card["expected_rows"] - family["mode_details"]["matched_rows"], sentence)
         elif sentence.startswith("verified fix: "):

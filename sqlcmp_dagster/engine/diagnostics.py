@@ -96,8 +96,6 @@ def diagnose(
     evidence = signals.evidence(ordering_flag)
     search = search_fix(structure, expected_tree, actual_tree, run, dialect=dialect, budget_ms=budget_ms) \
         if run is not None else None
-    if search is not None:
-        evidence += _probe_sentences(search)
 
     scores = dict(raw)
     strength: EvidenceStrength
@@ -138,6 +136,9 @@ def diagnose(
     if ordering_flag:
         evidence.insert(0, "the results hold the same rows but in a different order")
     suggested = search.suggested_fix(chosen) if search is not None else None
+    if search is not None:
+        # the verified fix's own probe is its sentence already (inserted first, below): said once
+        evidence += _probe_sentences(search, search.fixes[chosen] if search.fixes else None)
     if suggested is not None:
         evidence.insert(0, suggested["explanation"])
     return {
@@ -298,20 +299,23 @@ class _Signals:
                        f"({', '.join(missing)})")
         if self.n != self.m:
             ratio = f"{self.m / self.n:.2f}x" if self.n else "expected none"
-            out.append(f"actual returns {self.m} rows, expected {self.n} ({ratio})")
+            out.append(f"actual returns {_rows(self.m)}, expected {self.n} ({ratio})")
         if r.bag_matched_rows < max(self.n, self.m):
-            out.append(f"{r.bag_matched_rows} of {self.n} expected rows are in the actual result; "
-                       f"{self.m - r.bag_matched_rows} actual rows are not expected")
+            unexpected = self.m - r.bag_matched_rows
+            out.append(f"{r.bag_matched_rows} of {_rows(self.n, 'expected')} {_are(self.n)} in the actual result; "
+                       f"{_rows(unexpected, 'actual')} {_are(unexpected)} not expected")
         if ordering_flag:
-            out.append(f"{self.n - r.matched_rows} of {self.n} rows are at a different position")
+            out.append(f"{self.n - r.matched_rows} of {_rows(self.n)} {_are(self.n)} at a different position")
         paired = "paired rows" if r.comparison_mode == "order-insensitive" else "rows paired in order"
         for stat in self.result.columns if not ordering_flag else []:
             if stat.actual_index is not None and stat.mismatched:
                 detail = f" (max abs diff {stat.max_abs_diff:g})" if stat.numeric and stat.max_abs_diff else ""
                 out.append(f"column {stat.name} differs in {stat.mismatched} of {stat.compared} {paired}{detail}")
         if self.copies:
-            out.append(f"the {self.m - r.bag_matched_rows} unexpected actual rows are copies of rows already in "
-                       "the actual result (a join's fan-out or a missing DISTINCT)")
+            copies = self.m - r.bag_matched_rows
+            out.append(f"the {_rows(copies, 'unexpected actual')} {_are(copies)} "
+                       f"{'a copy of a row' if copies == 1 else 'copies of rows'} already in the actual result "
+                       "(a join's fan-out or a missing DISTINCT)")
         if self.limited and not self.clause_match["ordering"]["match"] and not r.bag_pass:
             out.append("ORDER BY differs before a LIMIT/OFFSET: it changes which rows are kept")
         if self.aggregates_differ:
@@ -324,11 +328,25 @@ class _Signals:
         return out
 
 
-def _probe_sentences(search: FixSearch) -> list[str]:
-    """One sentence per single-clause transplant that ran: what re-running with that clause showed."""
+def _rows(count: int, kind: str = "") -> str:
+    """``count`` rows, of ``kind``: ``1 expected row``, ``3 expected rows``.
+
+    >>> _rows(1, "actual"), _rows(2)
+    ('1 actual row', '2 rows')
+    """
+    return " ".join(filter(None, (str(count), kind, "row" if count == 1 else "rows")))
+
+
+def _are(count: int) -> str:
+    return "is" if count == 1 else "are"
+
+
+def _probe_sentences(search: FixSearch, fix: Transplant | None) -> list[str]:
+    """One sentence per single-clause transplant that ran, but ``fix`` (the verified fix, which has its own
+    sentence): what re-running with that clause showed."""
     out = []
     for transplant in search.transplants:
-        if len(transplant.labels) == 1 and transplant.passed is not None:
+        if len(transplant.labels) == 1 and transplant.passed is not None and transplant is not fix:
             verdict = "makes the results match" if transplant.passed else "does not make the results match"
             out.append(f"re-running the actual query with the expected {label_words(transplant.labels[0])} "
                        f"{verdict}")
