@@ -444,8 +444,11 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    """One case's report; as text, its headline, then the question and both queries (the lines that differ
+    marked), then the details."""
     from sqlcmp_dagster.engine.report import render_text
     from sqlcmp_dagster.reporting.cases import find_report
+    from sqlcmp_dagster.reporting.queries import query_lines
 
     report = find_report(_read_reports(args.reports), args.case_id)
     if report is None:
@@ -453,7 +456,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.format == "json":
         _say_json(report)
     else:
-        _say(render_text(report))
+        headline, _, details = render_text(report).partition("\n")
+        _say(headline, *query_lines(report), *([details] if details else []), sep="\n")
     return _verdict_status(report)
 
 

@@ -372,6 +372,29 @@ def test_inputs_from_a_pipe_are_read_once(tmp_path: Path, sample_dir: Path) -> N
     assert "2 cases: 1 passed, 1 failed" in evaluated.stdout
 
 
+def test_show_gives_the_question_and_both_queries_first_with_the_differing_lines_marked(
+        tmp_path: Path, sample_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text(json.dumps({"case_id": "filter", "user_query": "Products over 30", "db": "shop",
+                                 "expected_sql": "SELECT name FROM products WHERE price > 30",
+                                 "actual_sql": "SELECT name FROM products WHERE price > 29"}) + "\n"
+                     + json.dumps({"case_id": "typo", "db": "shop", "expected_sql": "SELECT name FROM products",
+                                   "actual_sql": "SELEC name FORM products"}) + "\n", encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"])
+    capsys.readouterr()
+    assert main(["show", "filter", "--reports", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("case filter: FAIL") and lines[1:14] == [
+        "question: Products over 30",
+        "expected query:", "    SELECT", "      name", "    FROM products", "    WHERE", "      price > 30   <- differs",
+        "actual query:", "    SELECT", "      name", "    FROM products", "    WHERE", "      price > 29   <- differs"]
+    assert main(["show", "typo", "--reports", str(out)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:6] == ["expected query:", "    SELECT", "      name", "    FROM products",
+                          "actual query: does not parse"]
+
+
 def test_each_fact_is_said_once_with_the_right_plural(sample_db: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The verified fix and the probe that found it said the same thing; '1 actual rows are not expected'."""
     assert main(["compare", "--db", str(sample_db), "--expected-sql", "SELECT name FROM products WHERE price > 30",

@@ -9,13 +9,11 @@ cells marked, the explanations and the re-execution probes. The table can be pre
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import re
 from pathlib import Path
 from typing import Any
 
-import sqlglot
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sqlcmp_dagster.engine.atomic import atomic_path
@@ -25,6 +23,7 @@ from sqlcmp_dagster.engine.version import ENGINE_VERSION
 from sqlcmp_dagster.engine.report import explanation_lines, neighbor_lines, per_column_map
 from sqlcmp_dagster.engine.summary import SEVERITIES, robust_line
 from sqlcmp_dagster.reporting.cases import case_row
+from sqlcmp_dagster.reporting.queries import report_sides
 
 _ENVIRONMENT = Environment(loader=PackageLoader("sqlcmp_dagster.reporting", "templates"),
                            autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
@@ -63,8 +62,7 @@ def _write(out: Path, template: str, **context: Any) -> None:
 def case_view(report: Report) -> dict[str, Any]:
     """Everything the page shows about one case."""
     row = case_row(report)
-    dialect = report.run_metadata.get("dialect") or "sqlite"
-    expected, actual = side_by_side(row["expected_sql"], row["actual_sql"], dialect)
+    expected, actual = report_sides(report)
     evidence = report.evidence or {}
     return {
         "row": row,
@@ -80,29 +78,6 @@ def case_view(report: Report) -> dict[str, Any]:
         # a search without a counterexample in one line (searched, cut, or not run and why)
         "neighbor_search": neighbor_lines(report),
     }
-
-
-def side_by_side(expected: str, actual: str, dialect: str) -> tuple[list[tuple[str, bool]], list[tuple[str, bool]]]:
-    """Both queries pretty-printed one clause a line, each line paired with whether it differs from the other side.
-
-    >>> side_by_side("SELECT a FROM t WHERE x > 1", "SELECT a FROM t WHERE x >= 1", "sqlite")[1]
-    [('SELECT', False), ('  a', False), ('FROM t', False), ('WHERE', False), ('  x >= 1', True)]
-    """
-    left, right = _pretty(expected, dialect), _pretty(actual, dialect)
-    left_changed, right_changed = [True] * len(left), [True] * len(right)
-    for block in difflib.SequenceMatcher(a=left, b=right, autojunk=False).get_matching_blocks():
-        for offset in range(block.size):
-            left_changed[block.a + offset] = right_changed[block.b + offset] = False
-    return list(zip(left, left_changed)), list(zip(right, right_changed))
-
-
-def _pretty(sql: str, dialect: str) -> list[str]:
-    if not sql:
-        return []
-    try:
-        return sqlglot.transpile(sql, read=dialect, write=dialect, pretty=True)[0].splitlines()
-    except (sqlglot.errors.SqlglotError, ValueError, RecursionError):  # shown as given when it does not re-print
-        return sql.splitlines()
 
 
 def case_anchor(case_id: str) -> str:
