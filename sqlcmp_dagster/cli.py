@@ -12,6 +12,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shlex
 import sys
 import threading
 from pathlib import Path
@@ -61,6 +62,10 @@ EXIT_STATUSES = {
     "spider-ex": f"  0  the table was written\n{_USAGE}",
     "demo": f"  0  the sample was evaluated\n  1  a Dagster run failed (its logs are in the Dagster UI)\n{_USAGE}",
 }
+
+
+#: Where ``sqlcmp demo`` writes by default.
+DEMO_OUT_DIR = Path("sqlcmp-demo")
 
 
 class UsageError(Exception):
@@ -212,8 +217,14 @@ def _parser() -> argparse.ArgumentParser:
     official.set_defaults(handler=_spider_ex)
 
     demo = command("demo", "evaluate the bundled sample suite on the bundled SQLite database, through Dagster")
-    demo.add_argument("--out-dir", type=Path, default=Path("sqlcmp-demo"),
+    demo.add_argument("--out-dir", type=Path, default=DEMO_OUT_DIR,
                       help="where the reports, summary, Parquet store and Dagster instance go (default sqlcmp-demo)")
+    demo.add_argument("--suite", type=Path, action="append",
+                      help="evaluate this suite file instead of the bundled ones (repeat for several): copy the "
+                           "bundled suite (the demo prints its path), edit it, and run the demo on it; a run again "
+                           "re-evaluates only the cases that changed")
+    demo.add_argument("--db-dir", type=Path,
+                      help="folder of SQLite databases the suite's cases name (default: the bundled sample's)")
     demo.set_defaults(handler=_demo)
     return parser
 
@@ -562,15 +573,27 @@ def _spider_ex(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    """Materialize every asset on the bundled sample in-process, into a local DAGSTER_HOME under --out-dir.
+    """Materialize every asset on the bundled sample (or ``--suite``) in-process, into a local DAGSTER_HOME under
+    --out-dir.
 
-    The sensor cursor is kept beside it, so running the demo again re-materializes only cases that changed.
+    The suites are copied into ``--out-dir``'s ``cases`` folder, which the case sensor reads, and the sensor
+    cursor is kept beside it, so running the demo again re-materializes only cases that changed (it names them).
     Dagster's own chatter (beta warnings, the first-run telemetry banner, DEBUG event logs) is kept off the
-    screen: the demo's output is the summary and where to look next.
+    screen: the demo's output is the summary, where everything is, and the commands to go on, written so that
+    they run as printed in a fresh shell.
     """
     import warnings
 
+    from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_SUITE, sample_db_dir, sample_suite_path
+
+    suites = args.suite or [sample_suite_path(SAMPLE_SUITE), sample_suite_path(INVALID_SUITE)]
+    for suite in suites:
+        _check_input(suite, "--suite")
+    if args.db_dir is not None and not args.db_dir.is_dir():
+        raise UsageError(f"--db-dir is not a folder: {args.db_dir}")
+    db_dir = (args.db_dir or sample_db_dir()).resolve()
     out_dir = args.out_dir.resolve()
+    cases = _demo_cases(out_dir / "cases", suites)
     home = out_dir / "dagster_home"
     home.mkdir(parents=True, exist_ok=True)
     os.environ["DAGSTER_HOME"] = str(home)
@@ -590,16 +613,16 @@ def _demo(args: argparse.Namespace) -> int:
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
-    from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_db_dir
     from sqlcmp_dagster.definitions import build_definitions
     from sqlcmp_dagster.engine.summary import render_summary
     from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
     storage = out_dir / "storage"
-    defs = build_definitions(storage_dir=str(storage))
+    defs = build_definitions(cases_dir=str(cases), db_dir=str(db_dir), storage_dir=str(storage))
     cursor_file = out_dir / "sensor_cursor.json"
     cursor = cursor_file.read_text(encoding="utf-8") if cursor_file.is_file() else None
-    ui = f"DAGSTER_HOME={home} SQLCMP_STORAGE_DIR={storage} dagster dev -m sqlcmp_dagster.definitions"
+    ui = _shell_line({"DAGSTER_HOME": home, "SQLCMP_STORAGE_DIR": storage, "SQLCMP_CASES_DIR": cases,
+                      "SQLCMP_DB_DIR": db_dir}, _dagster_ui())
     with dg.DagsterInstance.get() as instance:
         tick = sensor_tick(defs, instance, cursor)
         if not all(run.success for run in tick.runs):
@@ -614,12 +637,91 @@ def _demo(args: argparse.Namespace) -> int:
     reports_file = out_dir / "reports.jsonl"
     _export_reports(storage / "case_reports", reports_file)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    _say(f"sample database: {sample_db_dir() / (SAMPLE_DB_ID + '.sqlite')}")
-    _say(f"dagster: {len(tick.added)} case partitions added, {len(tick.deleted)} deleted, {len(tick.runs)} run(s)")
+    _say(*(f"suite: {suite.resolve()}" for suite in suites), f"databases: {db_dir}", sep="\n")
+    evaluated = sorted({event.partition for run in tick.runs for event in run.get_asset_materialization_events()
+                        if event.partition is not None})
+    _say(f"dagster: {_counted(len(tick.added), 'case partition')} added, {len(tick.deleted)} deleted; "
+         f"{_counted(len(evaluated), 'case')} evaluated in {_counted(len(tick.runs), 'run')}"
+         + (f": {_listed(evaluated)}" if evaluated and set(evaluated) != set(tick.added) else ""))
     _say(render_summary(summary))
     _say(f"reports: {reports_file} (as Parquet: {storage / 'case_reports'})\nsummary: {out_dir / 'summary.json'}")
     _say(f"open these results in the Dagster UI:\n  {ui}")
+    sqlcmp = _script("sqlcmp", "sqlcmp_dagster.cli")
+    first = shlex.quote(str(suites[0].resolve()))
+    _say(f"evaluate the suite without Dagster:\n  {sqlcmp} evaluate {first} --db-dir {shlex.quote(str(db_dir))} "
+         "--out reports.jsonl")
+    if args.suite is None:
+        _say(f"change a case: copy the suite, edit the copy, and run the demo on it:\n  cp {first} my_suite.jsonl\n"
+             f"  {sqlcmp} demo --suite my_suite.jsonl"
+             + (f" --out-dir {shlex.quote(str(args.out_dir))}" if args.out_dir != DEMO_OUT_DIR else ""))
     return EXIT_PASS
+
+
+def _demo_cases(folder: Path, suites: list[Path]) -> Path:
+    """``folder`` holding a copy of each of ``suites`` and nothing else: the demo's case sensor reads it, and a
+    suite left there by an earlier run with other ``--suite`` files would still be evaluated."""
+    import shutil
+
+    names = [suite.name for suite in suites]
+    if len(set(names)) < len(names):
+        raise UsageError(f"--suite: two suite files share a name ({', '.join(names)}): rename one")
+    if folder.is_dir():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for suite in suites:
+        (folder / suite.name).write_bytes(suite.read_bytes())
+    return folder
+
+
+def _counted(count: int, noun: str) -> str:
+    """``count`` ``noun``s, with the right plural.
+
+    >>> _counted(1, "case partition"), _counted(0, "run")
+    ('1 case partition', '0 runs')
+    """
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+def _listed(names: list[str], limit: int = 20) -> str:
+    """The first ``limit`` of ``names``, then how many more.
+
+    >>> _listed(["a", "b", "c"], limit=2)
+    'a, b and 1 more'
+    """
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _script(name: str, module: str) -> str:
+    """How a fresh shell runs this installation's ``name`` command: its bare name when the shell finds this very
+    script; else the script's path (relative when under the current folder, as ``.venv/bin/sqlcmp``), which
+    runs without activating the environment; else ``python -m module`` with this interpreter."""
+    import shutil
+
+    script = Path(sys.executable).parent / name
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m {module}"
+    found = shutil.which(name)
+    if found is not None and Path(found).resolve() == script.resolve():
+        return name
+    try:
+        shown = script.relative_to(Path.cwd())
+    except ValueError:
+        shown = script
+    return shlex.quote(str(shown))
+
+
+def _dagster_ui() -> str:
+    """The command that serves the Dagster UI on the demo's definitions: ``dg dev`` (what Dagster recommends:
+    ``dagster dev`` warns that it is superseded) when the ``dg`` command is installed (package
+    ``dagster-dg-cli``), else ``dagster dev``."""
+    tool = "dg" if (Path(sys.executable).parent / "dg").is_file() else "dagster"
+    return f"{_script(tool, 'dagster')} dev -m sqlcmp_dagster.definitions"
+
+
+def _shell_line(environment: dict[str, Path], command: str) -> str:
+    """``command`` with ``environment`` set before it, each value quoted for a POSIX shell."""
+    return " ".join(f"{name}={shlex.quote(str(value))}" for name, value in environment.items()) + " " + command
 
 
 def _export_reports(folder: Path, out: Path) -> None:

@@ -2,6 +2,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +136,50 @@ def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypa
     stored = pl.scan_parquet(tmp_path / "demo" / "storage" / "case_reports" / "*.parquet").collect()
     assert sorted(stored["case_id"]) == sorted(json.loads(line)["case_id"] for line in
                                                (tmp_path / "demo" / "reports.jsonl").read_text().splitlines())
+    out = capsys.readouterr().out
+    assert "dagster: 34 case partitions added, 0 deleted; 34 cases evaluated in 1 run\n" in out
+    commands = _printed_commands(out)
+    # where the bundled suite is, and how to change a case without editing the installed package
+    copy = next(c for c in commands if c[0] == "cp")
+    assert Path(copy[1]).is_file() and copy[1].endswith("suite.jsonl") and f"suite: {copy[1]}" in out
+    assert [c[1:4] for c in commands if "demo" in c] == [["demo", "--suite", "my_suite.jsonl"]]
+    assert next(c for c in commands if "dev" in c)[-3:] == ["dev", "-m", "sqlcmp_dagster.definitions"]
+    assert f"SQLCMP_CASES_DIR={tmp_path / 'demo' / 'cases'} SQLCMP_DB_DIR={sample_dir} " in out
+
+
+def _printed_commands(out: str) -> list[list[str]]:
+    """The commands the demo printed (its indented lines, as a shell splits them), each checked to run as
+    written in a fresh shell: its program is a path that exists, or a name on PATH, past any NAME=value."""
+    commands = []
+    for line in out.splitlines():
+        if line.startswith("  ") and not line.startswith("   ") and not line.strip()[0].isdigit():
+            words = [w for w in shlex.split(line) if not re.fullmatch(r"[A-Z_]+=.*", w)]
+            if words and (words[0] in ("cp",) or "/" in words[0] or shutil.which(words[0])):
+                assert shutil.which(words[0]) or Path(words[0]).is_file(), line
+                commands.append(words)
+    return commands
+
+
+def test_demo_takes_a_suite_and_names_the_cases_it_evaluates_again(
+        tmp_path: Path, sample_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    suite = tmp_path / "mine.jsonl"
+
+    def write(actual_b: str) -> None:
+        suite.write_text("".join(json.dumps({"case_id": case_id, "expected_sql": "SELECT 1", "actual_sql": actual,
+                                             "db": "shop"}) + "\n"
+                                 for case_id, actual in (("a", "SELECT 1"), ("b", actual_b), ("c", "SELECT 2"))),
+                         encoding="utf-8")
+
+    write("SELECT 1")
+    demo = ["demo", "--suite", str(suite), "--db-dir", str(sample_dir), "--out-dir", str(tmp_path / "demo")]
+    assert main(demo) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"suite: {suite}\ndatabases: {sample_dir}\n")
+    assert "dagster: 3 case partitions added, 0 deleted; 3 cases evaluated in 1 run\n" in out
+    assert "3 cases: 2 passed, 1 failed" in out and "cp " not in out  # the copy hint is for the bundled suite
+    write("SELECT 3")
+    assert main(demo) == 0
+    assert "dagster: 0 case partitions added, 0 deleted; 1 case evaluated in 1 run: b\n" in capsys.readouterr().out
 
 
 def test_compare_with_a_judge_server(sample_db: Path, serve: Any, capsys: pytest.CaptureFixture[str],
