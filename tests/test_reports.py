@@ -8,7 +8,10 @@ import json
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -221,6 +224,60 @@ def test_html_report_filters_in_a_headless_browser(runs: dict[str, Path], tmp_pa
     assert visible_rows("#q=price") == {"regresses"}  # the search reaches the question and the SQL
 
 
+
+def _in_browser(chromium: str, url: str, expression: str, profile: Path) -> Any:
+    """The value of the JavaScript ``expression`` in headless Chromium once ``url`` has loaded (through the
+    DevTools protocol: the page's scroll position and hidden elements are not in a dumped DOM)."""
+    from websockets.sync.client import connect
+
+    browser = subprocess.Popen([chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                "--disable-sync", "--disable-background-networking", "--disable-component-update",
+                                f"--user-data-dir={profile}", "--remote-debugging-port=0", "--window-size=1280,600",
+                                url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        port_file = profile / "DevToolsActivePort"
+        for _ in range(600):  # Chromium writes its port once it listens
+            if port_file.is_file() and port_file.read_text().strip():
+                break
+            assert browser.poll() is None, "Chromium exited before it listened"
+            time.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        pages = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30).read())
+        page = next(p for p in pages if p["type"] == "page")
+        with connect(page["webSocketDebuggerUrl"], max_size=None) as socket:
+            for number in range(600):  # until the page has loaded and its script has run
+                socket.send(json.dumps({"id": number, "method": "Runtime.evaluate", "params": {
+                    "expression": f"document.readyState === 'complete' ? JSON.stringify({expression}) : null",
+                    "returnByValue": True}}))
+                answer = json.loads(socket.recv(timeout=30))
+                value = answer["result"]["result"].get("value")
+                if value is not None:
+                    return json.loads(value)
+                time.sleep(0.1)
+        raise AssertionError(f"{url} did not load")
+    finally:
+        browser.kill()
+        browser.wait()
+
+
+def test_html_filters_hide_details_and_open_at_the_table(runs: dict[str, Path], tmp_path: Path) -> None:
+    """A filter hid the table's rows but not the cases' details below it, and a filter in the address opened the
+    page at its top, no case in view; the severity chart's "pass" beside the outcome chart's "passed" is
+    explained when they differ (a review's findings)."""
+    chromium = service("SQLCMP_TEST_CHROMIUM")
+    page = tmp_path / "report.html"
+    assert main(["report", str(runs["new"]), "--html", str(page)]) == 0
+    state = ("{shown: Array.from(document.querySelectorAll('details.case')).filter(d => !d.hidden && "
+             "d.getBoundingClientRect().height > 0).map(d => d.id), scrolled: scrollY, "
+             "table: document.getElementById('cases').getBoundingClientRect().top, height: innerHeight}")
+    unfiltered = _in_browser(chromium, page.as_uri(), state, tmp_path / "p1")
+    assert sorted(unfiltered["shown"]) == sorted(f"case-{c}" for c, *_ in CASES)
+    assert unfiltered["scrolled"] == 0 and unfiltered["table"] > unfiltered["height"]  # below the fold
+    failed = _in_browser(chromium, page.as_uri() + "#outcome=fail", state, tmp_path / "p2")
+    assert failed["shown"] == ["case-regresses"]
+    assert failed["scrolled"] > 0 and 0 <= failed["table"] < failed["height"]  # the filtered table is in view
+
+
 ESC_TITLE = "\x1b]0;pwned\x07"  # an escape sequence that retitles the terminal window
 
 
@@ -320,3 +377,18 @@ def test_dagster_breakdown_tables_keep_one_row_per_label() -> None:
     assert len(table.split("\n")) == 3
     assert table.split("\n")[2].count("|") - table.split("\n")[2].count("\\|") == 8  # seven cells
     assert "[click]" not in table and "![t]" not in table
+
+
+def test_the_html_report_says_why_severity_pass_is_fewer_than_passed(tmp_path: Path, sample_dir: Path,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The bundled suite has passes with a counterexample on a neighbor database: each is a minor issue."""
+    from sqlcmp_dagster.cases.sample import sample_suite_path
+
+    out, page = tmp_path / "r.jsonl", tmp_path / "r.html"
+    main(["evaluate", str(sample_suite_path()), "--db-dir", str(sample_dir), "--out", str(out), "--html", str(page),
+          "--summary-out", str(tmp_path / "s.json"), "--quiet"])
+    summary = json.loads((tmp_path / "s.json").read_text(encoding="utf-8"))
+    minor = summary["passed"] - summary["severity_counts"]["pass"]
+    assert minor == summary["passes_with_counterexample"] > 0
+    note = re.search(r'<p class="muted" id="severity-note">([^<]*)</p>', page.read_text(encoding="utf-8"))
+    assert note is not None and note[1].startswith(f"{minor} of the {summary['passed']} passes count as a minor issue")

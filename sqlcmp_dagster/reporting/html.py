@@ -40,7 +40,27 @@ def write_report_html(reports: list[Report], summary: dict[str, Any], out: Path,
                                                      ("per_database", "Per database"))
                   if (rows := summary.get(key))]
     _write(out, "report.html", title=title, summary=summary, charts=charts, breakdowns=breakdowns,
-           robustness=robust_line(summary), cases=[case_view(r) for r in reports])
+           robustness=robust_line(summary), severity_note=severity_note(summary),
+           cases=[case_view(r) for r in reports])
+
+
+def severity_note(summary: dict[str, Any]) -> str | None:
+    """Why the severity chart's ``pass`` is fewer than the outcome chart's ``passed``, when it is: a pass with a
+    counterexample on a neighbor database is a minor issue (it still passes on the evaluated database).
+
+    >>> severity_note({"passed": 891, "severity_counts": {"pass": 827}})[:62]
+    '64 of the 891 passes count as a minor issue in the severity ch'
+    >>> severity_note({"passed": 3, "severity_counts": {"pass": 3}}) is None
+    True
+    """
+    minor = summary["passed"] - summary["severity_counts"].get("pass", 0)
+    if minor <= 0:
+        return None
+    one = minor == 1
+    return (f"{minor} of the {summary['passed']} passes count{'s' if one else ''} as a minor issue in the severity "
+            f"chart, not as pass: {'its' if one else 'their'} results match on the evaluated database, so "
+            f"{'it passes' if one else 'they pass'}, but a neighbor database gives a counterexample (the robust pass "
+            "rate counts such passes apart).")
 
 
 def write_diff_html(diff: dict[str, Any], old: list[Report], new: list[Report], out: Path, *, title: str) -> None:
