@@ -392,3 +392,12 @@ def test_the_html_report_says_why_severity_pass_is_fewer_than_passed(tmp_path: P
     assert minor == summary["passes_with_counterexample"] > 0
     note = re.search(r'<p class="muted" id="severity-note">([^<]*)</p>', page.read_text(encoding="utf-8"))
     assert note is not None and note[1].startswith(f"{minor} of the {summary['passed']} passes count as a minor issue")
+
+
+def test_diff_counts_one_case_in_the_singular(runs: dict[str, Path], tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    fewer = tmp_path / "fewer.jsonl"
+    fewer.write_text("".join(runs["new"].read_text(encoding="utf-8").splitlines(keepends=True)[1:]), encoding="utf-8")
+    assert main(["diff", str(runs["old"]), str(fewer), "--html", str(tmp_path / "diff.html")]) == 0
+    assert "not paired: 1 case only in the old run, 0 only in the new" in capsys.readouterr().out
+    assert "Not paired: 1 case only in the old run" in (tmp_path / "diff.html").read_text(encoding="utf-8")

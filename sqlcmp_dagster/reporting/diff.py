@@ -128,17 +128,22 @@ def _severity_matrix(moved: list[CaseChange]) -> dict[str, int]:
     return dict(sorted(counts.items(), key=lambda item: -item[1]))
 
 
+def _cases(count: int) -> str:
+    """``count`` cases, with the right plural: ``1 case``, ``3 cases``."""
+    return f"{count} case{'' if count == 1 else 's'}"
+
+
 def render_diff(diff: dict[str, Any], *, limit: int = 20) -> str:
     """The diff as text: headline figures, then the regressed and fixed cases (at most ``limit`` each)."""
     def rate(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.1%}"
 
-    lines = [f"{diff['paired_cases']} cases valid in both runs: pass rate {rate(diff['old_pass_rate'])} -> "
+    lines = [f"{_cases(diff['paired_cases'])} valid in both runs: pass rate {rate(diff['old_pass_rate'])} -> "
              f"{rate(diff['new_pass_rate'])} ({diff['old_passed']} -> {diff['new_passed']}); "
              f"{len(diff['regressed'])} regressed, {len(diff['fixed'])} fixed; "
              f"McNemar exact p = {diff['mcnemar_p_value']:.4g}"]
     if diff["only_in_old"] or diff["only_in_new"]:
-        lines.append(f"not paired: {len(diff['only_in_old'])} cases only in the old run, "
+        lines.append(f"not paired: {_cases(len(diff['only_in_old']))} only in the old run, "
                      f"{len(diff['only_in_new'])} only in the new")
     if diff["became_invalid"] or diff["became_valid"]:
         lines.append(f"validity: {len(diff['became_invalid'])} became invalid, {len(diff['became_valid'])} valid again")
