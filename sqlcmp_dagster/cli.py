@@ -66,6 +66,8 @@ EXIT_STATUSES = {
 
 #: Where ``sqlcmp demo`` writes by default.
 DEMO_OUT_DIR = Path("sqlcmp-demo")
+#: The file that marks the demo's copy of the suites (``--out-dir``'s ``cases`` folder) as its own to replace.
+DEMO_MARK = ".sqlcmp-demo-cases"
 
 
 class UsageError(Exception):
@@ -659,17 +661,22 @@ def _demo(args: argparse.Namespace) -> int:
 
 def _demo_cases(folder: Path, suites: list[Path]) -> Path:
     """``folder`` holding a copy of each of ``suites`` and nothing else: the demo's case sensor reads it, and a
-    suite left there by an earlier run with other ``--suite`` files would still be evaluated."""
+    suite left there by an earlier run with other ``--suite`` files would still be evaluated. A folder the demo
+    did not make (no :data:`DEMO_MARK` in it) is never emptied: it may hold the user's own files."""
     import shutil
 
     names = [suite.name for suite in suites]
     if len(set(names)) < len(names):
         raise UsageError(f"--suite: two suite files share a name ({', '.join(names)}): rename one")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / DEMO_MARK).is_file():
+        raise UsageError(f"{folder} exists and was not made by sqlcmp demo: choose another --out-dir")
+    contents = [suite.read_bytes() for suite in suites]  # each read once (a pipe), before the old copies go
     if folder.is_dir():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
-    for suite in suites:
-        (folder / suite.name).write_bytes(suite.read_bytes())
+    (folder / DEMO_MARK).write_text("the suites sqlcmp demo evaluates: replaced at each run\n", encoding="utf-8")
+    for name, content in zip(names, contents):
+        (folder / name).write_bytes(content)
     return folder
 
 

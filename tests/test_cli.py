@@ -180,6 +180,11 @@ def test_demo_takes_a_suite_and_names_the_cases_it_evaluates_again(
     write("SELECT 3")
     assert main(demo) == 0
     assert "dagster: 0 case partitions added, 0 deleted; 1 case evaluated in 1 run: b\n" in capsys.readouterr().out
+    mine = tmp_path / "elsewhere" / "cases"
+    mine.mkdir(parents=True)
+    (mine / "keep.jsonl").write_text("{}\n", encoding="utf-8")
+    assert main(["demo", "--suite", str(suite), "--out-dir", str(mine.parent)]) == 2  # a folder it did not make
+    assert "was not made by sqlcmp demo" in capsys.readouterr().err and (mine / "keep.jsonl").is_file()
 
 
 def test_compare_with_a_judge_server(sample_db: Path, serve: Any, capsys: pytest.CaptureFixture[str],
