@@ -61,7 +61,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, _scope_columns, _scope_sources, _scope_tables, _tick, \
+from sqlcmp_dagster.engine.parsing import RewriteCut, scope_columns, scope_sources, scope_tables, tick, \
     clocked_rewrites, plain_text, sort_commutative, sql_text, tokens_of
 
 #: Names SQLite resolves in every table without declaring them.
@@ -189,7 +189,7 @@ def derived_name(tree: exp.Expression) -> bool:
     ctes = {cte.alias_or_name.lower() for cte in tree.find_all(exp.CTE)}
 
     def reads_derived(select: exp.Select) -> bool:
-        return any(not isinstance(s, exp.Table) or s.name.lower() in ctes for s in _scope_sources(select))
+        return any(not isinstance(s, exp.Table) or s.name.lower() in ctes for s in scope_sources(select))
 
     for column in tree.find_all(exp.Column):
         if not (isinstance(column.this, exp.Identifier) and column.this.args.get("quoted")):
@@ -263,8 +263,8 @@ def correlated(ast: exp.Expression) -> bool:
     for select in ast.find_all(exp.Select):
         if select.find_ancestor(exp.Select) is None:
             continue
-        visible = {source.alias_or_name.lower() for source in _scope_sources(select)}
-        if any(column.table and column.table.lower() not in visible for column in _scope_columns(select)):
+        visible = {source.alias_or_name.lower() for source in scope_sources(select)}
+        if any(column.table and column.table.lower() not in visible for column in scope_columns(select)):
             return True
     return False
 
@@ -436,7 +436,7 @@ def inner_joins(tree: exp.Expression, tables: Mapping[str, frozenset[str]],
         names = [table.name.lower() for table in sources]
         if len(set(names)) < len(names) or not all(name in tables for name in names):
             continue
-        _tick()
+        tick()
         conditions = [join.args["on"] for join in joins if join.args.get("on") is not None]
         where = select.args.get("where")
         if where is not None:
@@ -533,7 +533,7 @@ def quoted_strings(tree: exp.Expression, columns: frozenset[str], edits: list[st
     known = columns | introduced | _ROWID_NAMES
     for column in list(tree.find_all(exp.Column)):
         name = column.this
-        _tick()
+        tick()
         if not column.table and isinstance(name, exp.Identifier) and name.args.get("quoted") \
                 and name.name.lower() not in known:
             replacement = exp.Literal.string(name.name)
@@ -574,7 +574,7 @@ def numeric_text(tree: exp.Expression, tables: Mapping[str, frozenset[str]], aff
         return tree
     introduced = _aliases(tree)
     for node in list(tree.find_all(*_AFFINITY_COMPARISONS)):
-        _tick()
+        tick()
         for column, literal in ((node.this, node.expression), (node.expression, node.this)):
             if not (isinstance(column, exp.Column) and isinstance(column.this, exp.Identifier)
                     and isinstance(literal, exp.Literal) and literal.is_string
@@ -595,7 +595,7 @@ def _visible_tables(column: exp.Column) -> set[str]:
     visible: set[str] = set()
     select = column.find_ancestor(exp.Select)
     while select is not None:
-        visible |= {table.name.lower() for table in _scope_tables(select)}
+        visible |= {table.name.lower() for table in scope_tables(select)}
         select = select.find_ancestor(exp.Select)
     return visible
 
@@ -630,7 +630,7 @@ def in_lists(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expres
             raise _NotProven()
         disjunction: exp.Expression = exp.EQ(this=node.this.copy(), expression=values[0].copy())
         for value in values[1:]:
-            _tick()
+            tick()
             disjunction = exp.Or(this=disjunction, expression=exp.EQ(this=node.this.copy(), expression=value.copy()))
         if len(values) > 1 and not isinstance(node.parent, (exp.Where, exp.Having)):
             disjunction = exp.Paren(this=disjunction)

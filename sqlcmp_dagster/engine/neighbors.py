@@ -326,7 +326,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     schema = read_schema(database, config.neighbor_sample_rows, min(config.query_timeout_ms, cap, budget_ms))
     if isinstance(schema, str):
         return _outcome(False, schema, started)
-    proof = _proof(validation, index, structure, result, schema, deadline) if config.neighbor_skip_proven else None
+    proof = _proof(validation, index, result, schema, deadline) if config.neighbor_skip_proven else None
     if proof is not None:
         return {**_outcome(False, proof, started), "robust_by_structure": True}
     trees = [validation.actual.parsed.ast, validation.expected[index].parsed.ast]
@@ -405,7 +405,7 @@ def _sorted(relation: Relation) -> Any:
     return relation.frame.sort(relation.frame.columns, nulls_last=True) if relation.width else relation.frame
 
 
-def _proof(validation: Validation, index: int, structure: StructuralComparison, result: ResultComparison,
+def _proof(validation: Validation, index: int, result: ResultComparison,
            schema: Schema, deadline: float) -> str | None:
     """Why the pass needs no search (:data:`PROVEN_BY_STRUCTURE`, :data:`PROVEN_BY_REWRITES`), or None. No proof
     rests on a tree that misses what SQLite reads in the text (:func:`provable`), on operand order where the
@@ -419,7 +419,8 @@ def _proof(validation: Validation, index: int, structure: StructuralComparison, 
             or not all(side.parsed.ast is not None and provable(side.sql, side.parsed.ast, side.tree(dialect), dialect)
                        for side in sides):
         return None
-    if structure.normalized_sql_match:
+    # equal canonical texts, not Layer 2's match: its rewrites keep the bag of rows, not always their order
+    if sides[0].parsed.normalized_sql == sides[1].parsed.normalized_sql:
         return PROVEN_BY_STRUCTURE
     plain = schema.plain_tables
     if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,

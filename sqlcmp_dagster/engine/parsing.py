@@ -144,10 +144,11 @@ def canonical_sql(ast: exp.Expression, dialect: str) -> str:
     >>> canonical_sql(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
     'select name from singer where a = 1 and b = 2'
     """
-    return _canonical_text(canonical_tree(ast, dialect), dialect)
+    return canonical_text(canonical_tree(ast, dialect), dialect)
 
 
-def _canonical_text(tree: exp.Expression, dialect: str) -> str:
+def canonical_text(tree: exp.Expression, dialect: str) -> str:
+    """``tree`` printed as the canonical text is: functions and keywords in lower case."""
     # The dialect's generator may rewrite what it prints (copy=True, the default): ``tree`` stays as it is.
     return lowercase_keywords(sql_text(tree, dialect, lower_functions=True, copy=True), dialect)
 
@@ -155,10 +156,10 @@ def _canonical_text(tree: exp.Expression, dialect: str) -> str:
 def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) -> exp.Expression:
     """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator. ``ast`` is copied
     first unless it is ``owned`` (the caller's to give away: rewritten in place). Within :func:`parse`'s
-    deadline every rewrite looks at the clock as it goes (:func:`_tick`)."""
+    deadline every rewrite looks at the clock as it goes (:func:`tick`)."""
     tree = normalize_identifiers(ast if owned else ast.copy(), dialect=dialect_of(None))
     for rewrite in (unalias_tables, sort_commutative):
-        _tick(force=True)
+        tick(force=True)
         tree = rewrite(tree)
     return tree
 
@@ -199,7 +200,7 @@ class _Clocked:
     sqlglot cannot be interrupted and a per-call hook (``sys.setprofile``) made every parse three times slower,
     so the dialect's own tokenizer, parser and generator are subclassed (:func:`_clocked_classes`,
     :func:`_clocked_tokenizer`): each checks the clock every :data:`_CHECK_EVERY` tokens it makes or advances
-    over, or nodes it prints; the canonical rewrites do the same per node (:func:`_tick`). The tree that is
+    over, or nodes it prints; the canonical rewrites do the same per node (:func:`tick`). The tree that is
     canonicalized is a second parse of the same tokens rather than a copy of the first, because sqlglot's copy
     cannot be clocked. Without a deadline, sqlglot runs as it is.
 
@@ -276,10 +277,10 @@ class _Clocked:
         """``tree``'s text in ``dialect``, canonical (functions and keywords in lower case, printed from a copy)
         or as sqlglot prints it (from a copy with ``copy``)."""
         if self.deadline is None:
-            return _canonical_text(tree, dialect) if canonical else sql_text(tree, dialect, copy=copy)
+            return canonical_text(tree, dialect) if canonical else sql_text(tree, dialect, copy=copy)
         self.check()
         if _COMPILED:
-            return self._after(_canonical_text(tree, dialect) if canonical else sql_text(tree, dialect, copy=copy))
+            return self._after(canonical_text(tree, dialect) if canonical else sql_text(tree, dialect, copy=copy))
         engine = dialect_of(dialect)
         _, generator_class = _clocked_classes(type(engine))
         generator = generator_class(dialect=engine, **({"normalize_functions": "lower"} if canonical else {}))
@@ -297,7 +298,7 @@ _CHECK_EVERY = 256
 _CLOCK: ContextVar[_Clocked | None] = ContextVar("sqlcmp_parse_clock", default=None)
 
 
-def _tick(*, force: bool = False) -> None:
+def tick(*, force: bool = False) -> None:
     """Count one unit of work against the running parse's deadline (look at the clock now with ``force``)."""
     clock = _CLOCK.get()
     if clock is not None and force:
@@ -445,8 +446,8 @@ def unalias_tables(tree: exp.Expression) -> exp.Expression:
     'SELECT a FROM singer'
     """
     for select in list(tree.find_all(exp.Select)):
-        _tick()
-        tables = [t for t in _scope_tables(select)]
+        tick()
+        tables = [t for t in scope_tables(select)]
         names = [t.name for t in tables]
         aliases = {t.alias: t.name for t in tables if t.alias and names.count(t.name) == 1}
         taken = set(names)
@@ -458,13 +459,13 @@ def unalias_tables(tree: exp.Expression) -> exp.Expression:
         for table in tables:
             if table.alias in aliases:
                 table.set("alias", None)
-        for column in _scope_columns(select):
+        for column in scope_columns(select):
             if column.table in aliases:
                 column.set("table", exp.to_identifier(aliases[column.table]))
     for select in list(tree.find_all(exp.Select)):
-        tables = _scope_tables(select)
+        tables = scope_tables(select)
         if len(tables) == 1 and not select.args.get("joins") and not tables[0].alias:
-            for column in _scope_columns(select):
+            for column in scope_columns(select):
                 if column.table == tables[0].name and not column.args.get("db"):
                     column.set("table", None)  # one table in scope: the qualifier says nothing
     return tree
@@ -494,7 +495,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
 
     # Post-order, so that nested chains are canonical before the chain around them compares their text.
     for node in reversed(list(tree.walk(bfs=False))):
-        _tick()
+        tick()
         replacement = rewrite(node)
         if replacement is not node:
             if node is tree:
@@ -530,18 +531,18 @@ def lowercase_keywords(sql: str, dialect: str) -> str:
     return "".join(pieces)
 
 
-def _scope_sources(select: exp.Select) -> list[exp.Expression]:
+def scope_sources(select: exp.Select) -> list[exp.Expression]:
     """What the FROM and JOINs of ``select`` itself read (tables, subqueries, ...), not those of nested ones."""
     return [source.this for source in (select.args.get("from_"), *(select.args.get("joins") or []))
             if source is not None]
 
 
-def _scope_tables(select: exp.Select) -> list[exp.Table]:
+def scope_tables(select: exp.Select) -> list[exp.Table]:
     """Tables in the FROM/JOIN of ``select`` itself, not of nested subqueries."""
-    return [source for source in _scope_sources(select) if isinstance(source, exp.Table)]
+    return [source for source in scope_sources(select) if isinstance(source, exp.Table)]
 
 
-def _scope_columns(select: exp.Select) -> list[exp.Column]:
+def scope_columns(select: exp.Select) -> list[exp.Column]:
     """Columns that belong to ``select``'s own scope (not inside a nested SELECT)."""
     return [c for c in select.find_all(exp.Column) if c.find_ancestor(exp.Select) is select]
 

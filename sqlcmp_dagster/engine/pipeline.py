@@ -33,11 +33,12 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
 from sqlcmp_dagster.engine.neighbors import neighbor_search
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
     ResultTable
-from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_tree, parse, unalias_tables
+from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_text, canonical_tree, parse, unalias_tables
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
+from sqlcmp_dagster.engine.rewrites import Catalog, equivalence_form, read_catalog
 from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results, cut_inside_tie, \
     tied_at_cut
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
@@ -57,6 +58,7 @@ class Side:
     pre_materialized: bool = False
     _canonical: exp.Expression | None = field(default=None, repr=False)
     _shape: QueryShape | None = field(default=None, repr=False)
+    _structural: tuple[str, QueryShape] | None = field(default=None, repr=False)
 
     @property
     def relation(self) -> Relation | None:
@@ -79,6 +81,13 @@ class Side:
             self._shape = query_shape(self.tree(dialect))
         return self._shape
 
+    def structural(self, dialect: str, catalog: Catalog | None) -> tuple[str, QueryShape]:
+        """Layer 2's view of the query: the text and shape of its equivalence form on the case's schema."""
+        if self._structural is None:
+            form = equivalence_form(self.tree(dialect), dialect, catalog)
+            self._structural = canonical_text(form, dialect), query_shape(form)
+        return self._structural
+
 
 @dataclass
 class Validation:
@@ -94,6 +103,8 @@ class Validation:
     #: Why the database a side needed could not be opened (None when it opened, or no side needed it): such a
     #: case is invalid whichever side needed it, since nothing it says is about the query under test.
     database_error: str | None = None
+    #: The database's tables and columns (Layer 2 resolves names against them), None where it has none.
+    catalog: Catalog | None = None
 
     def runnable(self) -> list[int]:
         """Indexes of the expected alternatives that parsed and executed: the ones results can compare with."""
@@ -101,9 +112,9 @@ class Validation:
 
     def structure_against(self, index: int) -> StructuralComparison:
         """Layer 2: the actual query against expected alternative ``index`` (both must have parsed)."""
-        expected = self.expected[index]
-        return compare_structure(expected.parsed.normalized_sql or "", self.actual.parsed.normalized_sql or "",
-                                 expected.shape(self.dialect), self.actual.shape(self.dialect))
+        (expected_text, expected_shape), (actual_text, actual_shape) = (
+            side.structural(self.dialect, self.catalog) for side in (self.expected[index], self.actual))
+        return compare_structure(expected_text, actual_text, expected_shape, actual_shape)
 
 
 def resolve_mode(config: EvalConfig, expected_shape: QueryShape | None) -> ResolvedMode:
@@ -205,6 +216,8 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
                                 for side in [*validation.expected, validation.actual]):
         validation.database_error = database_error or "no database to execute against"
     validation.database = database.identifier if database is not None else _shown(validation.request.db)
+    validation.catalog = read_catalog(database, config.neighbor_sample_rows, config.query_timeout_ms) \
+        if database is not None else None
     validation.warnings = [w for side in [*validation.expected, validation.actual] if side.execution
                            for w in side.execution.warnings]
     validation.timings["execution_ms"] = execution_ms

@@ -34,6 +34,7 @@ def validation_record(validation: Validation) -> tuple[str, list[bytes]]:
         "warnings": validation.warnings,
         "timings": validation.timings,
         "database_error": validation.database_error,
+        "catalog": validation.catalog,
         "sides": [_side_payload(side) for side in sides],
     }
     return json.dumps(payload, ensure_ascii=False), [_frame_bytes(side.relation) for side in sides]
@@ -51,6 +52,7 @@ def validation_from_record(text: str, frames: list[bytes]) -> Validation:
         warnings=list(payload["warnings"]),
         timings=dict(payload["timings"]),
         database_error=payload.get("database_error"),
+        catalog=payload.get("catalog"),  # a record written before Layer 2 read the schema has none
     )
 
 

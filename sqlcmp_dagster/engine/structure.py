@@ -1,9 +1,12 @@
 """Layer 2: structural comparison of the two canonical ASTs.
 
-Each clause of a query is reduced to a multiset of canonical fragments (one per projected expression, WHERE
-conjunct, join edge, ...). Two clauses match when their fragments are equal; their similarity is the Dice
-coefficient of the fragment multisets (ORDER BY also requires the same sequence). ``clause_weighted_distance``
-is ``sum(weight * (1 - similarity))`` over the clauses, with weights summing to 1, so it lies in [0, 1].
+Each clause of a query is reduced to a multiset of canonical fragments, its items (one per projected
+expression, WHERE conjunct, join edge, group key, order key, set-operation branch's operator). Two clauses match
+when their items are equal; their similarity is the share of matching items (the Dice coefficient of the two
+multisets: twice the items paired over the items of both), where an item that is a disjunction and has no equal
+counts as the share of its disjuncts it shares with the closest unpaired disjunction of the other side (ORDER BY
+also requires the same sequence). ``clause_weighted_distance`` is ``sum(weight * (1 - similarity))`` over the
+clauses, with weights summing to 1, so it lies in [0, 1].
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ class QueryShape:
     """The clauses of one query as fragment lists, and the facts about it that other layers ask for."""
 
     clauses: dict[str, list[str]]
+    #: The disjuncts of each item that is a disjunction (by its text), for partial credit (:func:`_share`).
+    parts: dict[str, tuple[str, ...]]
     aggregates: list[str]
     tables: list[str]
     has_top_level_order: bool
@@ -97,11 +102,12 @@ def query_shape(tree: exp.Expression) -> QueryShape:
     """
     branches = _branches(tree)
     clauses: dict[str, list[str]] = {name: [] for name in CLAUSE_WEIGHTS}
+    parts: dict[str, tuple[str, ...]] = {}
     for select in branches:
         clauses["projection"] += [fragment(e.unalias()) for e in select.expressions]
-        clauses["selection_predicate"] += _conjuncts(select.args.get("where"))
-        clauses["post_aggregation_predicate"] += _conjuncts(select.args.get("having"))
-        clauses["join"] += _join_edges(select)
+        clauses["selection_predicate"] += _conjuncts(select.args.get("where"), parts)
+        clauses["post_aggregation_predicate"] += _conjuncts(select.args.get("having"), parts)
+        clauses["join"] += _join_edges(select, parts)
         group = select.args.get("group")
         clauses["aggregation_grain"] += [fragment(e) for e in group.expressions] if group else []
         if select.args.get("distinct"):
@@ -118,6 +124,7 @@ def query_shape(tree: exp.Expression) -> QueryShape:
     tables = sorted({t.name for t in tree.find_all(exp.Table)})
     return QueryShape(
         clauses=clauses,
+        parts=parts,
         aggregates=aggregates,
         tables=tables,
         has_top_level_order=order is not None,
@@ -143,7 +150,7 @@ def compare_structure(
     distance = 0.0
     for name, weight in CLAUSE_WEIGHTS.items():
         left, right = expected.clauses[name], actual.clauses[name]
-        similarity = _dice(left, right)
+        similarity = _share(left, right, {**expected.parts, **actual.parts})
         same = Counter(left) == Counter(right) and (name != "ordering" or left == right)
         if name == "ordering" and not same and similarity == 1.0:
             similarity = 0.5  # the same keys in another order
@@ -175,14 +182,23 @@ def _set_operators(tree: exp.Expression) -> list[str]:
     return []
 
 
-def _conjuncts(node: exp.Expression | None) -> list[str]:
+def _conjuncts(node: exp.Expression | None, parts: dict[str, tuple[str, ...]]) -> list[str]:
+    """The texts of the conjuncts of ``node``'s condition (through parentheses), each disjunction's disjuncts
+    kept in ``parts``."""
     if node is None:
         return []
-    condition = node.this
-    return [fragment(c) for c in condition.flatten()] if isinstance(condition, exp.And) else [fragment(condition)]
+    condition = node.this.unnest()
+    items = []
+    for conjunct in condition.flatten() if isinstance(condition, exp.And) else [condition]:
+        text = fragment(conjunct)
+        inner = conjunct.unnest()
+        if isinstance(inner, exp.Or):
+            parts[text] = tuple(fragment(d) for d in inner.flatten())
+        items.append(text)
+    return items
 
 
-def _join_edges(select: exp.Select) -> list[str]:
+def _join_edges(select: exp.Select, parts: dict[str, tuple[str, ...]]) -> list[str]:
     """The join graph: each joined relation with its join type, and each ON condition conjunct."""
     edges: list[str] = []
     source = select.args.get("from_")
@@ -194,7 +210,7 @@ def _join_edges(select: exp.Select) -> list[str]:
             kind = "cross"
         edges.append(f"{kind} join {fragment(join.this)}")
         on = join.args.get("on")
-        edges += [f"on {c}" for c in (_conjuncts(exp.Where(this=on)) if on is not None else [])]
+        edges += [f"on {c}" for c in (_conjuncts(exp.Where(this=on), parts) if on is not None else [])]
         using = join.args.get("using")
         edges += [f"using {fragment(u)}" for u in using or []]
     return edges
@@ -232,8 +248,36 @@ def _arg_sql(node: exp.Expression, name: str) -> str:
     return fragment(inner) if inner is not None else fragment(value)
 
 
-def _dice(left: list[str], right: list[str]) -> float:
+def _share(left: list[str], right: list[str], parts: dict[str, tuple[str, ...]]) -> float:
+    """The share of matching items of two clauses: equal items pair first; then each unpaired disjunction of
+    ``left`` pairs with the unpaired disjunction of ``right`` that shares most of its disjuncts (``parts``),
+    counting as that share (the Dice coefficient of their disjuncts).
+
+    >>> _share(["a = 1", "b = 2", "c = 3"], ["a = 1", "b = 2", "c = 4"], {})
+    0.6666666666666666
+    >>> parts = {"a = 1 OR b = 2 OR c = 3": ("a = 1", "b = 2", "c = 3"),
+    ...          "a = 1 OR b = 2 OR c = 4": ("a = 1", "b = 2", "c = 4")}
+    >>> _share(["a = 1 OR b = 2 OR c = 3"], ["a = 1 OR b = 2 OR c = 4"], parts)
+    0.6666666666666666
+    """
     if not left and not right:
         return 1.0
+    paired = Counter(left) & Counter(right)
+    shared: float = sum(paired.values())
+    rest_right = list((Counter(right) - paired).elements())
+    for item in (Counter(left) - paired).elements():
+        if item not in parts:
+            continue
+        scores = [(_dice(list(parts[item]), list(parts[other])), index)
+                  for index, other in enumerate(rest_right) if other in parts]
+        if scores:
+            score, index = max(scores)
+            shared += score
+            del rest_right[index]
+    return 2 * shared / (len(left) + len(right))
+
+
+def _dice(left: list[str], right: list[str]) -> float:
+    """Twice the items two multisets share over the items of both."""
     shared = sum((Counter(left) & Counter(right)).values())
     return 2 * shared / (len(left) + len(right))
