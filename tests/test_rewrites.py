@@ -113,6 +113,45 @@ def test_every_rewrite_returns_the_same_bag_on_random_databases(schema: Schema, 
         assert run(rewritten(sql, dialect)) == run(sql), (sql, rewritten(sql, dialect))
 
 
+#: Columns of emp and literals of their type (NULL is a row's, never a literal's: the rules take literals only).
+_VALUES: dict[str, list[str]] = {"age": ["25", "30", "41"], "dept_id": ["1", "2", "3"], "name": ["'ann'", "'bob'", "'cy'"]}
+
+
+@st.composite
+def conditions(draw: st.DrawFn, depth: int = 3) -> str:
+    """A random condition on emp's columns: comparisons either way round, BETWEEN, IN lists, IS NULL, under
+    NOT, AND and OR."""
+    if depth == 0 or draw(st.booleans()):
+        column = draw(st.sampled_from(sorted(_VALUES)))
+        value = st.sampled_from(_VALUES[column])
+        kind = draw(st.sampled_from(["compare", "flipped", "between", "in", "null"]))
+        operator = draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="]))
+        if kind == "compare":
+            return f"{column} {operator} {draw(value)}"
+        if kind == "flipped":
+            return f"{draw(value)} {operator} {column}"
+        negation = draw(st.sampled_from(["", "NOT "]))
+        if kind == "between":
+            return f"{column} {negation}BETWEEN {draw(value)} AND {draw(value)}"
+        if kind == "in":
+            return f"{column} {negation}IN ({', '.join(draw(st.lists(value, min_size=1, max_size=3)))})"
+        return f"{column} IS {negation}NULL"
+    form = draw(st.sampled_from(["NOT ({})", "({} AND {})", "({} OR {})"]))
+    return form.format(*(draw(conditions(depth - 1)) for _ in range(form.count("{}"))))
+
+
+@given(seed=st.integers(min_value=0, max_value=10_000), where=conditions(), shown=conditions())
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("dialect", ["sqlite", "duckdb"])
+def test_random_conditions_keep_their_rows_and_values(schema: Schema, dialect: str, seed: int, where: str,
+                                                      shown: str) -> None:
+    """A random condition, as a WHERE (read as true or not) and as a projected value (read as it is)."""
+    rows = database(schema, seed)
+    run = _sqlite_runner(rows) if dialect == "sqlite" else _duckdb_runner(rows)
+    sql = f"SELECT id, {shown} FROM emp WHERE {where}"
+    assert run(rewritten(sql, dialect)) == run(sql), rewritten(sql, dialect)
+
+
 @pytest.fixture(scope="module")
 def pg_tables(pg_service: tuple[str, str]) -> Iterator[Any]:
     """A connection (the superuser's, in a schema of this module's own) to PostgreSQL tables of :data:`DDL`."""
@@ -130,25 +169,35 @@ def pg_tables(pg_service: tuple[str, str]) -> Iterator[Any]:
     pg_schema(pg_service[1], name)
 
 
+def _pg_runner(connection: Any, rows: dict[str, list[tuple[Any, ...]]]) -> Callable[[str], Counter[tuple[Any, ...]]]:
+    import sqlalchemy as sa
+
+    connection.execute(sa.text("DELETE FROM emp; DELETE FROM dept"))
+    for name in ("dept", "emp"):
+        for row in rows[name]:
+            connection.execute(sa.text(f"INSERT INTO {name} VALUES ({', '.join(f':c{i}' for i in range(len(row)))})"),
+                               {f"c{i}": value for i, value in enumerate(row)})
+    return lambda sql: bag([tuple(row) for row in connection.execute(sa.text(sql)).fetchall()])
+
+
 @given(seed=st.integers(min_value=0, max_value=10_000))
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_every_rewrite_returns_the_same_bag_on_postgres(schema: Schema, pg_tables: Any, seed: int) -> None:
-    import sqlalchemy as sa
-
-    rows = database(schema, seed)
-    pg_tables.execute(sa.text("DELETE FROM emp; DELETE FROM dept"))
-    for name in ("dept", "emp"):
-        for row in rows[name]:
-            pg_tables.execute(sa.text(f"INSERT INTO {name} VALUES ({', '.join(f':c{i}' for i in range(len(row)))})"),
-                              {f"c{i}": value for i, value in enumerate(row)})
-
-    def run(sql: str) -> Counter[tuple[Any, ...]]:
-        return bag([tuple(row) for row in pg_tables.execute(sa.text(sql)).fetchall()])
-
+    run = _pg_runner(pg_tables, database(schema, seed))
     for sql in QUERIES:
         if '"' in sql:  # PostgreSQL keeps the case of quoted names: this one names no table there
             continue
         assert run(rewritten(sql, "postgres")) == run(sql), (sql, rewritten(sql, "postgres"))
+    pg_tables.rollback()
+
+
+@given(seed=st.integers(min_value=0, max_value=10_000), where=conditions(), shown=conditions())
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_random_conditions_keep_their_rows_and_values_on_postgres(schema: Schema, pg_tables: Any, seed: int,
+                                                                  where: str, shown: str) -> None:
+    run = _pg_runner(pg_tables, database(schema, seed))
+    sql = f"SELECT id, {shown} FROM emp WHERE {where}"
+    assert run(rewritten(sql, "postgres")) == run(sql), rewritten(sql, "postgres")
     pg_tables.rollback()
 
 

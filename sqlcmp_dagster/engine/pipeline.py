@@ -24,6 +24,7 @@ from typing import Any
 
 from polars.exceptions import PanicException
 from sqlglot import exp
+from sqlglot.errors import SqlglotError
 
 from sqlcmp_dagster.engine.collector import batch_collector, tune_worker
 from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose, diagnose_pass
@@ -33,7 +34,8 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
 from sqlcmp_dagster.engine.neighbors import neighbor_search
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResolvedMode, \
     ResultTable
-from sqlcmp_dagster.engine.parsing import ParseOutcome, canonical_text, canonical_tree, parse, unalias_tables
+from sqlcmp_dagster.engine.parsing import ParseOutcome, RewriteCut, canonical_text, canonical_tree, clocked_rewrites, \
+    parse, unalias_tables
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
@@ -82,7 +84,8 @@ class Side:
         return self._shape
 
     def structural(self, dialect: str, catalog: Catalog | None) -> tuple[str, QueryShape]:
-        """Layer 2's view of the query: the text and shape of its equivalence form on the case's schema."""
+        """Layer 2's view of the query: the text and shape of its equivalence form on the case's schema (raises
+        what :func:`~sqlcmp_dagster.engine.rewrites.equivalence_form` raises)."""
         if self._structural is None:
             form = equivalence_form(self.tree(dialect), dialect, catalog)
             self._structural = canonical_text(form, dialect), query_shape(form)
@@ -112,8 +115,14 @@ class Validation:
 
     def structure_against(self, index: int) -> StructuralComparison:
         """Layer 2: the actual query against expected alternative ``index`` (both must have parsed)."""
-        (expected_text, expected_shape), (actual_text, actual_shape) = (
-            side.structural(self.dialect, self.catalog) for side in (self.expected[index], self.actual))
+        sides = (self.expected[index], self.actual)
+        try:  # within the case's budget: a pathological query is compared in its canonical form instead
+            with clocked_rewrites(time.monotonic() + self.request.config.case_budget_ms() / 1000):
+                (expected_text, expected_shape), (actual_text, actual_shape) = (
+                    side.structural(self.dialect, self.catalog) for side in sides)
+        except (RewriteCut, SqlglotError, RecursionError):
+            (expected_text, expected_shape), (actual_text, actual_shape) = (
+                (side.parsed.normalized_sql or "", side.shape(self.dialect)) for side in sides)
         return compare_structure(expected_text, actual_text, expected_shape, actual_shape)
 
 

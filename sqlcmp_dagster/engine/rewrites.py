@@ -21,7 +21,7 @@ rule keeps it executable, which is what lets the property test run it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping
 
 from sqlglot import exp
 from sqlglot.tokens import TokenType
@@ -32,8 +32,8 @@ from sqlcmp_dagster.engine.neighbor_scratch import read_schema
 from sqlcmp_dagster.engine.parsing import dialect_of, plain_text, scope_columns, scope_sources, sort_commutative, tick, \
     tokens_of
 
-#: Lower-case table name -> lower-case column names of the case's database.
-Catalog = Mapping[str, Sequence[str]]
+#: Lower-case table name -> lower-case column names of the case's database (its tables of declared columns).
+Catalog = Mapping[str, Collection[str]]
 
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
@@ -51,14 +51,15 @@ _UNSTABLE = (exp.Anonymous, exp.Rand, exp.Subquery, exp.Select)
 
 def read_catalog(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> dict[str, list[str]] | None:
     """The :data:`Catalog` of ``database``, from the schema the neighbor search reads (one read per database
-    content, cached with it: ``sample_rows`` is the search's, so that both share one entry); None on an engine
-    whose schema is not read (PostgreSQL), where it cannot be read, or where two tables' names fold to one."""
+    content, cached with it: ``sample_rows`` is the search's, so that both share one entry): its tables whose
+    columns are all declared (a virtual table's hidden columns are not), so that a name no table of the catalog
+    has is known to name no column. None on an engine whose schema is not read (PostgreSQL), where it cannot be
+    read, or where two tables' names fold to one."""
     if database.dialect not in ("sqlite", "duckdb"):
         return None
     schema = read_schema(database, sample_rows, timeout_ms)
-    if isinstance(schema, str) or schema.names_collide:
-        return None
-    return {name: [column.name.lower() for column in table.columns] for name, table in schema.tables.items()}
+    tables = None if isinstance(schema, str) else schema.plain_tables
+    return None if tables is None else {name: sorted(columns) for name, columns in tables.items()}
 
 
 def equivalence_form(tree: exp.Expression, dialect: str, catalog: Catalog | None = None) -> exp.Expression:
@@ -80,10 +81,13 @@ def equivalence_form(tree: exp.Expression, dialect: str, catalog: Catalog | None
         tree = qualify_columns(tree, catalog)
         if dialect == "sqlite":
             tree = double_quoted_strings(tree, catalog)
-    for rule in _RULES:
+    orient = functools.partial(orient_comparisons, columns_collate=dialect == "sqlite")
+    for rule in (inline_single_ctes, zero_offset, order_by_outputs, default_ascending, between_bounds,
+                 scalar_subquery_in, orient, push_negations, flatten_connectives, gather_in_lists, orient,
+                 distinct_for_group, inner_join_order, flatten_connectives):
         tick(force=True)
         tree = rule(tree)
-    tree = identifier_case(tree, dialect, resolved=catalog is not None)
+    tree = identifier_case(tree, dialect)
     return sort_commutative(tree)
 
 
@@ -100,15 +104,6 @@ def _rewrite_nodes(tree: exp.Expression, types: tuple[type[exp.Expression], ...]
         else:
             node.replace(replacement)
     return tree
-
-
-def _in_condition(node: exp.Expression) -> bool:
-    """Whether ``node``'s value is read only as true or not true: it is a WHERE, HAVING or ON condition, or an
-    operand of AND, OR, NOT or parentheses that are one."""
-    child, parent = node, node.parent
-    while isinstance(parent, (exp.And, exp.Or, exp.Not, exp.Paren)):
-        child, parent = parent, parent.parent
-    return isinstance(parent, _CONDITION_HOLDERS) or (isinstance(parent, exp.Join) and child.arg_key == "on")
 
 
 def _stable(node: exp.Expression) -> bool:
@@ -177,9 +172,12 @@ def between_bounds(tree: exp.Expression) -> exp.Expression:
     return _rewrite_nodes(tree, (exp.Between,), rewrite)
 
 
-def orient_comparisons(tree: exp.Expression) -> exp.Expression:
+def orient_comparisons(tree: exp.Expression, *, columns_collate: bool = False) -> exp.Expression:
     """A comparison with a literal on its left written with the literal on its right (``30 < age`` is
-    ``age > 30``), and one of two non-literals with the operand of smaller text first (its converse otherwise).
+    ``age > 30``), and one of two non-literals with the operand of smaller text first (its converse otherwise),
+    unless ``columns_collate``: SQLite compares two operands by the collation of the left one where both have
+    one (a column's, a COLLATE's), so there only a literal (which has none) is moved (``=`` is ordered by the
+    canonical form already).
 
     >>> import sqlglot
     >>> orient_comparisons(sqlglot.parse_one("SELECT a FROM t WHERE 30 < age AND b >= a")).sql()
@@ -187,7 +185,8 @@ def orient_comparisons(tree: exp.Expression) -> exp.Expression:
     """
     def rewrite(node: exp.Expression) -> exp.Expression:
         left, right = node.this, node.expression
-        if _operand_key(right) < _operand_key(left):
+        literals = isinstance(left, exp.Literal) + isinstance(right, exp.Literal)
+        if (literals == 1 or not columns_collate) and _operand_key(right) < _operand_key(left):
             return _CONVERSE[type(node)](this=right, expression=left)
         return node
 
@@ -200,7 +199,7 @@ def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
 
 
 def push_negations(tree: exp.Expression) -> exp.Expression:
-    """In a condition (:func:`_in_condition`), ``NOT`` pushed through comparisons (``NOT a > b`` is
+    """In a condition (a WHERE, HAVING or ON condition, through AND, OR and parentheses), ``NOT`` pushed through comparisons (``NOT a > b`` is
     ``a <= b``: both are unknown where either side is NULL), through AND and OR by De Morgan's laws (which hold
     in three-valued logic), and ``NOT NOT p`` as ``p`` (only read as true or not true). ``NOT x IN (...)``,
     ``NOT LIKE``, ``IS NOT NULL`` and ``NOT EXISTS`` stay as they are.
@@ -223,35 +222,45 @@ def push_negations(tree: exp.Expression) -> exp.Expression:
                                                                                               copy=False)), copy=False)
         return None
 
-    changed = True
-    while changed:
-        changed = False
-        for node in list(tree.find_all(exp.Not, bfs=True)):
+    def pushed(condition: exp.Expression) -> exp.Expression:
+        """``condition`` (read as true or not true) with its NOTs pushed, outermost first."""
+        while isinstance(condition, exp.Not):
             tick()
-            if not _in_condition(node):
-                continue
-            replacement = negated(node)
-            if replacement is not None:
-                node.replace(replacement)
-                changed = True
-                break
+            replacement = negated(condition)
+            if replacement is None:
+                return condition
+            condition = replacement
+        if isinstance(condition, (exp.Connector, exp.Paren)):
+            for key in ("this", "expression"):
+                operand = condition.args.get(key)
+                if operand is not None:
+                    condition.set(key, pushed(operand))
+        return condition
+
+    for holder in list(tree.find_all(exp.Where, exp.Having, exp.Join)):
+        key = "on" if isinstance(holder, exp.Join) else "this"
+        condition = holder.args.get(key)
+        if condition is not None:
+            holder.set(key, pushed(condition))
     return tree
 
 
 def flatten_connectives(tree: exp.Expression) -> exp.Expression:
     """Parentheses dropped where they group nothing: around an AND inside an AND chain (and an OR inside an OR
-    chain), around a whole WHERE, HAVING or ON condition, and around a column or literal. AND and OR are
+    chain), around a comparison (or IN, LIKE, IS, ...) that is an operand of AND or OR, around a whole WHERE,
+    HAVING or ON condition, and around a column or literal. AND and OR are
     associative in three-valued logic; :func:`~sqlcmp_dagster.engine.parsing.sort_commutative` then orders the
     flat chain.
 
     >>> import sqlglot
-    >>> flatten_connectives(sqlglot.parse_one("SELECT a FROM t WHERE ((a = 1 AND b = 2) AND (c = 3 OR d = 4))")).sql()
+    >>> flatten_connectives(sqlglot.parse_one("SELECT a FROM t WHERE ((a = 1 AND (b = 2)) AND (c = 3 OR d = 4))")).sql()
     'SELECT a FROM t WHERE a = 1 AND b = 2 AND (c = 3 OR d = 4)'
     """
     def rewrite(node: exp.Expression) -> exp.Expression:
         inner, parent = node.this, node.parent
         if isinstance(inner, (exp.Column, exp.Literal, exp.Paren)) \
                 or isinstance(parent, _CONDITION_HOLDERS) \
+                or (isinstance(inner, exp.Predicate) and isinstance(parent, exp.Connector)) \
                 or (isinstance(parent, exp.Join) and node.arg_key == "on") \
                 or (isinstance(inner, exp.Connector) and type(parent) is type(inner)):
             return inner
@@ -401,7 +410,8 @@ def distinct_for_group(tree: exp.Expression) -> exp.Expression:
 
 def inline_single_ctes(tree: exp.Expression) -> exp.Expression:
     """A non-recursive CTE that the query reads once, and whose name nothing else in the query takes, written
-    as a derived table of that name where it is read: the rows are the same (each engine may inline it so).
+    as a derived table of that name where it is read: the rows are the same (each engine may inline it so). One
+    with a column list (SQLite has no column list for a derived table) or a MATERIALIZED hint is kept.
 
     >>> import sqlglot
     >>> inline_single_ctes(sqlglot.parse_one("WITH c AS (SELECT a FROM t) SELECT a FROM c WHERE a > 1")).sql()
@@ -419,7 +429,8 @@ def inline_single_ctes(tree: exp.Expression) -> exp.Expression:
             later = with_.expressions[with_.expressions.index(cte) + 1:]
             if len(readers) != 1 or len(named) != 1 or any(t.name.lower() == name for c in later
                                                             for t in c.find_all(exp.Table)) \
-                    or readers[0].find_ancestor(exp.CTE) is not None or not isinstance(cte.this, exp.Query):
+                    or readers[0].find_ancestor(exp.CTE) is not None or not isinstance(cte.this, exp.Query) \
+                    or cte.args["alias"].columns or cte.args.get("materialized") is not None:
                 continue
             reader = readers[0]
             alias = cte.args["alias"].copy()
@@ -520,16 +531,15 @@ def qualify_columns(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
 def double_quoted_strings(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
     """SQLite: an unqualified double-quoted name that no column in its scope has (the tables its SELECT and
     the SELECTs around it read), that no alias of the query takes and that is no row id, written as the string
-    literal SQLite reads it as; one that names a column stays a column. Where a SELECT in scope reads anything
-    but a base table of ``catalog`` (a subquery, a CTE, a view), every column of the database counts as in
-    scope: such a name is kept rather than guessed.
+    literal SQLite reads it as; one that names a column stays a column, in lower case (SQLite matches names
+    without regard to case). Where a SELECT in scope reads anything but a table of ``catalog`` (a subquery, a
+    CTE, a view), the name is kept as it is: what it names is not known here.
 
     >>> import sqlglot
-    >>> double_quoted_strings(sqlglot.parse_one('SELECT "name" FROM pets WHERE "dog" = pettype AND x = "kind"'),
+    >>> double_quoted_strings(sqlglot.parse_one('SELECT "Name" FROM pets WHERE "dog" = pettype AND x = "kind"'),
     ...                       {"pets": ["name", "pettype"], "kinds": ["kind"]}).sql()
-    'SELECT "name" FROM pets WHERE \\'dog\\' = pettype AND x = \\'kind\\''
+    "SELECT name FROM pets WHERE 'dog' = pettype AND x = 'kind'"
     """
-    everywhere = frozenset(c for columns in catalog.values() for c in columns)
     introduced = {node.alias.lower() for node in tree.find_all(exp.Alias) if node.alias}
     for alias in tree.find_all(exp.TableAlias):
         introduced |= {i.name.lower() for i in (alias.this, *alias.columns) if isinstance(i, exp.Identifier)}
@@ -538,7 +548,11 @@ def double_quoted_strings(tree: exp.Expression, catalog: Catalog) -> exp.Express
         if column.table or not isinstance(identifier, exp.Identifier) or not identifier.args.get("quoted"):
             continue
         name = identifier.name.lower()
-        if name in introduced or name in _ROWID_NAMES or name in _scope_names(column, catalog, everywhere):
+        names = _scope_names(column, catalog)
+        if name in introduced or name in _ROWID_NAMES or names is None:
+            continue
+        if name in names:
+            _write_folded(identifier, name, "sqlite")
             continue
         replacement = exp.Literal.string(identifier.name)
         if column is tree:
@@ -547,16 +561,16 @@ def double_quoted_strings(tree: exp.Expression, catalog: Catalog) -> exp.Express
     return tree
 
 
-def _scope_names(column: exp.Column, catalog: Catalog, everywhere: frozenset[str]) -> frozenset[str]:
+def _scope_names(column: exp.Column, catalog: Catalog) -> set[str] | None:
     """The column names ``column`` may resolve to: those of the tables its SELECT and the SELECTs around it
-    read, or every column of the database where one of them reads anything but a base table."""
+    read; None where one of them reads anything but a table of ``catalog``."""
     names: set[str] = set()
     for select in _enclosing_selects(column):
         for source in scope_sources(select):
             if not isinstance(source, exp.Table) or source.args.get("db") or source.name.lower() not in catalog:
-                return everywhere
+                return None
             names.update(catalog[source.name.lower()])
-    return frozenset(names)
+    return names
 
 
 def _enclosing_selects(node: exp.Expression) -> Iterator[exp.Select]:
@@ -566,34 +580,37 @@ def _enclosing_selects(node: exp.Expression) -> Iterator[exp.Select]:
         select = select.find_ancestor(exp.Select)
 
 
-def identifier_case(tree: exp.Expression, dialect: str, *, resolved: bool) -> exp.Expression:
+def identifier_case(tree: exp.Expression, dialect: str) -> exp.Expression:
     """Quoted identifiers written as the dialect matches them: SQLite and DuckDB match names without regard to
     (ASCII) case, quoted or not, so a quoted name is lower-cased; PostgreSQL folds unquoted names to lower case
     and keeps quoted ones, so a quoted name already in lower case is the unquoted one. A name is unquoted where
-    it reads as a plain name (no keyword, no space). On SQLite a quoted column name is touched only when names
-    were ``resolved`` against the schema (:func:`double_quoted_strings`): otherwise it may be a string.
+    it reads as a plain name (no keyword, no space). On SQLite an unqualified quoted column name is left to
+    :func:`double_quoted_strings`: it may be a string.
 
     >>> import sqlglot
-    >>> identifier_case(sqlglot.parse_one('SELECT "Name", "order" FROM "Pets"'), "sqlite", resolved=True).sql()
-    'SELECT name, "order" FROM pets'
-    >>> identifier_case(sqlglot.parse_one('SELECT "Name", "age" FROM t', read="postgres"), "postgres",
-    ...                 resolved=False).sql("postgres")
+    >>> identifier_case(sqlglot.parse_one('SELECT "Name", t."order" FROM "Pets" AS t'), "sqlite").sql()
+    'SELECT "Name", t."order" FROM pets AS t'
+    >>> identifier_case(sqlglot.parse_one('SELECT "Name", "age" FROM t', read="postgres"), "postgres").sql("postgres")
     'SELECT "Name", age FROM t'
     """
     for identifier in list(tree.find_all(exp.Identifier)):
         if not identifier.args.get("quoted") or not identifier.name.isascii():
             continue
-        if dialect == "sqlite" and not resolved and isinstance(identifier.parent, exp.Column) \
-                and identifier.arg_key == "this" and not identifier.parent.table:
+        parent = identifier.parent
+        if dialect == "sqlite" and isinstance(parent, exp.Column) and identifier.arg_key == "this" \
+                and not parent.table:
             continue
-        name = identifier.name
         if dialect in ("sqlite", "duckdb"):
-            name = name.lower()
-        elif name != name.lower():
-            continue
-        identifier.set("this", name)
-        identifier.set("quoted", not _plain_name(name, dialect))
+            _write_folded(identifier, identifier.name.lower(), dialect)
+        elif identifier.name == identifier.name.lower():
+            _write_folded(identifier, identifier.name, dialect)
     return tree
+
+
+def _write_folded(identifier: exp.Identifier, name: str, dialect: str) -> None:
+    """``identifier`` set to ``name``, quoted only where it does not read as a plain name (:func:`_plain_name`)."""
+    identifier.set("this", name)
+    identifier.set("quoted", not _plain_name(name, dialect))
 
 
 def _plain_name(name: str, dialect: str) -> bool:
@@ -607,11 +624,3 @@ def _plain_name(name: str, dialect: str) -> bool:
 def _keywords(dialect: str) -> frozenset[str]:
     """Every word that starts one of ``dialect``'s keywords (``ORDER`` of ``ORDER BY`` included)."""
     return frozenset(key.split()[0] for key in dialect_of(dialect).tokenizer_class.KEYWORDS)
-
-
-#: The rules after names are resolved, in the order :func:`equivalence_form` applies them.
-_RULES: tuple[Callable[[exp.Expression], exp.Expression], ...] = (
-    inline_single_ctes, zero_offset, order_by_outputs, default_ascending, between_bounds, scalar_subquery_in,
-    orient_comparisons, push_negations, flatten_connectives, gather_in_lists, orient_comparisons, distinct_for_group,
-    inner_join_order, flatten_connectives,
-)
