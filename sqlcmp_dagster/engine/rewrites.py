@@ -175,9 +175,8 @@ def between_bounds(tree: exp.Expression) -> exp.Expression:
 def orient_comparisons(tree: exp.Expression, *, columns_collate: bool = False) -> exp.Expression:
     """A comparison with a literal on its left written with the literal on its right (``30 < age`` is
     ``age > 30``), and one of two non-literals with the operand of smaller text first (its converse otherwise),
-    unless ``columns_collate``: SQLite compares two operands by the collation of the left one where both have
-    one (a column's, a COLLATE's), so there only a literal (which has none) is moved (``=`` is ordered by the
-    canonical form already).
+    unless ``columns_collate`` and both operands may carry a collation (:func:`_collates`): SQLite compares two
+    such operands by the left one's (``=`` is ordered by the canonical form already).
 
     >>> import sqlglot
     >>> orient_comparisons(sqlglot.parse_one("SELECT a FROM t WHERE 30 < age AND b >= a")).sql()
@@ -185,12 +184,30 @@ def orient_comparisons(tree: exp.Expression, *, columns_collate: bool = False) -
     """
     def rewrite(node: exp.Expression) -> exp.Expression:
         left, right = node.this, node.expression
-        literals = isinstance(left, exp.Literal) + isinstance(right, exp.Literal)
-        if (literals == 1 or not columns_collate) and _operand_key(right) < _operand_key(left):
+        if (not columns_collate or not (_collates(left) and _collates(right))) \
+                and _operand_key(right) < _operand_key(left):
             return _CONVERSE[type(node)](this=right, expression=left)
         return node
 
     return _rewrite_nodes(tree, tuple(_CONVERSE), rewrite)
+
+
+def _collates(operand: exp.Expression) -> bool:
+    """Whether a SQLite operand may carry a collation: a column or a COLLATE (through parentheses and CASTs), or
+    a scalar subquery whose value does. A literal, a function's or an operator's value is compared as BINARY.
+
+    >>> import sqlglot
+    >>> [_collates(sqlglot.parse_one(sql, read="sqlite")) for sql in ("CAST(a AS TEXT)", "(SELECT max(a) FROM t)",
+    ...                                                               "(SELECT a FROM t LIMIT 1)", "a + 1")]
+    [True, False, True, False]
+    """
+    while isinstance(operand, (exp.Paren, exp.Cast)):
+        operand = operand.this
+    if isinstance(operand, exp.Subquery):
+        inner = operand.this
+        return not isinstance(inner, exp.Select) or len(inner.expressions) != 1 \
+            or _collates(inner.expressions[0].unalias())
+    return isinstance(operand, (exp.Column, exp.Collate))
 
 
 def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
