@@ -9,15 +9,20 @@ import random
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.engine.neighbor_generation import hints, neighbor_rows
 from sqlcmp_dagster.engine.neighbor_scratch import Schema
 from sqlcmp_dagster.engine.parsing import canonical_text, parse
+from sqlcmp_dagster.engine.pipeline import structural_layer, validate
+from sqlcmp_dagster.engine.records import validation_from_record, validation_record
 from sqlcmp_dagster.engine.rewrites import Catalog, equivalence_form
 from sqlcmp_dagster.engine.structure import compare_structure, query_shape
 from tests.conftest import schema_of, sqlite_file
@@ -285,3 +290,21 @@ def test_sqlite_keeps_two_collating_operands_in_their_order() -> None:
                                                                           "duckdb")
     assert form("SELECT name FROM emp WHERE age > (SELECT max(age) FROM emp)") \
         == form("SELECT name FROM emp WHERE (SELECT max(age) FROM emp) < age")
+
+
+def test_the_pipeline_reads_the_schema_and_its_record_keeps_it(tmp_path: Path) -> None:
+    """Layer 2 through the pipeline: the schema read with the executions resolves SQLite's double-quoted
+    string, and a validation restored from its record (as Dagster's Layer 2 step reads it) compares alike."""
+    path = sqlite_file(tmp_path / "company.sqlite", DDL + ROWS)
+    database = ExecutionAdapter(str(path))
+    try:
+        request = CompareRequest(expected_sql=["SELECT name FROM emp WHERE name = 'ann' AND age BETWEEN 1 AND 50"],
+                                 actual_sql='SELECT "Name" FROM emp WHERE 50 >= age AND age >= 1 AND "ann" = name')
+        validation = validate(request, database)
+    finally:
+        database.close()
+    assert validation.catalog == {name: sorted(columns) for name, columns in CATALOG.items()}
+    restored = validation_from_record(*validation_record(validation))
+    for structure in (structural_layer(validation)[0], structural_layer(restored)[0]):
+        assert structure.normalized_sql_match and structure.clause_weighted_distance == 0.0
+    assert validation.actual.parsed.normalized_sql != validation.expected[0].parsed.normalized_sql

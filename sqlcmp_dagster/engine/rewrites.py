@@ -29,8 +29,15 @@ from sqlglot.tokens import TokenType
 from sqlcmp_dagster.engine.equivalence import default_ascending
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.neighbor_scratch import read_schema
-from sqlcmp_dagster.engine.parsing import dialect_of, plain_text, scope_columns, scope_sources, sort_commutative, tick, \
-    tokens_of
+from sqlcmp_dagster.engine.parsing import (
+    dialect_of,
+    plain_text,
+    scope_columns,
+    scope_sources,
+    sort_commutative,
+    tick,
+    tokens_of,
+)
 
 #: Lower-case table name -> lower-case column names of the case's database (its tables of declared columns).
 Catalog = Mapping[str, Collection[str]]
@@ -106,8 +113,8 @@ def _rewrite_nodes(tree: exp.Expression, types: tuple[type[exp.Expression], ...]
     return tree
 
 
-def _stable(node: exp.Expression) -> bool:
-    """Whether ``node`` gives the same value each time it is evaluated on one row (:data:`_UNSTABLE`)."""
+def _stable(node: exp.Expression | None) -> bool:
+    """Whether ``node`` (present) gives the same value each time it is evaluated on one row (:data:`_UNSTABLE`)."""
     return isinstance(node, exp.Expression) and node.find(*_UNSTABLE) is None
 
 
@@ -140,7 +147,10 @@ def order_by_outputs(tree: exp.Expression) -> exp.Expression:
         if order is None:
             continue
         projected = select.expressions
-        aliases = {e.alias.lower(): e.this for e in projected if isinstance(e, exp.Alias) and e.alias}
+        aliases: dict[str, exp.Expression] = {}
+        for e in projected:  # a name given twice reads the first
+            if isinstance(e, exp.Alias) and e.alias:
+                aliases.setdefault(e.alias.lower(), e.this)
         for ordered in order.expressions:
             key = ordered.this
             target: exp.Expression | None = None
@@ -435,9 +445,9 @@ def inline_single_ctes(tree: exp.Expression) -> exp.Expression:
     'SELECT a FROM (SELECT a FROM t) AS c WHERE a > 1'
     """
     for with_ in list(tree.find_all(exp.With)):
-        if with_.args.get("recursive"):
-            continue
         query = with_.parent
+        if with_.args.get("recursive") or query is None:
+            continue
         for cte in list(with_.expressions):
             name = cte.alias_or_name.lower()
             readers = [t for t in query.find_all(exp.Table)
