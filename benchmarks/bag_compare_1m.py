@@ -54,7 +54,7 @@ def child(tool: str, folder: Path) -> dict[str, object]:
     if tool == "sqlcmp":
         from sqlcmp_dagster.engine.relation import Relation
         from sqlcmp_dagster.engine.models import EvalConfig
-        from sqlcmp_dagster.engine.results import compare_results
+        from sqlcmp_dagster.engine.comparison import compare_results
 
         def run() -> bool:
             left = Relation(expected.rename(lambda c: f"c{expected.columns.index(c)}"), expected.columns)

@@ -1,6 +1,6 @@
 """Layer 3's two paths on results of growing size: where plain Python stops beating polars.
 
-``compare_results`` compares results of at most ``result_rows.SMALL_RESULT_CELLS`` cells in plain Python and the
+``compare_results`` compares results of at most ``comparison.budgets.SMALL_RESULT_CELLS`` cells in plain Python and the
 rest with polars. This script times both paths, in the same run, on pairs of results of ``rows`` x 5 columns
 (an int, a float, two texts, a float with one value off by more than the tolerance, rows shuffled) and prints
 the ratio rows/frames per size: the threshold belongs where the ratio crosses 1.
@@ -16,8 +16,8 @@ import time
 
 from sqlcmp_dagster.engine.relation import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig
-from sqlcmp_dagster.engine.result_rows import SMALL_RESULT_CELLS
-from sqlcmp_dagster.engine.results import ComparisonPath, compare_results
+from sqlcmp_dagster.engine.comparison import ComparisonPath, compare_results
+from sqlcmp_dagster.engine.comparison.budgets import SMALL_RESULT_CELLS
 
 SIZES = (1, 5, 20, 50, 100, 200, 400, 1000, 2000)
 NAMES = ["id", "qty", "price", "name", "ratio"]

@@ -22,10 +22,10 @@ from hypothesis import strategies as st
 
 import polars as pl
 
-from sqlcmp_dagster.engine import results
+from sqlcmp_dagster.engine import comparison
+from sqlcmp_dagster.engine.comparison import ComparisonPath, ResultComparison, budgets
 from sqlcmp_dagster.engine.relation import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
-from sqlcmp_dagster.engine.results import ComparisonPath, ResultComparison
 
 PATHS = pytest.mark.parametrize("path", [*get_args(ComparisonPath), "frames-hashed"])
 
@@ -34,18 +34,18 @@ PATHS = pytest.mark.parametrize("path", [*get_args(ComparisonPath), "frames-hash
 def _hashed_from(rows: int) -> Iterator[None]:
     """The frame path's hashed exact stage and streamed aggregations from ``rows`` rows on (large frames only,
     otherwise)."""
-    with mock.patch.object(results, "_HASHED_JOIN_ROWS", rows), mock.patch.object(results, "_CHECKED_PAIRS", 3), \
-            mock.patch.object(results, "_STREAMED_ROWS", rows):
+    with mock.patch.object(budgets, "HASHED_JOIN_ROWS", rows), mock.patch.object(budgets, "CHECKED_PAIRS", 3), \
+            mock.patch.object(budgets, "STREAMED_ROWS", rows):
         yield
 
 
 def compare_results(expected: Relation, actual: Relation, *, path: str, **options: Any) -> ResultComparison:
-    """:func:`results.compare_results` on ``path``; ``frames-hashed`` is the frame path with the hashed stage
+    """:func:`comparison.compare_results` on ``path``; ``frames-hashed`` is the frame path with the hashed stage
     and the streamed aggregations at every size (and the hashed stage's check in slices of three pairs)."""
     if path == "frames-hashed":
         with _hashed_from(1):
-            return results.compare_results(expected, actual, path="frames", **options)
-    return results.compare_results(expected, actual, path=path, **options)  # type: ignore[arg-type]
+            return comparison.compare_results(expected, actual, path="frames", **options)
+    return comparison.compare_results(expected, actual, path=path, **options)  # type: ignore[arg-type]
 
 _CELLS = {
     "int": st.one_of(st.none(), st.integers(-3, 3)),
@@ -199,7 +199,7 @@ def test_a_hash_collision_is_caught_by_the_cell_check(tables: tuple[tuple[list[s
     weak = lambda frame, seed=0: real(frame.select(frame.columns[:1]), seed)  # noqa: E731
     rows = compare_results(expected, actual, mode=mode, config=EvalConfig(), path="rows")
     with _hashed_from(1), mock.patch.object(pl.DataFrame, "hash_rows", weak):
-        collided = results.compare_results(expected, actual, mode=mode, config=EvalConfig(), path="frames")
+        collided = comparison.compare_results(expected, actual, mode=mode, config=EvalConfig(), path="frames")
     assert _same(dataclasses.asdict(rows), dataclasses.asdict(collided))
 
 
@@ -292,6 +292,6 @@ def test_no_mode_passes_what_can_pass_rules_out(tables: tuple[tuple[list[str], l
     """The fix search and the neighbor search skip the comparison of results ``can_pass`` rules out (rows or
     columns in different numbers): no mode, on either path, passes them."""
     expected, actual = relation_from_rows(*tables[0]), relation_from_rows(*tables[1])
-    if not results.can_pass(expected, actual):
+    if not comparison.can_pass(expected, actual):
         for path in get_args(ComparisonPath):
             assert not compare_results(expected, actual, mode=mode, config=EvalConfig(), path=path).mode_pass

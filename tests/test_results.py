@@ -11,11 +11,7 @@ import pytest
 from sqlcmp_dagster.engine.equivalence import MAX_PERMUTED_COLUMNS
 from sqlcmp_dagster.engine.relation import Relation, relation_from_rows
 from sqlcmp_dagster.engine.models import EvalConfig, ResolvedMode
-from sqlcmp_dagster.engine.results import (
-    _MAX_PERMUTATIONS,
-    ResultComparison,
-    compare_results,
-)
+from sqlcmp_dagster.engine.comparison import ResultComparison, budgets, compare_results, frames, rows
 
 
 def cmp(expected: tuple[list[str], list[tuple[Any, ...]]], actual: tuple[list[str], list[tuple[Any, ...]]],
@@ -211,7 +207,7 @@ def test_every_order_of_the_columns_a_proof_may_reorder_is_found(path: str) -> N
         result = compare_results(relation_from_rows(names, square), relation_from_rows(*actual),
                                  mode="order-insensitive", config=EvalConfig(), path=path)  # type: ignore[arg-type]
         assert result.mode_pass and not result.warnings, order
-    assert math.factorial(width) <= _MAX_PERMUTATIONS < math.factorial(width + 1)
+    assert math.factorial(width) <= budgets.MAX_PERMUTATIONS < math.factorial(width + 1)
 
 
 @pytest.mark.parametrize("path", ["frames", "rows"])
@@ -231,7 +227,6 @@ def test_the_plain_path_writes_numbers_as_tagged_text_does() -> None:
     """The plain path writes the tagged text of numbers itself; its order decides which rows pair in the cell
     alignment, so it must be polars' text exactly."""
     from sqlcmp_dagster.engine.relation import tagged_text
-    from sqlcmp_dagster.engine.result_rows import _tagged
 
     values = [0.0, -0.0, 1.5, 1e-5, -1.5e-5, 8.9e-5, 1e-6, -3.6e-7, 1e15, 1e16, 1e20, 5e-324, math.nan, math.inf,
               -math.inf, 2.0**63, None]
@@ -239,7 +234,8 @@ def test_the_plain_path_writes_numbers_as_tagged_text_does() -> None:
         # A relation of rows (its columns told from them) and one of a frame give polars' text.
         told = relation_from_rows(["x"], [(value,) for value in column])
         framed = Relation(pl.DataFrame({"c0": column}), ["x"])
-        assert _tagged(told, 0) == _tagged(framed, 0) == tagged_text(framed.frame.to_series(0)).to_list()
+        polars_text = tagged_text(framed.frame.to_series(0)).to_list()
+        assert rows.tagged_column(told, 0) == rows.tagged_column(framed, 0) == polars_text
 
 
 @pytest.mark.parametrize(("columns", "searched"), [
@@ -254,16 +250,13 @@ def test_the_identity_mapping_is_kept_without_similarity_joins_when_bounds_decid
     range bounds show that without the scores where they can, with the same comparison as computing them."""
     from unittest import mock
 
-    from sqlcmp_dagster.engine import results
-
     names = list(columns)
     rows = list(zip(*columns.values()))
     changed = [tuple(v + 1 if (r == 1500 and c == 0) else v for c, v in enumerate(row)) for r, row in enumerate(rows)]
     expected, actual = relation_from_rows(names, rows), relation_from_rows(names, changed[::-1])
-    similarity = results._column_similarity
-    with mock.patch.object(results, "_column_similarity", side_effect=similarity) as scored:
+    with mock.patch.object(frames, "column_similarity", side_effect=frames.column_similarity) as scored:
         fast = compare_results(expected, actual, mode="order-insensitive", config=EvalConfig(), path="frames")
-    with mock.patch.object(results, "_identity_dominates", return_value=False):
+    with mock.patch.object(frames, "identity_dominates", return_value=False):
         full = compare_results(expected, actual, mode="order-insensitive", config=EvalConfig(), path="frames")
     assert scored.called is searched
     assert fast == full
@@ -277,40 +270,35 @@ def test_a_tolerance_pass_too_large_for_the_plain_path_is_made_on_frames() -> No
     within the bound it is its own, and the same."""
     from unittest import mock
 
-    from sqlcmp_dagster.engine import result_rows, results
-
     expected = relation_from_rows(["x", "y"], [(0.0, 1.0), (1e-7, 0.0)])
     actual = relation_from_rows(["x", "y"], [(1e-7, 1.0), (0.0, 0.0)])
     config = EvalConfig(numeric_abs_tolerance=1e-6)
     framed = compare_results(expected, actual, mode="order-insensitive", config=config, path="frames")
     assert framed.mode_pass  # paired only by the pass over every pair: 2 x 2 pairs of rows, 2 columns each
     for bound, frames_used in ((8, False), (7, True)):
-        with mock.patch.object(result_rows, "SMALL_RESULT_PAIRS", bound), \
-                mock.patch.object(results, "_pair_frames", wraps=results._pair_frames) as spy:
+        with mock.patch.object(budgets, "SMALL_RESULT_PAIRS", bound), \
+                mock.patch.object(frames, "pair", wraps=frames.pair) as spy:
             assert compare_results(expected, actual, mode="order-insensitive", config=config) == framed
         assert spy.called is frames_used
 
 
 def test_the_bound_on_pairs_holds_for_a_whole_comparison_not_each_pass() -> None:
     """The column permutation search runs a tolerance pass for each candidate mapping of columns that tie: each
-    pass alone fits the bound, all of them together do not (helper-40's review: 200 rows a side and 10 such
-    columns took 8 s in Python against 1.7 s on frames)."""
+    pass alone fits the bound (columns matched by position: one mapping, one pass, and the plain path answers),
+    all of them together do not (helper-40's review: 200 rows a side and 10 such columns took 8 s in Python
+    against 1.7 s on frames)."""
     from unittest import mock
-
-    from sqlcmp_dagster.engine import result_rows, results
 
     height, width = 12, 4
     names = [f"c{k}" for k in range(width)]
     expected = relation_from_rows(names, [(1.0,) * (width - 2) + (float(i), float(i)) for i in range(height)])
     actual = relation_from_rows(names, [(1.0,) * (width - 2) + (float(i), float((i + 1) % height))
                                         for i in range(height)])
-    config = EvalConfig(numeric_abs_tolerance=1e-6)
-    framed = compare_results(expected, actual, mode="order-insensitive", config=config, path="frames")
     one_pass = height * height * width
-    with mock.patch.object(result_rows, "_greedy_tolerance_pairs", wraps=result_rows._greedy_tolerance_pairs) as passes:
-        compare_results(expected, actual, mode="order-insensitive", config=config, path="rows")
-    assert passes.call_count > 1  # one pass per candidate mapping
-    with mock.patch.object(result_rows, "SMALL_RESULT_PAIRS", one_pass), \
-            mock.patch.object(results, "_pair_frames", wraps=results._pair_frames) as spy:
-        assert compare_results(expected, actual, mode="order-insensitive", config=config) == framed
-    assert spy.called
+    for config, searched in ((EvalConfig(numeric_abs_tolerance=1e-6, require_column_order_match=True), False),
+                             (EvalConfig(numeric_abs_tolerance=1e-6), True)):
+        framed = compare_results(expected, actual, mode="order-insensitive", config=config, path="frames")
+        with mock.patch.object(budgets, "SMALL_RESULT_PAIRS", one_pass), \
+                mock.patch.object(frames, "pair", wraps=frames.pair) as spy:
+            assert compare_results(expected, actual, mode="order-insensitive", config=config) == framed
+        assert spy.called is searched

@@ -39,7 +39,7 @@ from sqlglot.tokens import TokenType
 
 from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_deadline, sqlite_read_only
 from sqlcmp_dagster.engine.models import CompareRequest, Report
-from sqlcmp_dagster.engine.results import Tolerance
+from sqlcmp_dagster.engine.comparison import Tolerance
 from sqlcmp_dagster.escaping import markdown_cell
 
 Rows = list[tuple[Any, ...]]

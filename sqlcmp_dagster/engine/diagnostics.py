@@ -20,7 +20,7 @@ from sqlglot import exp
 
 from sqlcmp_dagster.engine.models import EvidenceStrength, SourceClause
 from sqlcmp_dagster.engine.repair import FixSearch, Runner, Transplant, label_words, search_fix
-from sqlcmp_dagster.engine.results import ResultComparison
+from sqlcmp_dagster.engine.comparison import ResultComparison
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison
 
 #: Score name -> the source clause it stands for, in the report's order.

@@ -33,7 +33,7 @@ result columns of a SQLite SELECT are compared in one order (:func:`permutable_p
 ``SELECT a, b`` but for the order of its result columns (no plan depends on it: the same rows are read in the same
 order; windows and a second MIN or MAX, which do depend on it, are not reordered), so it returns the same rows
 with their columns swapped, and the comparison tries every order of up to
-:data:`MAX_PERMUTED_COLUMNS` columns that it cannot tell apart by their values (``results._MAX_PERMUTATIONS``
+:data:`MAX_PERMUTED_COLUMNS` columns that it cannot tell apart by their values (``comparison.budgets.MAX_PERMUTATIONS``
 candidates), so it finds the one that pairs every row on any database whose results its cell budget covers (the
 neighbors' always are; past that budget it says so in a warning).
 
@@ -298,7 +298,7 @@ def _proof_text(tree: exp.Expression, dialect: str, *, columns_sorted: bool = Fa
 
 
 #: The most result columns :func:`permutable_projection` admits: the comparison tries every order of this many
-#: columns (5! = 120 = ``results._MAX_PERMUTATIONS`` candidates); of six it would try only some.
+#: columns (5! = 120 = ``comparison.budgets.MAX_PERMUTATIONS`` candidates); of six it would try only some.
 MAX_PERMUTED_COLUMNS = 5
 
 

@@ -38,8 +38,7 @@ from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhoo
     neighborhood, read_schema, sample, scratch, stored
 from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_minimal
 from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
-from sqlcmp_dagster.engine.result_rows import suits
-from sqlcmp_dagster.engine.results import ResultComparison, Rules, can_pass, compare_results
+from sqlcmp_dagster.engine.comparison import ResultComparison, Rules, can_pass, compare_results, suits
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
 

@@ -41,7 +41,7 @@ from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
 from sqlcmp_dagster.engine.rewrites import Catalog, equivalence_form, read_catalog
-from sqlcmp_dagster.engine.results import ResultComparison, can_pass, compare_results, cut_inside_tie, \
+from sqlcmp_dagster.engine.comparison import ResultComparison, can_pass, compare_results, cut_inside_tie, \
     tied_at_cut
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, compare_structure, query_shape
 from sqlcmp_dagster.engine.workers import start_server
@@ -401,7 +401,7 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
 
 def _tied_rows(tree: exp.Expression, kept: Relation, dialect: str,
                execute: Callable[[exp.Expression], Execution]) -> Relation | None:
-    """The tied rows a query's LIMIT chooses among (``results.tied_at_cut``), found by running it without its
+    """The tied rows a query's LIMIT chooses among (``comparison.tied_at_cut``), found by running it without its
     LIMIT/OFFSET and with its ORDER BY keys added to its columns when they are not among them; None when its
     rows are the only valid answer, or when that cannot be told (the uncut query fails, or a set operation or
     DISTINCT query orders by a column it does not return)."""

@@ -54,7 +54,7 @@ class Relation:
         """Each column's type and values as its frame holds them (``frame.dtypes``, ``to_list()`` of each
         column), kept once asked for. Told from the rows, without making the frame, where the relation has at
         most :data:`PLAIN_CELLS` cells and each column holds one plain Python type (:func:`_plain_columns`):
-        the plain comparison of small results (:mod:`result_rows`) needs no more, and a frame costs about 0.1 ms.
+        the plain comparison of small results (:mod:`comparison.rows`) needs no more, and a frame costs about 0.1 ms.
         """
         if self._columns is None:
             rows = self._small_rows()

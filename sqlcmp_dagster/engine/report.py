@@ -17,7 +17,7 @@ from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
 from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of, \
     row_count
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
-from sqlcmp_dagster.engine.results import ResultComparison
+from sqlcmp_dagster.engine.comparison import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
 

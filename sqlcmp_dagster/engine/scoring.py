@@ -13,7 +13,7 @@ The weights are explicit module constants so that a report can be recomputed by 
 from __future__ import annotations
 
 from sqlcmp_dagster.engine.models import Severity
-from sqlcmp_dagster.engine.results import ResultComparison
+from sqlcmp_dagster.engine.comparison import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
 
 STRUCTURE_WEIGHTS = {"normalized_sql_match": 0.2, "clause_match": 0.3, "clause_similarity": 0.5}

@@ -1,12 +1,12 @@
-"""Layer 3 on small results in plain Python: the comparison of :mod:`results`, with row tuples, dicts and
-Counters instead of frame operations.
+"""The plain path: result comparison on small results in plain Python, with row tuples, dicts and Counters
+instead of frame operations.
 
 Each polars operation has a fixed cost of a fraction of a millisecond and one comparison takes about forty of
 them, so on results of a few rows (most Spider cases, every probe of the neighbor and fix searches) that fixed
-cost is the whole cost. :func:`results.compare_results` takes this path for results of at most
-``SMALL_RESULT_CELLS`` cells. It answers exactly as the frame path does, metric for metric
-(tests/test_properties.py runs its properties on both paths and checks that they agree field for field). Each
-step mirrors the frame-path function named in its docstring, where the rule itself is explained.
+cost is the whole cost. :func:`compare.compare_results` takes this path for results of at most
+``budgets.SMALL_RESULT_CELLS`` cells. It answers exactly as the frame path (:mod:`frames`) does, metric for
+metric (tests/test_properties.py runs its properties on both paths and checks that they agree field for field).
+Each step mirrors the frame-path function named in its docstring, where the rule itself is explained.
 
 Value semantics taken over from polars: a NULL compares as the NULL mode says; NaN equals NaN and -0.0 equals
 0.0 (polars' equality, joins and group-by); sorting puts NaN after every number and NULL last; similarity
@@ -25,31 +25,23 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.engine import results as frames
-from sqlcmp_dagster.engine.relation import Relation, tagged_text
+from sqlcmp_dagster.engine.comparison import budgets
+from sqlcmp_dagster.engine.comparison.mapping import choose_mapping
+from sqlcmp_dagster.engine.comparison.shared import ColumnStats, Paired, Rules, Tolerance, dtype_family, \
+    ties_checkable, type_class
 from sqlcmp_dagster.engine.models import ResolvedMode
-
-#: Results of at most this many cells (both sides' rows times the wider side's columns) take the plain path.
-#: Measured with benchmarks/small_results.py (2026-12-05, quiet: rows/frames 0.33-0.38 at 4,000 cells, 0.67-0.76
-#: at 10,000, 1.4-1.5 at 20,000), see BENCHMARKS.md.
-SMALL_RESULT_CELLS = 8_000
-#: The most checks of a pair of cells the plain path's tolerance passes make in one comparison (each pass: the
-#: rows left unpaired on each side, multiplied, times the columns compared within tolerance; the column
-#: permutation search may run a pass for each candidate mapping): polars makes a pass as one vectorized join,
-#: Python pair by pair. Beyond, the plain path stops (:class:`TooManyPairs`) and the comparison is made again on
-#: the frame path.
-SMALL_RESULT_PAIRS = 40_000
+from sqlcmp_dagster.engine.relation import Relation, tagged_text
 
 
 class TooManyPairs(Exception):
-    """The plain path's tolerance passes would check more than :data:`SMALL_RESULT_PAIRS` pairs of cells."""
+    """The plain path's tolerance passes would check more than :data:`budgets.SMALL_RESULT_PAIRS` pairs of cells."""
 
 
 class _PairBudget:
-    """What is left of :data:`SMALL_RESULT_PAIRS` for one comparison."""
+    """What is left of :data:`budgets.SMALL_RESULT_PAIRS` for one comparison."""
 
     def __init__(self) -> None:
-        self.left = SMALL_RESULT_PAIRS
+        self.left = budgets.SMALL_RESULT_PAIRS
 
     def spend(self, checks: int) -> None:
         self.left -= checks
@@ -63,10 +55,10 @@ Pairs = list[tuple[int, int]]
 def suits(expected: Relation, actual: Relation) -> bool:
     """Whether the plain path compares these results: small, and only types whose Python values keep polars'
     equality and order (not nested, categorical or object columns). What its tolerance passes check one pair at
-    a time is bounded as each pass begins (:data:`SMALL_RESULT_PAIRS` for the whole comparison): most results of
+    a time is bounded as each pass begins (:data:`budgets.SMALL_RESULT_PAIRS` for the whole comparison): most results of
     a few hundred rows pair exactly and never reach them."""
     cells = (expected.height + actual.height) * max(expected.width, actual.width, 1)
-    return cells <= SMALL_RESULT_CELLS and all(_plain(t) for t in (*expected.dtypes, *actual.dtypes))
+    return cells <= budgets.SMALL_RESULT_CELLS and all(_plain(t) for t in (*expected.dtypes, *actual.dtypes))
 
 
 def _plain(dtype: pl.DataType) -> bool:
@@ -75,7 +67,7 @@ def _plain(dtype: pl.DataType) -> bool:
 
 @dataclass
 class _Columns:
-    """The paired columns of both sides in comparable form (see :func:`results._comparable_frames`)."""
+    """The paired columns of both sides in comparable form (see :func:`frames._comparable_frames`)."""
 
     expected: list[Row]  # rows of the paired columns, in expected-column order
     actual: list[Row]
@@ -85,7 +77,7 @@ class _Columns:
 
 @dataclass
 class _Pairing:
-    """Rows paired (expected row, actual row) and those left unpaired, ascending (:class:`results.Pairing`)."""
+    """Rows paired (expected row, actual row) and those left unpaired, ascending (:class:`frames.Pairing`)."""
 
     pairs: Pairs
     unpaired_expected: list[int]
@@ -94,9 +86,9 @@ class _Pairing:
 
 
 def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: list[int] | None,
-         rules: frames.Rules, *, bounded: bool = False) -> frames.Paired:
-    """The plain path of :func:`results.compare_results` (mirrors ``results._pair_frames``). ``bounded``: raise
-    :class:`TooManyPairs` rather than check more than :data:`SMALL_RESULT_PAIRS` pairs of cells one by one."""
+         rules: Rules, *, bounded: bool = False) -> Paired:
+    """The plain path of :func:`compare.compare_results` (mirrors :func:`frames.pair`). ``bounded``: raise
+    :class:`TooManyPairs` rather than check more than :data:`budgets.SMALL_RESULT_PAIRS` pairs of cells one by one."""
     budget = _PairBudget() if bounded else None
     e_values, a_values = expected.columns()[1], actual.columns()[1]
 
@@ -108,7 +100,7 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
         bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, budget)
         return (columns, bag) if not (bag.unpaired_expected or bag.unpaired_actual) else None
 
-    mapping, matched, cut = frames.choose_mapping(
+    mapping, matched, cut = choose_mapping(
         expected, actual, positional=rules.positional, by_name=rules.by_name, rows_match=rows_match,
         similarity=lambda: _similarity(expected, actual))
     if matched is not None:
@@ -116,7 +108,7 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
     else:
         columns = comparable(mapping)
         bag = _pair_rows(columns.expected, columns.actual, columns.tolerant, rules, budget)
-    ties_checked = frames.ties_checkable(mode, order_keys, expected, actual, mapping)
+    ties_checked = ties_checkable(mode, order_keys, expected, actual, mapping)
     if expected.height == actual.height:
         if ties_checked:
             groups = _tie_groups(columns.expected, [_position(mapping, k) for k in order_keys or []])
@@ -130,7 +122,7 @@ def pair(expected: Relation, actual: Relation, mode: ResolvedMode, order_keys: l
         ordered, ordered_pass = bag, False
     pairing = ordered if mode in ("order-sensitive", "exact") else bag
     width = len(columns.numeric)
-    return frames.Paired(
+    return Paired(
         mapping=mapping, cut=cut, bag_matched=len(bag.pairs), matched=len(pairing.pairs),
         ordered_pass=ordered_pass, ties_checked=ties_checked,
         columns=_column_stats(expected, actual, mapping, columns, pairing, rules),
@@ -147,14 +139,14 @@ def _position(mapping: list[int | None], column: int) -> int:
 
 def _comparable(expected: Relation, actual: Relation, e_values: list[list[Any]], a_values: list[list[Any]],
                 mapping: list[int | None]) -> _Columns:
-    """Rows of the paired columns with one type per column (``results._comparable_frames``/``_unify``)."""
+    """Rows of the paired columns with one type per column (``frames._comparable_frames``/``_unify``)."""
     e_columns: list[list[Any]] = []
     a_columns: list[list[Any]] = []
     numeric: list[bool] = []
     tolerant: list[int] = []
     for i, j in ((i, j) for i, j in enumerate(mapping) if j is not None):
         left, right = expected.dtypes[i], actual.dtypes[j]
-        lf, rf = frames._dtype_family(left), frames._dtype_family(right)
+        lf, rf = dtype_family(left), dtype_family(right)
         if lf == "null":
             lf = rf
         if rf == "null":
@@ -168,7 +160,7 @@ def _comparable(expected: Relation, actual: Relation, e_values: list[list[Any]],
             e_col, a_col, number = _floats(expected, i), _floats(actual, j), True
             tolerant.append(len(numeric))
         else:
-            e_col, a_col, number = _tagged(expected, i), _tagged(actual, j), False
+            e_col, a_col, number = tagged_column(expected, i), tagged_column(actual, j), False
         e_columns.append(e_col)
         a_columns.append(a_col)
         numeric.append(number)
@@ -205,20 +197,20 @@ def _key(row: Row) -> Row:
 
 
 def _equal(left: Any, right: Any, nulls_equal: bool) -> bool:
-    """polars' ``left == right`` under the NULL rule (``results._cell_equal`` without tolerance)."""
+    """polars' ``left == right`` under the NULL rule (``frames._cell_equal`` without tolerance)."""
     if left is None or right is None:
         return nulls_equal and left is None and right is None
     return bool(left == right) or (left != left and right != right)
 
 
-def _close(left: Any, right: Any, tolerance: frames.Tolerance, nulls_equal: bool) -> bool:
-    """``results._cell_equal`` with tolerance: ``left`` is the expected value."""
+def _close(left: Any, right: Any, tolerance: Tolerance, nulls_equal: bool) -> bool:
+    """``frames._cell_equal`` with tolerance: ``left`` is the expected value."""
     if left is None or right is None:
         return nulls_equal and left is None and right is None
     return left == right or tolerance.close(left, right)
 
 
-def _cell_equal(tolerant: bool, rules: frames.Rules) -> Callable[[Any, Any], bool]:
+def _cell_equal(tolerant: bool, rules: Rules) -> Callable[[Any, Any], bool]:
     if tolerant:
         return lambda left, right: _close(left, right, rules.tolerance, rules.nulls_equal)
     return lambda left, right: _equal(left, right, rules.nulls_equal)
@@ -229,9 +221,9 @@ def _sort_key(row: Row, positions: Sequence[int]) -> tuple[Any, ...]:
     return tuple((2,) if row[p] is None else (1,) if row[p] != row[p] else (0, row[p]) for p in positions)
 
 
-def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules: frames.Rules,
+def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules: Rules,
                budget: _PairBudget | None = None) -> _Pairing:
-    """Bag pairing (``results.pair_rows``): exact copies one to one, then tolerant pairs of the rest (the pass
+    """Bag pairing (``frames.pair_rows``): exact copies one to one, then tolerant pairs of the rest (the pass
     over every pair of rows spends from ``budget``, and :class:`TooManyPairs` stops it)."""
     width = len(e_rows[0]) if e_rows else len(a_rows[0]) if a_rows else 0
     e_left, a_left = list(range(len(e_rows))), list(range(len(a_rows)))
@@ -241,7 +233,7 @@ def _pair_rows(e_rows: list[Row], a_rows: list[Row], tolerant: list[int], rules:
     if tolerant and e_left and a_left and (tolerance.atol > 0 or tolerance.rtol > 0):
         for matcher in (_ordered_tolerance_pairs, _greedy_tolerance_pairs):
             if matcher is _greedy_tolerance_pairs and budget is not None \
-                    and len(e_left) * len(a_left) <= frames._GREEDY_PAIR_BUDGET:
+                    and len(e_left) * len(a_left) <= budgets.GREEDY_PAIR_BUDGET:
                 budget.spend(len(e_left) * len(a_left) * len(tolerant))
             found = matcher(e_rows, a_rows, e_left, a_left, width, tolerant, rules)
             if found:
@@ -260,7 +252,7 @@ def _without(e_left: list[int], a_left: list[int], pairs: Pairs) -> tuple[list[i
 def _occurrence_pairs(e_rows: list[Row], a_rows: list[Row], e_ids: list[int], a_ids: list[int],
                       positions: list[int], nulls_equal: bool) -> Pairs:
     """Exact multiset pairing on ``positions``: the n-th copy pairs with the n-th copy
-    (``results._occurrence_join``)."""
+    (``frames._occurrence_join``)."""
     if not positions:
         return list(zip(e_ids, a_ids))
     waiting: dict[Row, deque[int]] = defaultdict(deque)
@@ -277,9 +269,9 @@ def _occurrence_pairs(e_rows: list[Row], a_rows: list[Row], e_ids: list[int], a_
 
 
 def _ordered_tolerance_pairs(e_rows: list[Row], a_rows: list[Row], e_left: list[int], a_left: list[int],
-                             width: int, tolerant: list[int], rules: frames.Rules) -> Pairs:
+                             width: int, tolerant: list[int], rules: Rules) -> Pairs:
     """Residual rows paired by numeric order within groups equal on the other columns
-    (``results._ordered_tolerance_pairs``)."""
+    (``frames._ordered_tolerance_pairs``)."""
     exact = [p for p in range(width) if p not in tolerant]
 
     def ranked(rows: list[Row], ids: list[int]) -> dict[tuple[Row, int], int]:
@@ -304,9 +296,9 @@ def _ordered_tolerance_pairs(e_rows: list[Row], a_rows: list[Row], e_left: list[
 
 
 def _greedy_tolerance_pairs(e_rows: list[Row], a_rows: list[Row], e_left: list[int], a_left: list[int],
-                            width: int, tolerant: list[int], rules: frames.Rules) -> Pairs:
-    """Every candidate pair within tolerance, closest first, each row once (``results._greedy_tolerance_pairs``)."""
-    if len(e_left) * len(a_left) > frames._GREEDY_PAIR_BUDGET:
+                            width: int, tolerant: list[int], rules: Rules) -> Pairs:
+    """Every candidate pair within tolerance, closest first, each row once (``frames._greedy_tolerance_pairs``)."""
+    if len(e_left) * len(a_left) > budgets.GREEDY_PAIR_BUDGET:
         return []
     exact = [p for p in range(width) if p not in tolerant]
     partners: dict[Row, list[int]] = defaultdict(list)  # the join on the exact columns
@@ -341,8 +333,8 @@ def _distance(left: float | None, right: float | None) -> float:
     return 0.0 if diff != diff else diff
 
 
-def _positional(columns: _Columns, rules: frames.Rules) -> _Pairing:
-    """Row n against row n only (``results._positional_pairing``)."""
+def _positional(columns: _Columns, rules: Rules) -> _Pairing:
+    """Row n against row n only (``frames._positional_pairing``)."""
     equal = [_cell_equal(p in columns.tolerant, rules) for p in range(len(columns.numeric))]
     count = min(len(columns.expected), len(columns.actual))
     matched = [i for i in range(count)
@@ -354,7 +346,7 @@ def _positional(columns: _Columns, rules: frames.Rules) -> _Pairing:
 
 def _tie_groups(rows: list[Row], positions: list[int]) -> list[int]:
     """Group number of each expected row: consecutive rows with equal ORDER BY keys share one
-    (``results._tie_groups``)."""
+    (``frames._tie_groups``)."""
     groups: list[int] = []
     group, previous = 0, None
     for row in rows:
@@ -367,11 +359,11 @@ def _tie_groups(rows: list[Row], positions: list[int]) -> list[int]:
 
 
 def _column_stats(expected: Relation, actual: Relation, mapping: list[int | None], columns: _Columns,
-                  pairing: _Pairing, rules: frames.Rules) -> list[frames.ColumnStats]:
-    """Cells of paired rows compared column by column (``results._column_stats``)."""
+                  pairing: _Pairing, rules: Rules) -> list[ColumnStats]:
+    """Cells of paired rows compared column by column (``frames._column_stats``)."""
     paired = [(i, j) for i, j in enumerate(mapping) if j is not None]
     numeric = {i: columns.numeric[p] for p, (i, _) in enumerate(paired)}
-    stats = [frames.ColumnStats(name=expected.names[i], actual_index=j,
+    stats = [ColumnStats(name=expected.names[i], actual_index=j,
                                 actual_name=None if j is None else actual.names[j], numeric=numeric.get(i, False))
              for i, j in enumerate(mapping)]
     if pairing.aligned is not None:
@@ -409,9 +401,9 @@ def _max(values: list[float]) -> float | None:
     return max(numbers) if numbers else math.nan
 
 
-def _near_pairs(columns: _Columns, pairing: _Pairing, rules: frames.Rules) -> Pairs:
+def _near_pairs(columns: _Columns, pairing: _Pairing, rules: Rules) -> Pairs:
     """Unpaired rows that agree on all columns but one, then the rest by sorted position
-    (``results._near_pairs``)."""
+    (``frames._near_pairs``)."""
     e_left, a_left = pairing.unpaired_expected, pairing.unpaired_actual
     if not (e_left and a_left) or len(e_left) > rules.max_rows or len(a_left) > rules.max_rows:
         return []
@@ -435,7 +427,7 @@ def _near_pairs(columns: _Columns, pairing: _Pairing, rules: frames.Rules) -> Pa
 
 
 def _similarity(expected: Relation, actual: Relation) -> list[list[float]]:
-    """Multiset similarity of every expected column with every actual column (``results._column_similarity``)."""
+    """Multiset similarity of every expected column with every actual column (``similarity.column_similarity``)."""
     left = [_counts(expected, i) for i in range(expected.width)]
     right = [_counts(actual, j) for j in range(actual.width)]
     total = expected.height + actual.height
@@ -455,12 +447,12 @@ def _similarity(expected: Relation, actual: Relation) -> list[list[float]]:
 def _counts(relation: Relation, index: int) -> tuple[bool, Counter[Any]]:
     """Whether column ``index`` of ``relation`` compares as numbers, and how often each of its values occurs
     (numbers rounded to 9 decimals, everything else as tagged text)."""
-    family = frames._type_class(relation.dtypes[index])
+    family = type_class(relation.dtypes[index])
     if family == "numeric":
         return True, Counter(None if v is None else _NAN if v != v else _round9(v) for v in _floats(relation, index))
     if family == "null":
         return False, Counter(relation.columns()[1][index])
-    return False, Counter(_tagged(relation, index))
+    return False, Counter(tagged_column(relation, index))
 
 
 def _round9(value: float) -> float:
@@ -471,8 +463,8 @@ def _round9(value: float) -> float:
     return round(scaled) / 1e9
 
 
-def _tagged(relation: Relation, index: int) -> list[str | None]:
-    """:func:`execution.tagged_text` of column ``index`` of ``relation``, written in Python where its text is
+def tagged_column(relation: Relation, index: int) -> list[str | None]:
+    """:func:`relation.tagged_text` of column ``index`` of ``relation``, written in Python where its text is
     known (booleans, numbers, text, bytes), by polars for the rest (dates and times)."""
     dtype, values = relation.dtypes[index], relation.columns()[1][index]
     if dtype == pl.Boolean:
@@ -510,7 +502,7 @@ def _float_text(value: float) -> str:
 
 
 def _sample(values: list[list[Any]], rows: list[int], limit: int = 5) -> list[list[Any]]:
-    """The first ``limit`` of the given rows in value order (``results._sample``)."""
+    """The first ``limit`` of the given rows in value order (``frames._sample``)."""
     if not values:
         return []
     picked = [tuple(column[i] for column in values) for i in sorted(rows)]
