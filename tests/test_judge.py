@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from conftest import JUDGE_PASS, ChatServer
-from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, _short, build_prompt, \
+from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
     judge_reports, prepare
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -178,9 +178,14 @@ def test_an_answer_that_breaks_the_parser_is_its_cases_alone(sample_dir: Path,
     assert report.ai_advisory_verdict == "pass"
 
 
-def test_the_api_key_never_reaches_a_report() -> None:
+def test_the_api_key_never_reaches_a_report(sample_dir: Path) -> None:
     """A provider or gateway may echo the request's Authorization header in its error; the error's text went
     into the report's warnings as it was (a review's finding)."""
-    config = JudgeConfig(model="openai/m", api_key="sk-SECRET-123", api_base="https://user:pw-SECRET@gw.invalid/v1")
-    error = RuntimeError("401 bad key Bearer sk-SECRET-123 for https://user:pw-SECRET@gw.invalid/v1")
-    assert _short(error, config) == "401 bad key Bearer [redacted] for https://user:[redacted]@gw.invalid/v1"
+    echo = RuntimeError("401 bad key Bearer sk-SECRET-123 for https://user:pw-SECRET@gw.invalid/v1")
+    config = JudgeConfig(model="openai/m", api_key="sk-SECRET-123", api_base="https://user:pw-SECRET@gw.invalid/v1",
+                         max_retries=0, litellm_params={"mock_response": echo})
+    report = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
+    assert report.ai_advisory_verdict is None
+    assert any("Bearer [redacted] for https://user:[redacted]@gw.invalid/v1" in w for w in report.warnings), \
+        report.warnings
+    assert "SECRET" not in report.model_dump_json()
