@@ -455,9 +455,9 @@ def _column_stats(
         others = pl.concat([rest[_ROW], pairing.unpaired_expected.cast(pl.Int64)])
         itself = e_frame.with_columns(pl.col(k).alias(f"{k}_right") for k in keys)
         parts.append(_figures(itself, measures, counts, ~pl.col(_ROW).is_in(others.implode())))
-    summary = {name: (sum(int(p[name] or 0) for p in parts) if name in counts
-                      else pl.Series([p[name] for p in parts], dtype=pl.Float64).max())
-               for name in parts[0]}
+    summary: dict[str, Any] = {name: (sum(int(p[name] or 0) for p in parts) if name in counts
+                                      else pl.Series([p[name] for p in parts], dtype=pl.Float64).max())
+                               for name in parts[0]}
     for stat, key in zip(stats, [f"k{i}" for i in range(len(mapping))]):
         if stat.actual_index is None:
             continue

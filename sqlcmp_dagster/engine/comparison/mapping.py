@@ -71,7 +71,7 @@ def choose_mapping(
             options = options[:budgets.MAX_PERMUTATIONS]
             cut = f"more than {budgets.MAX_PERMUTATIONS} candidate mappings"
         candidates += sorted((p for p in options if p != greedy),
-                             key=lambda p: sum(abs(i - c) for i, c in enumerate(p)))
+                             key=lambda p: sum(abs(i - c) for i, c in enumerate(p) if c is not None))
     cells = 0
     for candidate in candidates:
         if candidate == identity and k == j:
