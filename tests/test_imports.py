@@ -36,11 +36,6 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
 
 #: Private names used across modules today, as (using module, owning module, name).
 KNOWN_PRIVATE_USES: set[tuple[str, str, str]] = {
-    # issue 33: equivalence builds on parsing's scope helpers and its parse clock.
-    (f"{ENGINE}.equivalence", f"{ENGINE}.parsing", "_scope_columns"),
-    (f"{ENGINE}.equivalence", f"{ENGINE}.parsing", "_scope_sources"),
-    (f"{ENGINE}.equivalence", f"{ENGINE}.parsing", "_scope_tables"),
-    (f"{ENGINE}.equivalence", f"{ENGINE}.parsing", "_tick"),
     # issue 34: the neighbor tests patch the proof's printer and read the scratch databases' process caches.
     ("tests.test_neighbors", f"{ENGINE}.equivalence", "_proof_text"),
     ("tests.test_neighbors", f"{ENGINE}.neighbor_scratch", "_CACHE"),
