@@ -422,7 +422,7 @@ class _NoRows(Exception):
     """The statement ran but produced no result set (it was not a query)."""
 
 
-def _create_engine(url: str, **options: Any) -> sa.Engine:
+def _create_engine(url: str | sa.URL, **options: Any) -> sa.Engine:
     """A SQLAlchemy engine without a pool (each session its own connection)."""
     import sqlalchemy as sa
     from sqlalchemy.pool import NullPool

@@ -148,12 +148,15 @@ def cut_cell(value: Any, limit: int) -> Any:
     """
     if isinstance(value, (memoryview, bytearray)):
         value = bytes(value)
-    if isinstance(value, (str, bytes)) and len(value) > limit and not isinstance(value, (CutText, CutBytes)):
-        whole = value if isinstance(value, bytes) else value.encode("utf-8", errors="surrogatepass")
-        unit = "bytes" if isinstance(value, bytes) else "characters"
-        marker = f"…[cut at {limit} of {len(value)} {unit}, sha256 {hashlib.sha256(whole).hexdigest()[:16]}]"
-        return value[:limit] + (marker.encode() if isinstance(value, bytes) else marker)
-    return value
+    if isinstance(value, (CutText, CutBytes)) or not isinstance(value, (str, bytes)) or len(value) <= limit:
+        return value
+    if isinstance(value, bytes):
+        return value[:limit] + _cut_marker(value, limit, len(value), "bytes").encode()
+    return value[:limit] + _cut_marker(value.encode("utf-8", errors="surrogatepass"), limit, len(value), "characters")
+
+
+def _cut_marker(whole: bytes, limit: int, length: int, unit: str) -> str:
+    return f"…[cut at {limit} of {length} {unit}, sha256 {hashlib.sha256(whole).hexdigest()[:16]}]"
 
 
 def cut_warning(count: int, limit: int) -> list[str]:

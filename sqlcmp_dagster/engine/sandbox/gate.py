@@ -178,7 +178,7 @@ def unicode_escape(sql: str) -> str | None:
     return None
 
 
-def _denied_node(node: exp.Expression, dialect: str) -> str | None:
+def _denied_node(node: exp.Expr, dialect: str) -> str | None:
     """The gate's refusal of one node by name: a denied function, a denied relation, a DuckDB path scan."""
     if isinstance(node, exp.Func):
         names = [node.name] if isinstance(node, exp.Anonymous) else list(type(node).sql_names())
