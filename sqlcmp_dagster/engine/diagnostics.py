@@ -264,7 +264,7 @@ class _Signals:
 
     def explosion(self) -> bool:
         ratio = (self.m + 1) / (self.n + 1)
-        return (ratio >= EXPLOSION_RATIO or ratio <= 1 / EXPLOSION_RATIO) and abs(self.m - self.n) >= 2
+        return bool((ratio >= EXPLOSION_RATIO or ratio <= 1 / EXPLOSION_RATIO) and abs(self.m - self.n) >= 2)
 
     def corroboration(self, source: SourceClause) -> int:
         """How many independent signals point at ``source``."""
@@ -321,10 +321,10 @@ class _Signals:
         if self.aggregates_differ:
             out.append(f"aggregate functions differ: expected {self.expected.aggregates or 'none'}, "
                        f"actual {self.actual.aggregates or 'none'}")
-        for name, detail in self.clause_match.items():
-            if not detail["match"]:
-                out.append(f"{name.replace('_', ' ')} differs: expected {detail['expected'] or 'none'}, "
-                           f"actual {detail['actual'] or 'none'}")
+        for name, clause in self.clause_match.items():
+            if not clause["match"]:
+                out.append(f"{name.replace('_', ' ')} differs: expected {clause['expected'] or 'none'}, "
+                           f"actual {clause['actual'] or 'none'}")
         return out
 
 

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -137,7 +137,7 @@ class ResponseCache:
             if key in self._memory:
                 return self._memory[key]
         if self.folder is not None and (self.folder / f"{key}.json").is_file():
-            return json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8"))
+            return cast(dict[str, Any], json.loads((self.folder / f"{key}.json").read_text(encoding="utf-8")))
         return None
 
     def put(self, key: str, entry: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 from sqlglot import exp
@@ -77,7 +77,7 @@ def _side_payload(side: Side) -> dict[str, Any]:
 
 def _side_from_payload(payload: dict[str, Any], blob: bytes) -> Side:
     parse = payload["parse"]
-    ast = exp.Expression.load(parse["ast"]) if parse["ast"] is not None else None
+    ast = cast(exp.Expression, exp.Expression.load(parse["ast"])) if parse["ast"] is not None else None
     parsed = ParseOutcome(parse["success"], ast, parse["normalized_sql"], parse["error"], parse["statement_count"])
     execution = None
     if payload["execution"] is not None:

@@ -303,8 +303,9 @@ def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label,
             whole.append(tuple(labels))
     if compound:
         edits += [((clause, None),) for clause in _differing(start, expected, shapes, _TOP_CLAUSES)]
-        for position, (mine, theirs) in enumerate(zip(_operators(start), _operators(expected)), start=2):
-            if _operator_key(mine) != _operator_key(theirs):
+        for position, (our_operator, their_operator) in enumerate(zip(_operators(start), _operators(expected)),
+                                                                  start=2):
+            if _operator_key(our_operator) != _operator_key(their_operator):
                 edits.append((("set_operators", position if len(targets) > 2 else None),))
     edits.sort(key=lambda edit: -CLAUSE_WEIGHTS[edit[0][0]])
     return _Pairing(start, base, edits + whole)

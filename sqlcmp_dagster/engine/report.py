@@ -8,6 +8,7 @@ only annotate. Every report carries every top-level key, null where it does not 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
@@ -297,7 +298,7 @@ def _report(validation: Validation, *, verdict: str, overall: float, severity_la
     all_timings = {**validation.timings, **(timings or {})}
     return Report(
         case_id=request.case_id,
-        deterministic_verdict=verdict,  # type: ignore[arg-type]
+        deterministic_verdict=verdict,
         ai_advisory_verdict=None,
         verdict_consistency_flag=None,
         overall_score=overall,
@@ -305,11 +306,11 @@ def _report(validation: Validation, *, verdict: str, overall: float, severity_la
         result_score=result[1] if result is not None else None,
         diagnostic_scores={k: diagnostics[k] for k in DIAGNOSTIC_SCORE_KEYS} if diagnostics is not None else None,
         performance_scores=performance,
-        severity=severity_label,  # type: ignore[arg-type]
+        severity=severity_label,
         explanations=explanations,
         mismatch_map=mismatch_map,
         error_types=_error_types(validation),
-        blocked_reason=blocked_reason,  # type: ignore[arg-type]
+        blocked_reason=blocked_reason,
         warnings=_unique(warnings),
         validity=_validity(validation),
         evidence=evidence,
@@ -344,7 +345,8 @@ def _validation_metrics(validation: Validation, chosen_index: int | None) -> dic
 
 def _first_expected(validation: Validation) -> int:
     """The alternative to show when none was chosen: the first that ran, else the first that parsed."""
-    for predicate in (lambda s: s.executed_ok, lambda s: s.parsed.success):
+    predicates: tuple[Callable[[Side], bool], ...] = (lambda s: s.executed_ok, lambda s: s.parsed.success)
+    for predicate in predicates:
         for index, side in enumerate(validation.expected):
             if predicate(side):
                 return index

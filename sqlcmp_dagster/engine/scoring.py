@@ -29,8 +29,8 @@ def structure_score(structure: StructuralComparison) -> float:
     clauses = structure.clause_match.values()
     share = sum(c["match"] for c in clauses) / len(clauses)
     w = STRUCTURE_WEIGHTS
-    return round(w["normalized_sql_match"] * structure.normalized_sql_match + w["clause_match"] * share
-                 + w["clause_similarity"] * (1 - structure.clause_weighted_distance), 6)
+    return float(round(w["normalized_sql_match"] * structure.normalized_sql_match + w["clause_match"] * share
+                       + w["clause_similarity"] * (1 - structure.clause_weighted_distance), 6))
 
 
 def result_score(result: ResultComparison) -> float:
@@ -38,10 +38,10 @@ def result_score(result: ResultComparison) -> float:
     rows = max(card["expected_rows"], card["actual_rows"], 1)
     closeness = 1 - min(1.0, abs(card["delta"]) / rows)
     w = RESULT_WEIGHTS
-    return round(w["schema_match"] * result.schema_match["match"] + w["row_overlap"] * result.row_overlap
-                 + w["cell_overlap"] * result.cell_overlap + w["cardinality_match"] * closeness
-                 + w["numeric_tolerance_match"] * result.numeric_tolerance_match["match"]
-                 + w["null_handling_match"] * result.null_handling_match, 6)
+    return float(round(w["schema_match"] * result.schema_match["match"] + w["row_overlap"] * result.row_overlap
+                       + w["cell_overlap"] * result.cell_overlap + w["cardinality_match"] * closeness
+                       + w["numeric_tolerance_match"] * result.numeric_tolerance_match["match"]
+                       + w["null_handling_match"] * result.null_handling_match, 6))
 
 
 def overall_score(result: float, structure: float, passed: bool) -> float:

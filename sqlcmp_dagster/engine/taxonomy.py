@@ -7,11 +7,12 @@ message is always kept beside the category, so an ``unknown_error`` loses nothin
 from __future__ import annotations
 
 import re
+from typing import cast
 
 from sqlcmp_dagster.engine.models import ErrorCategory, ExecutionError
 
 _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
-    (category, re.compile(pattern, re.IGNORECASE))
+    (cast(ErrorCategory, category), re.compile(pattern, re.IGNORECASE))
     for category, pattern in (
         ("timeout", r"\binterrupted\b|interrupt error|statement timeout|canceling statement due to"
                     r"|query timed out"),
