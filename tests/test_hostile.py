@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter, PrivilegedRoleErro
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.pipeline import Evaluator, compare
+from sqlcmp_dagster.engine.sandbox.postgres import APPLICATION_NAME
 
 CORPUS: list[dict[str, str]] = yaml.safe_load((Path(__file__).parent / "hostile_sql.yaml").read_text("utf-8"))
 #: A parse of SELECT 1 handed in with other SQL: the gate passes, so only the engine can refuse.
@@ -77,6 +79,23 @@ def pg_state(admin_url: str) -> dict[str, Any]:
         }
 
 
+def after_case_backends(admin_url: str) -> int:
+    """The adapter's sessions (named APPLICATION_NAME) still on the server a moment after a case ended."""
+    engine = sa.create_engine(admin_url)
+    try:
+        for _ in range(20):
+            with engine.connect() as connection:
+                alive = connection.execute(sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = :name AND pid <> pg_backend_pid()"),
+                    {"name": APPLICATION_NAME}).scalar()
+            if not alive:
+                return 0
+            time.sleep(0.1)
+        return int(alive or 0)
+    finally:
+        engine.dispose()
+
+
 def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -115,6 +134,8 @@ def test_corpus_is_refused_with_its_reason(entry: dict[str, str], canary: tuple[
     assert list(tmp_path.iterdir()) == []  # no log, export or attached file was created
     after = pg_state(request.getfixturevalue("pg")[1]) if engine == "postgres" else digest(Path(target))
     assert after == before
+    if engine == "postgres":  # no backend of the case outlives it (seen from an administrator's session)
+        assert after_case_backends(request.getfixturevalue("pg")[1]) == 0
 
 
 @pytest.mark.parametrize("sql", [
