@@ -115,18 +115,18 @@ def cache_part(suite: Path, db_dir: Path) -> None:
     """Three models over the same questions in one batch: how often each expected query is executed (every
     expected query goes through the batch cache's lookup; a miss is followed by one execution)."""
     from sqlcmp_dagster.cases.suite import load_suite
-    from sqlcmp_dagster.engine import pipeline
+    from sqlcmp_dagster.engine import layers, pipeline
 
     cases = load_suite(suite).cases
     runs: Counter[object] = Counter()
-    lookup = pipeline.ExpectedResults.get
+    lookup = layers.ExpectedResults.get
 
-    def counting(self: pipeline.ExpectedResults, key: tuple[object, ...]) -> object:
+    def counting(self: layers.ExpectedResults, key: tuple[object, ...]) -> object:
         hit = lookup(self, key)
         runs[key[-2]] += hit is None  # key[-2] is the SQL text
         return hit
 
-    pipeline.ExpectedResults.get = counting  # type: ignore[method-assign, assignment]
+    layers.ExpectedResults.get = counting  # type: ignore[method-assign, assignment]
     started = time.perf_counter()
     reports = pipeline.Evaluator(db_dir=db_dir).evaluate_all(cases)
     print(json.dumps({"cases": len(reports), "seconds": time.perf_counter() - started,

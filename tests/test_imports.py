@@ -27,12 +27,7 @@ PACKAGE = "sqlcmp_dagster"
 ENGINE = "sqlcmp_dagster.engine"
 #: Imports that close a cycle today, as (importer, imported); without them the graph has none. Each is removed by
 #: the issue named beside it.
-KNOWN_CYCLE_EDGES: set[tuple[str, str]] = {
-    # pipeline -> judge/neighbors/report -> pipeline: the layer-1 types (Side, Validation, resolve_mode) live in
-    # the orchestrator; issue 40 moves them to engine/validation.py.
-    (f"{ENGINE}.neighbors", f"{ENGINE}.pipeline"),
-    (f"{ENGINE}.report", f"{ENGINE}.pipeline"),
-}
+KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 #: Private names used across modules today, as (using module, owning module, name).
 KNOWN_PRIVATE_USES: set[tuple[str, str, str]] = {
@@ -46,10 +41,6 @@ KNOWN_PRIVATE_USES: set[tuple[str, str, str]] = {
     ("tests.test_object_store", "sqlcmp_dagster.resources.storage", "_next_name"),
     ("tests.test_object_store", "sqlcmp_dagster.resources.storage", "_store_batch"),
     ("tests.test_object_store", "sqlcmp_dagster.resources.storage", "_stored_rows"),
-    # issue 40: the pipeline tests reach into batch scheduling and the worker pool.
-    ("tests.test_pipeline", f"{ENGINE}.pipeline", "_chunks"),
-    ("tests.test_pipeline", f"{ENGINE}.pipeline", "_looks_cheap"),
-    ("tests.test_pipeline", f"{ENGINE}.pipeline", "_pool"),
 }
 
 

@@ -16,10 +16,11 @@ from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, sample_suit
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine import batch, pipeline
+from sqlcmp_dagster.engine.layers import ExpectedResults, validate
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine import pipeline
 from sqlcmp_dagster.engine.neighbors import NEIGHBOR_METRICS
-from sqlcmp_dagster.engine.pipeline import Evaluator, ExpectedResults, validate
+from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 
 TOP_LEVEL_KEYS = {
@@ -332,10 +333,10 @@ def test_worker_chunks_end_with_cheap_looking_cases_one_at_a_time() -> None:
     cases = [CompareRequest(case_id=f"{db}{q}{i}", expected_sql=f"SELECT {q} FROM t", db=db,
                             actual_sql=f"select  {q}  from T" if q % 2 else f"SELECT {q} + 1 FROM t")
              for db in ("a", "b") for q in range(20) for i in range(3)]
-    chunks = pipeline._chunks(cases, 2)
+    chunks = batch.chunks(cases, 2)
     order = [i for chunk in chunks for i, _ in chunk]
     assert sorted(order) == list(range(len(cases)))
-    assert [pipeline._looks_cheap(cases[i]) for i in order] == [False] * 60 + [True] * 60
+    assert [batch.looks_cheap(cases[i]) for i in order] == [False] * 60 + [True] * 60
     groups = [(cases[i].db, cases[i].expected_sql[0]) for i in order]
     assert all(groups.index(g) + 3 == len(groups) - groups[::-1].index(g) for g in groups)  # answers together
     sizes = [len(chunk) for chunk in chunks]
@@ -345,7 +346,7 @@ def test_worker_chunks_end_with_cheap_looking_cases_one_at_a_time() -> None:
 def test_worker_processes_run_polars_on_one_thread(sample_dir: Path) -> None:
     """Two workers on two cores each with polars' default pool (a thread per core) would oversubscribe them."""
     before = dict(os.environ)
-    with pipeline._pool(Evaluator(db_dir=sample_dir), 2) as pool:
+    with batch.worker_pool(Evaluator(db_dir=sample_dir), 2) as pool:
         assert pool.submit(pl.thread_pool_size).result() == 1
     assert dict(os.environ) == before  # this process keeps its own setting
 
@@ -360,7 +361,7 @@ def test_a_batch_runs_under_the_batch_collector_and_gives_the_process_its_own_ba
         cases, progress=lambda report: seen.append((gc.get_threshold(), gc.get_freeze_count() > 0)))
     assert seen == [(BATCH_THRESHOLDS, True)] * len(cases)
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
-    with pipeline._pool(Evaluator(db_dir=sample_dir), 2) as pool:
+    with batch.worker_pool(Evaluator(db_dir=sample_dir), 2) as pool:
         assert pool.submit(gc.get_threshold).result() == BATCH_THRESHOLDS
         assert pool.submit(gc.get_freeze_count).result() > 0
 

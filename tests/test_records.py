@@ -8,8 +8,8 @@ import pytest
 
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
-from sqlcmp_dagster.engine.pipeline import Evaluator, choose, diagnostic_layer, result_layer, structural_layer, \
-    validate
+from sqlcmp_dagster.engine.layers import choose, diagnostic_layer, result_layer, structural_layer, validate
+from sqlcmp_dagster.engine.pipeline import Evaluator
 import polars as pl
 
 from sqlcmp_dagster.engine.records import (DIAGNOSTICS, RESULT, STRUCTURE, diagnostics_from_row, diagnostics_row,

@@ -27,8 +27,9 @@ from sqlcmp_dagster.engine.neighbors import neighborhood_of
 from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.comparison import Rules
-from sqlcmp_dagster.engine.pipeline import Evaluator, resolve_mode
+from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.structure import query_shape
+from sqlcmp_dagster.engine.validation import resolve_mode
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
 
 pytestmark = pytest.mark.spider

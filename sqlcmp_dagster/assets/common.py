@@ -22,7 +22,8 @@ from sqlcmp_dagster.contracts import SCHEMAS, contract_check, contract_spec
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
 from sqlcmp_dagster.engine.models import CompareRequest, Report
-from sqlcmp_dagster.engine.pipeline import CASE_FAULTS, Validation, fault_text, finish_timings
+from sqlcmp_dagster.engine.layers import CASE_FAULTS, fault_text, finish_timings
+from sqlcmp_dagster.engine.validation import Validation
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
     validation_from_record
 from sqlcmp_dagster.engine.version import ENGINE_VERSION

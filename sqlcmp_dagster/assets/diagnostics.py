@@ -5,7 +5,7 @@ from typing import Any
 import polars as pl
 
 from sqlcmp_dagster.assets.common import chosen, joined, layer_asset, per_case, validation_of
-from sqlcmp_dagster.engine.pipeline import diagnostic_layer, performance_layer
+from sqlcmp_dagster.engine.layers import diagnostic_layer, performance_layer
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.records import diagnostics_row, result_from_row, structure_from_row
 from sqlcmp_dagster.resources import DatabaseResource

@@ -6,7 +6,7 @@ import polars as pl
 
 from sqlcmp_dagster.assets.common import RECORDS, layer_asset, per_case, validation_of
 from sqlcmp_dagster.contracts.schemas import frame_schema
-from sqlcmp_dagster.engine.pipeline import execute_layer
+from sqlcmp_dagster.engine.layers import execute_layer
 from sqlcmp_dagster.engine.records import validation_record
 from sqlcmp_dagster.engine.report import blocked_by
 from sqlcmp_dagster.resources import DatabaseResource

@@ -8,7 +8,7 @@ import polars as pl
 from sqlcmp_dagster.assets.common import RECORDS, cases_partitions, layer_asset, per_case
 from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.contracts.schemas import frame_schema
-from sqlcmp_dagster.engine.pipeline import parse_layer, resolve_dialect
+from sqlcmp_dagster.engine.layers import parse_layer, resolve_dialect
 from sqlcmp_dagster.engine.records import validation_record
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 

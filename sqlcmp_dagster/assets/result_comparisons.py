@@ -5,7 +5,7 @@ from typing import Any
 import polars as pl
 
 from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
-from sqlcmp_dagster.engine.pipeline import choose, result_layer
+from sqlcmp_dagster.engine.layers import choose, result_layer
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.records import result_row
 from sqlcmp_dagster.resources import DatabaseResource

@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlglot import exp
 
@@ -41,9 +41,7 @@ from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.comparison import ResultComparison, Rules, can_pass, compare_results, suits
 from sqlcmp_dagster.engine.scoring import overall_score, severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
-
-if TYPE_CHECKING:
-    from sqlcmp_dagster.engine.pipeline import Side, Validation
+from sqlcmp_dagster.engine.validation import Side, Validation, resolve_mode
 
 #: Names of the Layer 4 neighbor metrics (docs/neighbor-databases.md), in ``metrics.diagnostics``.
 NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
@@ -107,8 +105,6 @@ class _Search:
     tested: dict[Hashable, tuple[_Run, Scratch] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        from sqlcmp_dagster.engine.pipeline import resolve_mode
-
         dialect = self.validation.dialect
         sides = [self.validation.actual, *(self.validation.expected[i] for i in self.validation.runnable())]
         self.semantics = {id(side): (resolve_mode(self.config, side.shape(dialect)), side.shape(dialect))

@@ -19,7 +19,7 @@ from sqlcmp_dagster.engine.diagnostics import SCORES
 from sqlcmp_dagster.engine.relation import Execution, Relation
 from sqlcmp_dagster.engine.models import CompareRequest, ExecutionError, Report
 from sqlcmp_dagster.engine.parsing import ParseOutcome
-from sqlcmp_dagster.engine.pipeline import Side, Validation
+from sqlcmp_dagster.engine.validation import Side, Validation
 from sqlcmp_dagster.engine.comparison import ColumnStats, ResultComparison
 from sqlcmp_dagster.engine.structure import CLAUSE_WEIGHTS, StructuralComparison
 

@@ -23,7 +23,7 @@ from sqlcmp_dagster.engine.structure import StructuralComparison
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
 
 if TYPE_CHECKING:
-    from sqlcmp_dagster.engine.pipeline import Side, Validation
+    from sqlcmp_dagster.engine.validation import Side, Validation
 
 
 #: The twelve diagnostic metrics, in the report's order.

@@ -1,0 +1,139 @@
+"""Batch scheduling: the cases of ``evaluate --workers N`` in worker processes, grouped so that each worker's
+expected-result cache serves them, and a worker's death confined to the cases it held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from typing import Protocol
+
+from sqlcmp_dagster.engine.collector import tune_worker
+from sqlcmp_dagster.engine.judge import PendingJudgment
+from sqlcmp_dagster.engine.layers import finish_timings
+from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.report import fault_report
+from sqlcmp_dagster.engine.workers import start_server
+
+#: Most cases handed to a worker process at a time: enough to amortize the hand-over (about a millisecond).
+_CHUNK = 8
+#: What evaluating one case gives: its report, and the judge's prompt when a judge is configured.
+Done = tuple[Report, PendingJudgment | None]
+
+
+class CaseRunner(Protocol):
+    """What the batch runs cases with (the :class:`~sqlcmp_dagster.engine.pipeline.Evaluator`): sent once to
+    each worker process, which keeps one batch cache for its life."""
+
+    def begin_batch(self) -> None:
+        """Start the state a batch shares between its cases (the expected-result cache)."""
+
+    def deterministic(self, request: CompareRequest) -> Done:
+        """One case's report and the judge's prompt; never raises for anything the case contains."""
+
+
+#: The runner of a worker process (set by the pool's initializer).
+_WORKER: CaseRunner | None = None
+
+
+def _start_worker(runner: CaseRunner) -> None:
+    global _WORKER
+    tune_worker()
+    runner.begin_batch()  # one cache per worker, for the whole batch
+    _WORKER = runner
+
+
+def _work(chunk: list[tuple[int, CompareRequest]]) -> list[tuple[int, Done]]:
+    assert _WORKER is not None, "a worker process starts with its runner"
+    return [(index, _WORKER.deterministic(case)) for index, case in chunk]
+
+
+def chunks(cases: Sequence[CompareRequest], workers: int) -> list[list[tuple[int, CompareRequest]]]:
+    """Cases grouped by database and expected SQL (stable), cut into chunks: a worker sees a question's
+    answers together, so its expected-result cache serves them, and it keeps few databases open.
+
+    The workers should run out of work at nearly the same time, so the batch ends with its cheapest cases in
+    its smallest chunks: groups whose answers all look cheap (:func:`looks_cheap`) come last, and chunks shrink
+    towards the end (a quarter of what is left per worker, at most :data:`_CHUNK`, at least one case). On
+    Spider dev one chunk of eight takes 0.08 s at the median and up to 0.5 s."""
+    def group(i: int) -> tuple[str, tuple[str, ...]]:
+        return cases[i].db or "", tuple(cases[i].expected_sql)
+
+    costly = {group(i) for i in range(len(cases)) if not looks_cheap(cases[i])}
+    order = sorted(range(len(cases)), key=lambda i: (group(i) not in costly, group(i)))
+    cut, start = [], 0
+    while start < len(order):
+        size = max(1, min(_CHUNK, (len(order) - start) // (workers * 4)))
+        cut.append([(i, cases[i]) for i in order[start:start + size]])
+        start += size
+    return cut
+
+
+def looks_cheap(case: CompareRequest) -> bool:
+    """Whether the answer is one of its expected queries but for spacing and letter case: such a case usually
+    passes with neither the fix search (it runs on failures) nor the neighbor search (identical canonical SQL is
+    not searched). On Spider dev (SuperSQL) 361 of 1,034 cases, 5.9 ms each on average against 28.9 ms for the
+    others. A guess for scheduling only: it changes no report."""
+    def text(sql: str) -> str:
+        return " ".join(sql.split()).casefold()
+
+    return text(case.actual_sql) in {text(sql) for sql in case.expected_sql}
+
+
+def worker_pool(runner: CaseRunner, workers: int) -> ProcessPoolExecutor:
+    """Worker processes forked from a server that has imported the engine once (no fork of this process's
+    threads, and no re-import per worker; see :func:`~sqlcmp_dagster.engine.workers.start_server`)."""
+    return ProcessPoolExecutor(max_workers=workers, mp_context=start_server(), initializer=_start_worker,
+                               initargs=(runner,))
+
+
+def in_processes(runner: CaseRunner, cases: Sequence[CompareRequest], workers: int,
+                  progress: Callable[[Report], None] | None) -> list[Done]:
+    """Every case's outcome, computed in ``workers`` processes.
+
+    A case that kills its worker (the operating system's out-of-memory killer, a crash in a driver) must not
+    sink the batch: the chunks lost with that worker are retried one case at a time in a fresh pool, and a case
+    that kills its worker again gets a fault report of its own. When no worker can start at all (a script that
+    calls this without an ``if __name__ == "__main__":`` guard), the batch runs in this process instead.
+    """
+    done: dict[int, Done] = {}
+
+    def record(index: int, outcome: Done) -> None:
+        done[index] = outcome
+        if progress is not None:
+            progress(outcome[0])
+
+    pending = chunks(cases, workers)
+    single = False
+    while pending:
+        lost: list[list[tuple[int, CompareRequest]]] = []
+        with worker_pool(runner, workers) as pool:
+            futures: dict[Future[list[tuple[int, Done]]], list[tuple[int, CompareRequest]]] = {}
+            for chunk in pending:
+                try:
+                    futures[pool.submit(_work, chunk)] = chunk
+                except BrokenProcessPool:
+                    lost.append(chunk)
+            for future in as_completed(futures):
+                try:
+                    outcomes = future.result()
+                except BrokenProcessPool:
+                    lost.append(futures[future])
+                    continue
+                for index, outcome in outcomes:
+                    record(index, outcome)
+        lost_cases = [item for chunk in lost for item in chunk]
+        if not done and len(lost_cases) == len(cases):  # no worker could run anything: not a case's fault
+            for index, case in lost_cases:
+                record(index, runner.deterministic(case))
+            break
+        if single:
+            for index, case in lost_cases:
+                report = fault_report(case, "internal engine error: the worker process evaluating this case "
+                                            "died (out of memory or a crash in a database driver)")
+                finish_timings(report, 0.0)
+                record(index, (report, None))
+            break
+        pending, single = [[item] for item in lost_cases], True
+    return [done[i] for i in range(len(cases))]
