@@ -28,13 +28,15 @@ if TYPE_CHECKING:
     from sqlcmp_dagster.engine.judge import JudgeConfig
     from sqlcmp_dagster.engine.models import CompareRequest, Report
     from sqlcmp_dagster.engine.pipeline import Evaluator
+    from sqlcmp_dagster.journal import Journal
+    from sqlcmp_dagster.stopping import StopSignals
 
 # Only the standard library is imported before main parses the command line. The engine (polars, sqlglot,
 # SQLAlchemy: about 0.4 s), and even its models and pydantic (about 0.2 s), are imported inside the commands that
 # use them, so that ``evaluate --workers N`` starts its worker processes' server first thing (see main): the
 # workers wait for that server to import the engine, not for this process.
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INVALID = 0, 1, 2, 3
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INVALID, EXIT_OUTPUT = 0, 1, 2, 3, 4
 #: What the top-level ``--help`` says (plain text: argparse shows it as written).
 DESCRIPTION = "The sqlcmp command line: compare one pair, evaluate a suite, demo the bundled sample."
 _USAGE = "  2  bad input or usage (the message on stderr names what and where)"
@@ -51,16 +53,22 @@ EXIT_STATUSES = {
     "evaluate": f"""  0  every case passed
   1  at least one valid case failed
 {_USAGE}; also suite lines that could not be loaded (after the other cases ran)
-  3  no valid case failed, but at least one case was invalid""",
+  3  no valid case failed, but at least one case was invalid
+  4  an output could not be written (a full disk): each such file named on stderr, the others written, the
+     reports kept in <out>.journal
+  130, 143  stopped by SIGINT, SIGTERM: the finished reports kept in <out>.journal, and the command that
+     resumes them (--resume) on stderr""",
     "report": f"""  0  the summary (and each export asked for) was written, whatever the verdicts: evaluate's status says
      how the run went
-{_USAGE}""",
+{_USAGE}
+  4  an export could not be written (a full disk): each such file named on stderr, the others written""",
     "diff": f"""  0  no case regressed, or no --fail-on-regression
   1  --fail-on-regression, and a case valid in both runs went from pass to fail
 {_USAGE}""",
     "import": f"  0  the suite was written\n{_USAGE}",
     "spider-ex": f"  0  the table was written\n{_USAGE}",
-    "demo": f"  0  the sample was evaluated\n  1  a Dagster run failed (its logs are in the Dagster UI)\n{_USAGE}",
+    "demo": f"  0  the sample was evaluated\n  1  a Dagster run failed (its logs are in the Dagster UI)\n{_USAGE}\n"
+            "  130, 143  stopped by SIGINT, SIGTERM (the next demo runs the tick's cases again)",
 }
 
 
@@ -96,6 +104,7 @@ def run(argv: list[str] | None = None) -> NoReturn:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv  # for the line that says how to resume
     if getattr(args, "workers", 1) > 1:
         start_server()  # it imports the engine for the workers on one core while this process does on the other
     try:
@@ -158,6 +167,10 @@ def _parser() -> argparse.ArgumentParser:
     batch.add_argument("--workers", type=int, default=1,
                        help="worker processes evaluating cases at once (default 1: in this process)")
     batch.add_argument("--summary-out", type=Path, help="also write the summary as JSON here")
+    batch.add_argument("--resume", action="store_true",
+                       help="keep the reports an earlier run of the same --out finished (its <out>.journal, left "
+                            "by a stop, a kill or a failed write) for the cases that did not change, and evaluate "
+                            "only the others; the files written are those of a run from scratch")
     _output_options(batch)
     batch.add_argument("--quiet", action="store_true",
                        help="no progress (by default a bar with rate and ETA on a terminal, a line per tenth of "
@@ -366,12 +379,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     from sqlcmp_dagster.cases.suite import load_suite
     from sqlcmp_dagster.engine.pipeline import Evaluator
     from sqlcmp_dagster.engine.summary import render_summary, summarize
+    from sqlcmp_dagster.journal import Journal, JournalBusy, case_versions
+    from sqlcmp_dagster.stopping import Stopped, stop_signals
 
     _check_input(args.suite, "suite")
     if args.db_dir is not None and not args.db_dir.is_dir():
         raise UsageError(f"--db-dir is not a folder: {args.db_dir}")
     if args.workers < 1:
         raise UsageError("--workers must be at least 1")
+    _check_outputs(args, "out", "summary_out", "csv", "html")
     if args.db is not None:
         _open(args.db, args.allow_privileged_role, " (a folder of databases named by the cases' db is --db-dir)")\
             .close()
@@ -386,11 +402,33 @@ def _evaluate(args: argparse.Namespace) -> int:
     _warn_missing_databases(suite.cases, args.db_dir, args.db)
     evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args),
                           allow_privileged_role=args.allow_privileged_role)
-    reports = _run_batch(evaluator, suite.cases, args.out, args.workers, quiet=args.quiet)
-    summary = summarize(reports, load_errors=len(suite.errors))
-    written = _write_outputs(args, reports, summary)
+    with stop_signals() as signals:
+        try:
+            journal = Journal(args.out, resume=args.resume)
+        except JournalBusy as error:
+            raise UsageError(str(error)) from error
+        except OSError as error:
+            raise UsageError(f"--out {args.out}: cannot write its journal: {error.strerror or error}") from error
+        try:
+            lines, reports = _run_batch(evaluator, suite.cases, journal,
+                                        case_versions(suite.cases, args.db_dir, args.db), args.workers,
+                                        signals, quiet=args.quiet)
+            summary = summarize(reports, load_errors=len(suite.errors))
+            failed = _write_file(args.out, "".join(lines).encode(), f"the reports are kept in {journal.path}")
+            journal.close(done=not failed)
+            written, failures = _write_outputs(args, reports, summary)
+        except Stopped as stop:
+            journal.close(done=False)
+            _say(f"sqlcmp: stopped by {stop.name}; the finished reports are kept in {journal.path}; to go on: "
+                 f"{_resume_command(args.argv)}", file=sys.stderr)
+            return stop.status
+    if journal.failure is not None:
+        _say(f"sqlcmp: {journal.path}: {journal.failure.strerror}: later reports did not reach the journal",
+             file=sys.stderr)
     _say(render_summary(summary))
-    _say(f"reports: {args.out}", *written, sep="\n")
+    _say(*([] if failed else [f"reports: {args.out}"]), *written, sep="\n")
+    if failed or failures:
+        return EXIT_OUTPUT
     if suite.errors:
         return EXIT_USAGE
     if summary["failed"]:
@@ -398,53 +436,110 @@ def _evaluate(args: argparse.Namespace) -> int:
     return EXIT_INVALID if summary["invalid_cases"] else EXIT_PASS
 
 
+def _resume_command(argv: list[str]) -> str:
+    """The command line that resumes a run of ``argv``: the same, with ``--resume``."""
+    import shlex
+
+    return shlex.join(["sqlcmp", *argv, *([] if "--resume" in argv else ["--resume"])])
+
+
+def _check_outputs(args: argparse.Namespace, *names: str) -> None:
+    """Every output path given, checked before any case runs (:func:`~sqlcmp_dagster.engine.atomic.output_problem`),
+    and no two the same file: a bad path is a usage error naming the option and the path."""
+    from sqlcmp_dagster.engine.atomic import output_problem
+
+    seen: dict[Path, str] = {}
+    for name in names:
+        path = getattr(args, name)
+        if path is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if path.resolve() in seen:
+            raise UsageError(f"{flag} {path}: the same file as {seen[path.resolve()]}")
+        seen[path.resolve()] = flag
+        problem = output_problem(path)
+        if problem is not None:
+            raise UsageError(f"{flag} {problem}")
+
+
+def _write_file(path: Path, data: bytes, kept: str = "") -> bool:
+    """Write ``data`` as ``path`` atomically; a failure (a full disk) is one line on stderr naming the path and
+    the error (and ``kept``: where the data still is). Returns whether it failed."""
+    from sqlcmp_dagster.engine.atomic import atomic_path
+
+    try:
+        with atomic_path(path) as partial:
+            partial.write_bytes(data)
+    except OSError as error:
+        _say(f"sqlcmp: cannot write {path}: {error.strerror or error}{'; ' + kept if kept else ''}", file=sys.stderr)
+        return True
+    return False
+
+
 def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, default_db: str | None) -> None:
-    """Name on stderr every database the suite refers to that cannot be found (its cases will be invalid)."""
+    """Name on stderr, once each, every database the suite refers to that cannot be found or whose SQLite file
+    cannot be read (:func:`_sqlite_file_problem`): its cases will be invalid."""
     from sqlcmp_dagster.engine.execution import resolve_database
 
     missing: dict[str, int] = {}
+    problems: dict[str, str | None] = {}
     for case in cases:
         target = case.db or default_db
         if target is None or (case.actual_result is not None and case.expected_result is not None):
             continue
         try:
-            resolve_database(target, db_dir)
+            resolved = resolve_database(target, db_dir)
         except (FileNotFoundError, ValueError) as error:
             missing[str(error)] = missing.get(str(error), 0) + 1
+            continue
+        if resolved not in problems:
+            problems[resolved] = None if "://" in resolved or resolved.lower().endswith(".duckdb") \
+                else _sqlite_file_problem(Path(resolved))
+        if problems[resolved] is not None:
+            message = f"database {target!r} ({resolved}): {problems[resolved]}"
+            missing[message] = missing.get(message, 0) + 1
     for message, count in missing.items():
         _say(f"sqlcmp: {message}: its {count} case{'s' if count > 1 else ''} will be invalid", file=sys.stderr)
 
 
-def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dict[str, Any]) -> list[str]:
-    """--summary-out, --csv and --html, and the lines that announce the last two; --only-failed narrows the
-    per-case outputs. They are written before anything is printed: a reader that leaves early (``| head``) ends
-    the printing, never the files."""
+def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dict[str, Any]) -> tuple[list[str], int]:
+    """--summary-out, --csv and --html, each atomically; the lines that announce the last two, and how many
+    could not be written (each named on stderr: one failing never keeps the others from being written).
+    --only-failed narrows the per-case outputs. They are written before anything is printed: a reader that
+    leaves early (``| head``) ends the printing, never the files."""
     from sqlcmp_dagster.reporting.cases import is_failed, write_csv
+    from sqlcmp_dagster.reporting.html import write_report_html
 
+    failures = 0
     if args.summary_out is not None:
-        args.summary_out.write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        failures += _write_file(args.summary_out, json.dumps(summary, indent=2).encode())
     shown = [r for r in reports if is_failed(r)] if args.only_failed else reports
     written = []
-    if args.csv is not None:
-        write_csv(shown, args.csv)
-        written.append(f"csv: {args.csv} ({len(shown)} cases)")
-    if args.html is not None:
-        from sqlcmp_dagster.reporting.html import write_report_html
-
-        write_report_html(shown, summary, args.html, title=args.html.stem)
-        written.append(f"html: {args.html} ({len(shown)} cases)")
-    return written
+    for path, write, name in ((args.csv, lambda: write_csv(shown, args.csv), "csv"),
+                              (args.html, lambda: write_report_html(shown, summary, args.html, title=args.html.stem),
+                               "html")):
+        if path is None:
+            continue
+        try:
+            write()
+        except OSError as error:
+            _say(f"sqlcmp: cannot write {path}: {error.strerror or error}", file=sys.stderr)
+            failures += 1
+            continue
+        written.append(f"{name}: {path} ({len(shown)} cases)")
+    return written, failures
 
 
 def _report(args: argparse.Namespace) -> int:
     from sqlcmp_dagster.engine.summary import render_summary, summarize
     from sqlcmp_dagster.reporting.cases import is_failed
 
+    _check_outputs(args, "summary_out", "csv", "html")
     reports = _read_reports(args.reports)
     if not reports:
         raise UsageError(f"no cases in {args.reports}")
     summary = summarize(reports)
-    written = _write_outputs(args, reports, summary)
+    written, failures = _write_outputs(args, reports, summary)
     _say(render_summary(summary))
     if args.only_failed:
         failed = [r for r in reports if is_failed(r)]
@@ -453,7 +548,7 @@ def _report(args: argparse.Namespace) -> int:
             _say(f"  {report.case_id}: {report.explanations[0] if report.explanations else report.severity}")
     if written:
         _say(*written, sep="\n")
-    return EXIT_PASS
+    return EXIT_OUTPUT if failures else EXIT_PASS
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -616,21 +711,29 @@ def _demo(args: argparse.Namespace) -> int:
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
     from sqlcmp_dagster.definitions import build_definitions
+    from sqlcmp_dagster.engine.atomic import remove_debris, write_text_atomically
     from sqlcmp_dagster.engine.summary import render_summary
     from sqlcmp_dagster.local import materialize_summary, sensor_tick
+    from sqlcmp_dagster.stopping import Stopped, stop_signals
 
     storage = out_dir / "storage"
+    for folder in [out_dir, *(path for path in storage.rglob("*") if path.is_dir())]:
+        remove_debris(folder)  # what writers killed in an earlier demo left
     defs = build_definitions(cases_dir=str(cases), db_dir=str(db_dir), storage_dir=str(storage))
     cursor_file = out_dir / "sensor_cursor.json"
     cursor = cursor_file.read_text(encoding="utf-8") if cursor_file.is_file() else None
     ui = _shell_line({"DAGSTER_HOME": home, "SQLCMP_STORAGE_DIR": storage, "SQLCMP_CASES_DIR": cases,
                       "SQLCMP_DB_DIR": db_dir}, _dagster_ui())
-    with dg.DagsterInstance.get() as instance:
-        tick = sensor_tick(defs, instance, cursor)
+    with dg.DagsterInstance.get() as instance, stop_signals() as signals:
+        try:
+            tick = sensor_tick(defs, instance, cursor, signals.check)
+        except Stopped as stop:
+            _say(f"sqlcmp: stopped by {stop.name}; the next demo runs this tick's cases again", file=sys.stderr)
+            return stop.status
         if not all(run.success for run in tick.runs):
             _say(f"sqlcmp: a run failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
             return EXIT_FAIL
-        cursor_file.write_text(tick.cursor or "", encoding="utf-8")
+        write_text_atomically(cursor_file, tick.cursor or "")
         summary_run = materialize_summary(defs, instance)
         if not summary_run.success:
             _say(f"sqlcmp: evaluation_summary failed; its logs are in the Dagster UI: {ui}", file=sys.stderr)
@@ -638,7 +741,7 @@ def _demo(args: argparse.Namespace) -> int:
     summary = summary_run.output_for_node("evaluation_summary")
     reports_file = out_dir / "reports.jsonl"
     _export_reports(storage / "case_reports", reports_file)
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    write_text_atomically(out_dir / "summary.json", json.dumps(summary, indent=2))
     _say(*(f"suite: {suite.resolve()}" for suite in suites), f"databases: {db_dir}", sep="\n")
     evaluated = sorted({event.partition for run in tick.runs for event in run.get_asset_materialization_events()
                         if event.partition is not None})
@@ -732,43 +835,56 @@ def _shell_line(environment: dict[str, Path], command: str) -> str:
 
 
 def _export_reports(folder: Path, out: Path) -> None:
-    """Every stored case report as one JSONL file, in case-id order."""
+    """Every stored case report as one JSONL file, in case-id order, replacing ``out`` whole."""
+    from sqlcmp_dagster.engine.atomic import write_text_atomically
     from sqlcmp_dagster.engine.records import reports_from_frame
     from sqlcmp_dagster.resources.storage import read_asset
 
     frame = read_asset(str(folder.parent), folder.name).sort("case_id", maintain_order=True)
-    with out.open("w", encoding="utf-8") as handle:
-        for report in reports_from_frame(frame):
-            handle.write(_line(report))
+    write_text_atomically(out, "".join(_line(report) for report in reports_from_frame(frame)))
 
 
-def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], out: Path, workers: int, *,
-               quiet: bool = False) -> list[Report]:
-    """Evaluate ``cases`` and write their reports to ``out`` atomically (a partial file never replaces it).
+def _run_batch(evaluator: Evaluator, cases: list[CompareRequest], journal: Journal, versions: list[str],
+               workers: int, signals: StopSignals, *, quiet: bool = False) -> tuple[list[str], list[Report]]:
+    """Evaluate the ``cases`` whose report the journal does not hold for their ``versions`` (all of them unless
+    resuming), each report's line reaching the journal as its case finishes (made while workers run the other
+    cases); returns every case's line and report, in suite order.
 
-    Each report's line is made as its case finishes: with ``--workers N`` this process does it while the workers
-    run the other cases, instead of after the last one. A report the judge then replaces (a new object) gets its
-    line made again."""
-    from sqlcmp_dagster.engine.atomic import atomic_path
+    A stop signal that arrived while a case ran in this process may have been taken by the database driver for
+    a cancel of its query (SQLite's progress handler swallows it): every case is checked for one
+    (:meth:`~sqlcmp_dagster.stopping.StopSignals.check`) before its report is kept, so that report is dropped
+    and the stop goes on."""
+    from sqlcmp_dagster.engine.models import Report
     from sqlcmp_dagster.progress import Progress
 
-    progress = Progress(len(cases), sys.stderr, quiet=quiet)
-    lines: dict[int, tuple[Report, str]] = {}  # by id(report), with the report held so that no id is reused
+    todo = [index for index, version in enumerate(versions) if version not in journal.kept]
+    if len(todo) < len(cases):
+        _say(f"sqlcmp: resuming: {len(cases) - len(todo)} of {len(cases)} reports kept from {journal.path}",
+             file=sys.stderr)
+    progress = Progress(len(todo), sys.stderr, quiet=quiet)
+    lines: dict[int, str] = {}
+    reports: dict[int, Report] = {}
 
-    def finished(report: Report) -> None:
-        lines[id(report)] = (report, _line(report))
+    def arrived(report: Report) -> None:
+        signals.check()
         progress.advance(report.case_id)
 
+    def finished(position: int, report: Report) -> None:
+        index = todo[position]
+        lines[index], reports[index] = _line(report), report
+        journal.record(versions[index], lines[index])
+
     try:
-        reports = evaluator.evaluate_all(cases, workers=workers, progress=finished)
+        evaluator.evaluate_all([cases[index] for index in todo], workers=workers,
+                               progress=arrived, finished=finished)
     finally:
         evaluator.close()
         progress.close()
-    with atomic_path(out) as partial, partial.open("w", encoding="utf-8") as handle:
-        for report in reports:
-            made = lines.get(id(report))
-            handle.write(made[1] if made is not None and made[0] is report else _line(report))
-    return reports
+    for index, version in enumerate(versions):
+        if index not in lines:
+            lines[index] = journal.kept[version]
+            reports[index] = Report.model_validate_json(lines[index])
+    return [lines[i] for i in range(len(cases))], [reports[i] for i in range(len(cases))]
 
 
 def _line(report: Report) -> str:
@@ -810,11 +926,33 @@ def _check_database_file(db: str, folder_hint: str = "") -> None:
         raise UsageError(f"--db {db}: a folder, not a database file{folder_hint}")
     if not path.is_file() or db.startswith("duckdb:///") or path.suffix.lower() in DUCKDB_SUFFIXES:
         return  # the adapter names a missing file, and DuckDB a file that is not its own
-    with path.open("rb") as handle:
-        header = handle.read(16)
+    problem = _sqlite_file_problem(path)
+    if problem is not None:
+        raise UsageError(f"--db {db}: {problem}")
+
+
+def _sqlite_file_problem(path: Path) -> str | None:
+    """Why the SQLite file ``path`` cannot serve queries, or None: unreadable, empty, no SQLite header, or a
+    schema SQLite cannot read (a damaged file; damage further in shows as its queries' errors)."""
+    import sqlite3
+    from urllib.parse import quote
+
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+    except OSError as error:
+        return f"cannot be read: {error.strerror}"
     if header != b"SQLite format 3\x00":
-        what = "an empty file" if not header else "not a SQLite database (no SQLite header)"
-        raise UsageError(f"--db {db}: {what}")
+        return "an empty file" if not header else "not a SQLite database (no SQLite header)"
+    try:
+        connection = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True)
+        try:
+            connection.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            connection.close()
+    except sqlite3.Error as error:
+        return f"cannot be read: {error}"
+    return None
 
 
 def _errors(error: ValidationError) -> str:

@@ -6,6 +6,7 @@ and each run request is executed with ``materialize`` (a range request as one ru
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dagster as dg
@@ -29,8 +30,13 @@ class Tick:
     cursor: str | None
 
 
-def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None) -> Tick:
-    """Evaluate the case sensor once against ``instance`` and carry out its requests in-process."""
+def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str | None,
+                check: Callable[[], None] | None = None) -> Tick:
+    """Evaluate the case sensor once against ``instance`` and carry out its requests in-process.
+
+    ``check`` is called before each run and after the last; what it raises ends the whole tick. Dagster takes a
+    ``KeyboardInterrupt`` inside a run for that run's failure and would go on with the next: the CLI passes
+    :meth:`~sqlcmp_dagster.stopping.StopSignals.check`, so a stop signal stops the tick, not one run."""
     with dg.build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources or {}) as context:
         result = case_sensor(context)
     added: list[str] = []
@@ -44,9 +50,15 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
                 instance.delete_dynamic_partition(cases_partitions.name, key)
             deleted += request.partition_keys
     resources = defs.resources or {}
-    runs = [dg.materialize(LAYERS, instance=instance, resources=resources, partition_key=request.partition_key,
-                           tags=request.tags, raise_on_error=False, run_config=QUIET_CONSOLE)
-            for request in result.run_requests or []]
+    runs = []
+    for request in result.run_requests or []:
+        if check is not None:
+            check()
+        runs.append(dg.materialize(LAYERS, instance=instance, resources=resources, tags=request.tags,
+                                   partition_key=request.partition_key, raise_on_error=False,
+                                   run_config=QUIET_CONSOLE))
+    if check is not None:
+        check()
     return Tick(added, deleted, runs, result.cursor)
 
 

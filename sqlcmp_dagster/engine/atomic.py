@@ -4,16 +4,22 @@ names the file and what was wrong with it."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 
+#: The name a writer's private file has beside its target: ``<target name>.<pid>-<thread id>.partial``.
+PARTIAL_NAME = re.compile(r"(?P<target>.+)\.(?P<pid>\d+)-\d+\.partial")
+
+
 @contextmanager
 def atomic_path(target: Path) -> Iterator[Path]:
     """Yield a private path beside ``target`` to write to; it replaces ``target`` only if the block succeeds,
-    and is removed if it fails. The name carries the process and thread, so concurrent writers never share it.
+    and is removed if it fails. The name carries the process and thread, so concurrent writers never share it;
+    what writers of ``target`` that died (``kill -9``, a crash) left is removed first (:func:`remove_debris`).
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -23,6 +29,7 @@ def atomic_path(target: Path) -> Iterator[Path]:
     ('done', ['out.txt'])
     """
     target.parent.mkdir(parents=True, exist_ok=True)
+    remove_debris(target.parent, target.name)
     partial = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.partial")
     try:
         yield partial
@@ -39,6 +46,76 @@ def read_bytes(path: Path, error: type[Exception]) -> bytes:
         return path.read_bytes()
     except OSError as failure:
         raise error(f"{path}: {failure.strerror}") from failure
+
+
+def write_text_atomically(target: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) as the whole new content of ``target``, or leave the old file as it was."""
+    with atomic_path(target) as partial:
+        partial.write_text(text, encoding="utf-8")
+
+
+def output_problem(target: Path) -> str | None:
+    """Why ``target`` cannot be written (None when it can): checked before a long run, so that a bad path costs
+    a message, not the run. Its folder is made when missing, and a private file (see :func:`atomic_path`) is
+    created and removed there: only trying tells (permissions, ``/proc``, a read-only mount, root's rights).
+
+    >>> output_problem(Path("/proc/nope/out.jsonl"))
+    '/proc/nope/out.jsonl: cannot make its folder: No such file or directory'
+    """
+    if target.is_dir():
+        return f"{target}: is a folder"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        return f"{target}: a part of its folder {target.parent} is a file"
+    except OSError as failure:
+        return f"{target}: cannot make its folder: {failure.strerror or failure}"
+    probe = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        probe.unlink()
+    except OSError as failure:
+        return f"{target}: cannot write in {target.parent}: {failure.strerror or failure}"
+    return None
+
+
+def remove_debris(folder: Path, target: str | None = None) -> list[Path]:
+    """Remove the private files (:data:`PARTIAL_NAME`) in ``folder`` (of ``target`` only, when given) whose
+    writing process no longer exists, and return them. A live writer's file is left alone, whoever it is.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> dead, live = folder / "r.jsonl.999999999-1.partial", folder / f"r.jsonl.{os.getpid()}-1.partial"
+    >>> _ = dead.write_text("x"), live.write_text("y")
+    >>> [p.name for p in remove_debris(folder)], sorted(p.name for p in folder.iterdir()) == [live.name]
+    (['r.jsonl.999999999-1.partial'], True)
+    """
+    removed = []
+    try:
+        names = [entry.name for entry in os.scandir(folder)]
+    except OSError:  # no folder yet, or not readable: nothing of ours is there
+        return removed
+    for name in names:
+        match = PARTIAL_NAME.fullmatch(name)
+        if match is None or (target is not None and match["target"] != target) or running(int(match["pid"])):
+            continue
+        try:
+            (folder / name).unlink()
+        except FileNotFoundError:  # another cleaner was first
+            continue
+        removed.append(folder / name)
+    return removed
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user counts: it may be a writer we cannot see into)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, OverflowError):  # gone, or no pid at all
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def read_utf8(path: Path, error: type[Exception]) -> str:

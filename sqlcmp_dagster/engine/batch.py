@@ -1,12 +1,16 @@
 """Batch scheduling: the cases of ``evaluate --workers N`` in worker processes, grouped so that each worker's
-expected-result cache serves them, and a worker's death confined to the cases it held.
+expected-result cache serves them, a worker's death confined to the cases it held, and no worker left running
+once the batch is given up (an exception, SIGINT or SIGTERM in this process) or this process is gone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import multiprocessing
+import os
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from typing import Protocol
 
 from sqlcmp_dagster.engine.collector import tune_worker
@@ -14,10 +18,12 @@ from sqlcmp_dagster.engine.judge import PendingJudgment
 from sqlcmp_dagster.engine.layers import finish_timings
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.report import fault_report
-from sqlcmp_dagster.engine.workers import start_server
+from sqlcmp_dagster.engine.workers import follow_owner, start_server
 
 #: Most cases handed to a worker process at a time: enough to amortize the hand-over (about a millisecond).
 _CHUNK = 8
+#: Seconds a worker told to end (SIGTERM) gets before it is killed.
+STOP_GRACE_S = 1.0
 #: What evaluating one case gives: its report, and the judge's prompt when a judge is configured.
 Done = tuple[Report, PendingJudgment | None]
 
@@ -37,8 +43,9 @@ class CaseRunner(Protocol):
 _WORKER: CaseRunner | None = None
 
 
-def _start_worker(runner: CaseRunner) -> None:
+def _start_worker(runner: CaseRunner, owner: int) -> None:
     global _WORKER
+    follow_owner(owner)
     tune_worker()
     runner.begin_batch()  # one cache per worker, for the whole batch
     _WORKER = runner
@@ -81,16 +88,43 @@ def looks_cheap(case: CompareRequest) -> bool:
     return text(case.actual_sql) in {text(sql) for sql in case.expected_sql}
 
 
-def worker_pool(runner: CaseRunner, workers: int) -> ProcessPoolExecutor:
+@contextmanager
+def worker_pool(runner: CaseRunner, workers: int) -> Iterator[ProcessPoolExecutor]:
     """Worker processes forked from a server that has imported the engine once (no fork of this process's
-    threads, and no re-import per worker; see :func:`~sqlcmp_dagster.engine.workers.start_server`)."""
-    return ProcessPoolExecutor(max_workers=workers, mp_context=start_server(), initializer=_start_worker,
-                               initargs=(runner,))
+    threads, and no re-import per worker; see :func:`~sqlcmp_dagster.engine.workers.start_server`), each
+    ending with this process (:func:`~sqlcmp_dagster.engine.workers.follow_owner`).
+
+    When the block ends normally the pool is shut down as usual, after its work. When it raises (SIGINT and
+    SIGTERM included: the CLI turns them into an exception), the work not started is cancelled and the workers
+    are ended at once (:func:`stop_workers`): leaving the block must not wait for every remaining case."""
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=start_server(), initializer=_start_worker,
+                               initargs=(runner, os.getpid()))
+    try:
+        yield pool
+    except BaseException:
+        stop_workers(pool, [p for p in multiprocessing.active_children() if p not in before])
+        raise
+    pool.shutdown(wait=True)
+
+
+def stop_workers(pool: ProcessPoolExecutor, processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    """Cancel what ``pool`` has not started, and end its worker ``processes``: SIGTERM, then SIGKILL for any
+    still running after :data:`STOP_GRACE_S` (a worker inside a database call may not get to its handler)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.terminate()
+    for process in processes:
+        process.join(STOP_GRACE_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def in_processes(runner: CaseRunner, cases: Sequence[CompareRequest], workers: int,
-                  progress: Callable[[Report], None] | None) -> list[Done]:
-    """Every case's outcome, computed in ``workers`` processes.
+                 progress: Callable[[int, Done], None] | None) -> list[Done]:
+    """Every case's outcome, computed in ``workers`` processes; ``progress`` is told each case's index and
+    outcome as it arrives.
 
     A case that kills its worker (the operating system's out-of-memory killer, a crash in a driver) must not
     sink the batch: the chunks lost with that worker are retried one case at a time in a fresh pool, and a case
@@ -102,7 +136,7 @@ def in_processes(runner: CaseRunner, cases: Sequence[CompareRequest], workers: i
     def record(index: int, outcome: Done) -> None:
         done[index] = outcome
         if progress is not None:
-            progress(outcome[0])
+            progress(index, outcome)
 
     pending = chunks(cases, workers)
     single = False

@@ -122,35 +122,53 @@ class Evaluator:
             return None, f"{shown}: {type(failure).__name__}: {redact(str(failure), target)}"
 
     def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
-                     progress: Callable[[Report], None] | None = None) -> list[Report]:
+                     progress: Callable[[Report], None] | None = None,
+                     finished: Callable[[int, Report], None] | None = None) -> list[Report]:
         """Reports of ``cases`` in their order, identical whatever ``workers`` is.
 
         ``workers`` > 1 runs the cases in that many processes (the engine's own work is Python that holds the
         GIL, so threads would not scale). Cases that share a database and expected SQL go to the same worker, so
-        the batch's expected-result cache (:class:`~sqlcmp_dagster.engine.layers.ExpectedResults`) serves them there. The advisory judge, when
-        configured, then runs over the batch in this process with its own bounded concurrency and budget. The
-        deterministic part runs with Python's garbage collector set for a batch
-        (:func:`~sqlcmp_dagster.engine.collector.batch_collector`; a tenth of a Spider dev run was collection).
+        the batch's expected-result cache (:class:`~sqlcmp_dagster.engine.layers.ExpectedResults`) serves them
+        there. The advisory judge, when configured, then runs over the batch in this process with its own
+        bounded concurrency and budget. The deterministic part runs with Python's garbage collector set for a
+        batch (:func:`~sqlcmp_dagster.engine.collector.batch_collector`; a tenth of a Spider dev run was
+        collection).
+
+        ``progress`` is given each case's deterministic report as it finishes; ``finished`` each case's index
+        in ``cases`` and its final report as soon as that is known: as the case finishes, or without a judge
+        after the judge's pass. What ``finished`` was given is what an interrupted batch (an exception, SIGINT
+        turned into one) has done; the workers are ended before the exception leaves this method.
         """
+        judged = self.judge is not None
+
+        def arrived(index: int, outcome: Done) -> None:
+            if progress is not None:
+                progress(outcome[0])
+            if finished is not None and not (judged and outcome[1] is not None):
+                finished(index, outcome[0])
+
         self.begin_batch()
         try:
             with batch_collector():
                 if workers <= 1 or len(cases) <= 1:
                     done = []
-                    for case in cases:
+                    for index, case in enumerate(cases):
                         done.append(self.deterministic(case))
-                        if progress is not None:
-                            progress(done[-1][0])
+                        arrived(index, done[-1])
                 else:
-                    done = in_processes(self, cases, workers, progress)
+                    done = in_processes(self, cases, workers, arrived)
         finally:
             self._cache = None
-        reports = [report for report, _ in done]
         if self.judge is None:
-            return reports
+            return [report for report, _ in done]
         pending = [item for _, item in done if item is not None]
         outcomes = iter(judge_reports(pending, self.judge))
-        return [apply_judgment(report, next(outcomes)) if item is not None else report for report, item in done]
+        reports = [apply_judgment(report, next(outcomes)) if item is not None else report for report, item in done]
+        if finished is not None:
+            for index, (report, item) in enumerate(zip(reports, done)):
+                if item[1] is not None:
+                    finished(index, report)
+        return reports
 
     def adapter(self, target: str) -> ExecutionAdapter:
         """The shared adapter of ``target`` (timeouts and row caps come from each case's config per call)."""

@@ -11,8 +11,14 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import select
+import signal
+import threading
+import time
 from multiprocessing import forkserver
 from multiprocessing.context import BaseContext
+
+from sqlcmp_dagster.engine.atomic import running
 
 #: Threads of polars in each worker process: the workers already use every core, so polars' own pool (one
 #: thread per core by default) would only oversubscribe them. polars reads this once, when it is imported.
@@ -37,3 +43,32 @@ def start_server() -> BaseContext:
         for name in added:
             os.environ.pop(name, None)
     return context
+
+
+def follow_owner(owner: int) -> None:
+    """Make this worker process end when the process ``owner`` that runs its batch ends, however that one ends
+    (``kill -9`` included), and leave SIGINT to the owner.
+
+    A worker is the forkserver's child, not its owner's, so no parent-death signal (``PR_SET_PDEATHSIG``) can
+    tell it: its parent, the forkserver, lives as long as any worker does (each holds the server's liveness
+    pipe). A daemon thread therefore waits on the owner itself: on Linux on a pidfd (woken the moment the owner
+    ends), elsewhere by polling it twice a second; then the worker ends at once, and with the last worker the
+    forkserver and the resource tracker end too (their pipes reach end of file). Ctrl-C reaches the whole
+    process group; the owner alone decides what it stops (:func:`~sqlcmp_dagster.engine.batch.stop_workers`),
+    so a worker ignores it instead of turning it into its current case's exception."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with, args=(owner,), name="sqlcmp-owner-watch", daemon=True).start()
+
+
+def _end_with(owner: int) -> None:
+    try:
+        descriptor = os.pidfd_open(owner)
+    except ProcessLookupError:  # already gone
+        os._exit(1)
+    except (AttributeError, OSError):  # no pidfd here (not Linux, or a kernel before 5.3)
+        while running(owner):
+            time.sleep(0.5)
+    else:
+        select.select([descriptor], [], [])
+    os._exit(1)
+
