@@ -1,14 +1,21 @@
-"""Faults in the middle of a batch: the database disappears or restarts. The affected cases are execution
-failures carrying the engine's message; the others complete; the output file is whole or absent."""
+"""Faults in the middle of a batch and of a run: the database disappears or restarts (the affected cases are
+execution failures carrying the engine's message; the others complete), and `sqlcmp evaluate` is stopped,
+killed, starved of disk or given bad output paths (nothing finished is lost, no process survives, the next run
+ends with the file a clean run writes)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import random
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +111,273 @@ def test_a_score_that_is_not_a_number_is_an_engine_fault_of_its_case(sample_dir:
     assert "internal engine error" in reports[0].explanations[0] and "finite number" in reports[0].explanations[0]
     assert reports[1].deterministic_verdict == "pass" and reports[1].overall_score == 1.0
     assert [Report.model_validate_json(r.model_dump_json()) for r in reports] == reports
+
+
+# --- Fault injection into `sqlcmp evaluate`: signals, kill -9, full disks, dead writers' debris -----------------
+
+#: Cases slow enough (a recursive count on SQLite, about 0.1-0.3 s each) that a run is still at work when its
+#: fault is injected; each case has its own query, so no expected-result cache makes one cheap.
+SLOW_CASES = 16
+
+
+def _slow_suite(path: Path, cases: int = SLOW_CASES, *, changed: int | None = None) -> Path:
+    lines = []
+    for i in range(cases):
+        count = 150_000 + i
+        query = f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {count}) " \
+                "SELECT count(*) AS n FROM c"
+        actual = query.replace("count(*)", "count(*) + 1") if i == changed else query
+        lines.append(json.dumps({"case_id": f"slow{i:02d}", "db": SAMPLE_DB_ID, "expected_sql": query,
+                                 "actual_sql": actual}) + "\n")
+    path.write_text("".join(lines), encoding="utf-8")
+    return path
+
+
+def _command(suite: Path, db_dir: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "sqlcmp_dagster.cli", "evaluate", str(suite), "--db-dir", str(db_dir),
+            "--out", str(out), "--quiet", *extra]
+
+
+def _untimed(out: Path) -> list[Any]:
+    """The reports of ``out`` without what two runs of a case may differ in (run metadata, timings)."""
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()
+                    if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return [strip(json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
+def _journal_lines(journal: Path) -> int:
+    return journal.read_bytes().count(b"\n") if journal.exists() else 0
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process under ``pid`` (children, grandchildren...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _running(pids: list[int], wait_s: float = 30.0) -> list[int]:
+    """Those of ``pids`` still running (a zombie waiting for its reaper has ended) after at most ``wait_s``."""
+    def alive(pid: int) -> bool:
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    deadline = time.monotonic() + wait_s
+    while any(alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return [pid for pid in pids if alive(pid)]
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> tuple[Path, list[Any]]:
+    """The slow suite and the reports of a run of it that nothing disturbed."""
+    folder = tmp_path_factory.mktemp("clean")
+    suite, out = _slow_suite(folder / "suite.jsonl"), folder / "reports.jsonl"
+    subprocess.run(_command(suite, sample_dir, out), check=True, capture_output=True, timeout=600)
+    return suite, _untimed(out)
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_stopped_or_killed_run_loses_nothing_leaves_no_process_and_resumes_to_a_clean_runs_file(
+        tmp_path: Path, sample_dir: Path, clean_run: tuple[Path, list[Any]], signum: int, workers: str) -> None:
+    """The fault lands after a random number of finished cases. Every report finished by then is in the journal
+    afterwards, no process of the run is left (workers, forkserver, resource tracker), a stop signal exits
+    128 + its number with one line saying how to resume, the earlier --out is untouched, and --resume ends with
+    the file a clean run writes."""
+    suite, clean = clean_run
+    out, journal = tmp_path / "reports.jsonl", tmp_path / "reports.jsonl.journal"
+    out.write_text("earlier run\n", encoding="utf-8")
+    after = random.Random(f"{signum}-{workers}").randint(1, SLOW_CASES // 2)
+    run = subprocess.Popen(_command(suite, sample_dir, out, "--workers", workers), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        while _journal_lines(journal) < after and run.poll() is None:
+            time.sleep(0.02)
+        family = _descendants(run.pid)
+        finished = _journal_lines(journal)
+        if signum == signal.SIGINT:
+            os.killpg(run.pid, signum)  # as Ctrl-C does: the whole process group
+        else:
+            os.kill(run.pid, signum)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum), stderr
+    survivors = _running(family)
+    for pid in survivors:  # not left running when the assertion fails
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == []
+    assert finished < SLOW_CASES and _journal_lines(journal) >= finished  # stopped early, nothing finished lost
+    assert out.read_text(encoding="utf-8") == "earlier run\n"
+    if signum != signal.SIGKILL:
+        resume = [line for line in stderr.splitlines() if "--resume" in line]
+        assert len(resume) == 1 and resume[0].startswith(f"sqlcmp: stopped by {signal.Signals(signum).name}")
+    again = subprocess.run(_command(suite, sample_dir, out, "--workers", workers, "--resume"), capture_output=True,
+                           text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    kept = int(again.stderr.split("resuming: ")[1].split()[0]) if "resuming: " in again.stderr else 0
+    assert kept >= finished
+    assert _untimed(out) == clean and not journal.exists()
+
+
+def test_resume_evaluates_only_the_cases_that_changed(tmp_path: Path, sample_dir: Path,
+                                                      clean_run: tuple[Path, list[Any]]) -> None:
+    """A journal's report is kept only for the same case version: an edited case runs again."""
+    suite, clean = clean_run
+    out, journal = tmp_path / "reports.jsonl", tmp_path / "reports.jsonl.journal"
+    shutil.copy(suite, tmp_path / "suite.jsonl")
+    journal.write_bytes(b"")
+    interrupted = subprocess.Popen(_command(tmp_path / "suite.jsonl", sample_dir, out), stderr=subprocess.PIPE)
+    while _journal_lines(journal) < 4 and interrupted.poll() is None:
+        time.sleep(0.02)
+    interrupted.send_signal(signal.SIGTERM)
+    interrupted.communicate(timeout=120)
+    kept = _journal_lines(journal)
+    edited = _slow_suite(tmp_path / "suite.jsonl", changed=0)
+    again = subprocess.run(_command(edited, sample_dir, out, "--resume"), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 1, again.stderr  # the edited case now fails
+    assert f"resuming: {kept - 1} of {SLOW_CASES} reports kept" in again.stderr
+    reports = _untimed(out)
+    assert [r["deterministic_verdict"] for r in reports] == ["fail"] + ["pass"] * (SLOW_CASES - 1)
+    assert reports[1:] == clean[1:]
+
+
+def _no_space(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make every write of the file ``name`` (through its private partial file) fail as on a full disk."""
+    real = Path.write_bytes
+
+    def write_bytes(self: Path, data: bytes) -> int:
+        if self.name.startswith(name + "."):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
+        return real(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+
+
+@pytest.mark.parametrize("failing", ["reports.jsonl", "summary.json"])
+def test_a_full_disk_costs_one_line_and_its_own_exit_status_and_the_other_outputs_are_written(
+        tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        failing: str) -> None:
+    from sqlcmp_dagster.cli import EXIT_OUTPUT, main
+
+    suite = _slow_suite(tmp_path / "suite.jsonl", 3)
+    out, summary, csv, html = (tmp_path / name for name in ("reports.jsonl", "summary.json", "c.csv", "r.html"))
+    (tmp_path / failing).write_text("earlier run\n", encoding="utf-8")
+    _no_space(monkeypatch, failing)
+    argv = ["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--summary-out", str(summary),
+            "--csv", str(csv), "--html", str(html), "--quiet"]
+    assert main(argv) == EXIT_OUTPUT
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "No space left on device" in line]
+    assert errors == [line for line in captured.err.splitlines() if line.startswith("sqlcmp: cannot write")]
+    assert len(errors) == 1 and str(tmp_path / failing) in errors[0] and "Traceback" not in captured.err
+    assert "passed" in captured.out  # the summary is still printed
+    assert (tmp_path / failing).read_text(encoding="utf-8") == "earlier run\n"  # the old file intact
+    for written in {out, summary, csv, html} - {tmp_path / failing}:
+        assert written.stat().st_size > 0
+    assert not list(tmp_path.glob("*.partial"))
+    monkeypatch.undo()
+    if failing == "reports.jsonl":  # the reports stayed in the journal: a resume writes them without evaluating
+        assert main([*argv, "--resume"]) == 0
+        assert "resuming: 3 of 3 reports kept" in capsys.readouterr().err
+        assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+
+
+def test_a_full_disk_under_the_journal_does_not_stop_the_run(tmp_path: Path, sample_dir: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import sqlcmp_dagster.journal as journal_module
+    from sqlcmp_dagster.cli import main
+
+    real = os.write
+    appended: list[int] = []
+
+    def write(fd: int, data: bytes) -> int:
+        appended.append(fd)
+        if len(appended) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+
+    monkeypatch.setattr(journal_module.os, "write", write)
+    suite, out = _slow_suite(tmp_path / "suite.jsonl", 3), tmp_path / "reports.jsonl"
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 0
+    assert len(out.read_text(encoding="utf-8").splitlines()) == 3
+    assert "reports.jsonl.journal: No space left on device" in capsys.readouterr().err
+    assert not (tmp_path / "reports.jsonl.journal").exists()
+
+
+def test_every_output_path_is_checked_before_any_case_runs(tmp_path: Path, sample_dir: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from sqlcmp_dagster.cli import EXIT_USAGE, main
+
+    suite = _slow_suite(tmp_path / "suite.jsonl", 2)
+    a_file = tmp_path / "README.md"
+    a_file.write_text("not a folder", encoding="utf-8")
+    out = tmp_path / "reports.jsonl"
+    for flag, path in (("--out", a_file / "r.jsonl"), ("--html", Path("/proc/nope/r.html")),
+                       ("--csv", tmp_path), ("--summary-out", out)):
+        argv = ["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet", flag, str(path)]
+        assert main(argv) == EXIT_USAGE
+        error = capsys.readouterr().err
+        assert error.startswith(f"sqlcmp: {flag} {path}") and "Traceback" not in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "suite.jsonl"]  # nothing ran, nothing left
+
+
+def test_a_dead_writers_partial_files_are_removed_and_a_live_ones_kept(tmp_path: Path, sample_dir: Path) -> None:
+    from sqlcmp_dagster.cli import main
+
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(ended.stdout)
+    out = tmp_path / "reports.jsonl"
+    dead, live = (tmp_path / f"reports.jsonl.{pid}-1.partial" for pid in (dead_pid, os.getppid()))
+    other = tmp_path / f"other.jsonl.{dead_pid}-1.partial"
+    for path in (dead, live, other):
+        path.write_text("half a report", encoding="utf-8")
+    suite = _slow_suite(tmp_path / "suite.jsonl", 1)
+    assert main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet"]) == 0
+    assert not dead.exists() and live.exists() and other.exists()  # only --out's dead writer's debris
+
+
+def test_an_unreadable_database_is_named_once(tmp_path: Path, sample_dir: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from sqlcmp_dagster.cli import EXIT_INVALID, main
+
+    folder = tmp_path / "dbs"
+    folder.mkdir()
+    shutil.copy(sample_dir / f"{SAMPLE_DB_ID}.sqlite", folder / f"{SAMPLE_DB_ID}.sqlite")
+    damaged = bytearray((folder / f"{SAMPLE_DB_ID}.sqlite").read_bytes())
+    damaged[100:4096] = b"\xff" * (4096 - 100)  # page 1 past the header: the schema SQLite reads first
+    (folder / "damaged.sqlite").write_bytes(bytes(damaged))
+    (folder / "garbage.sqlite").write_bytes(b"not a database at all")
+    suite = tmp_path / "suite.jsonl"
+    query = "SELECT count(*) FROM products"
+    suite.write_text("".join(json.dumps({"case_id": f"{db}{i}", "db": db, "expected_sql": query, "actual_sql": query})
+                             + "\n" for db in (SAMPLE_DB_ID, "damaged", "garbage") for i in range(3)), encoding="utf-8")
+    code = main(["evaluate", str(suite), "--db-dir", str(folder), "--out", str(tmp_path / "r.jsonl"), "--quiet"])
+    errors = capsys.readouterr().err.splitlines()
+    assert code == EXIT_INVALID
+    for db in ("damaged", "garbage"):
+        named = [line for line in errors if f"{db}.sqlite" in line]
+        assert len(named) == 1 and named[0].endswith("its 3 cases will be invalid"), errors
+    assert not [line for line in errors if f"{SAMPLE_DB_ID}.sqlite" in line]
