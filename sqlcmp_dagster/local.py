@@ -1,11 +1,14 @@
 """Running the pipeline in-process on a local Dagster instance: what ``sqlcmp demo`` and the tests do.
 
 One tick of the case sensor is evaluated and carried out as the daemon would: partitions are added or deleted
-and each run request is executed with ``materialize`` (a range request as one run over that range).
+and each run request is executed with ``materialize`` (a range request as one run over that range). Each run is
+tagged with the process that runs it (:data:`PID_TAG`), so that a run whose process was killed is marked failed
+by the next tick (:func:`fail_dead_runs`) instead of staying STARTED.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -14,10 +17,13 @@ import dagster as dg
 from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.assets.sensors import case_sensor
+from sqlcmp_dagster.engine.atomic import running
 
 #: In-process runs print only warnings and errors to the console; every event still goes to the instance's event
 #: log, where the Dagster UI shows it (the DEBUG stream would bury a demo's few lines of summary).
 QUIET_CONSOLE = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+#: The tag naming the process that runs an in-process run.
+PID_TAG = "sqlcmp/pid"
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
     ``check`` is called before each run and after the last; what it raises ends the whole tick. Dagster takes a
     ``KeyboardInterrupt`` inside a run for that run's failure and would go on with the next: the CLI passes
     :meth:`~sqlcmp_dagster.stopping.StopSignals.check`, so a stop signal stops the tick, not one run."""
+    fail_dead_runs(instance)
     with dg.build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources or {}) as context:
         result = case_sensor(context)
     added: list[str] = []
@@ -54,7 +61,7 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
     for request in result.run_requests or []:
         if check is not None:
             check()
-        runs.append(dg.materialize(LAYERS, instance=instance, resources=resources, tags=request.tags,
+        runs.append(dg.materialize(LAYERS, instance=instance, resources=resources, tags=_tagged(request.tags),
                                    partition_key=request.partition_key, raise_on_error=False,
                                    run_config=QUIET_CONSOLE))
     if check is not None:
@@ -65,4 +72,23 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
 def materialize_summary(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     """Recompute evaluation_summary over every stored case report."""
     return dg.materialize([*LAYERS, evaluation_summary], instance=instance, resources=defs.resources or {},
-                          selection=[evaluation_summary], raise_on_error=False, run_config=QUIET_CONSOLE)
+                          selection=[evaluation_summary], raise_on_error=False, run_config=QUIET_CONSOLE,
+                          tags=_tagged({}))
+
+
+def _tagged(tags: dict[str, str]) -> dict[str, str]:
+    return {**tags, PID_TAG: str(os.getpid())}
+
+
+def fail_dead_runs(instance: dg.DagsterInstance) -> list[str]:
+    """Mark failed every unfinished in-process run whose process (:data:`PID_TAG`) no longer exists, and return
+    their ids. Dagster's run monitoring does this for runs a run launcher started and a daemon watches; an
+    in-process run killed with its process has neither, and stayed STARTED for good."""
+    unfinished = [dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+    failed = []
+    for run in instance.get_runs(filters=dg.RunsFilter(statuses=unfinished)):
+        pid = run.tags.get(PID_TAG)
+        if pid is not None and pid.isdigit() and not running(int(pid)):
+            instance.report_run_failed(run, f"the process that ran it (pid {pid}) ended before the run did")
+            failed.append(run.run_id)
+    return failed

@@ -8,6 +8,7 @@ with the next). :class:`Stopped` is a ``KeyboardInterrupt``, so what already sto
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -35,13 +36,27 @@ class Stopped(KeyboardInterrupt):
 
 
 class StopSignals:
-    """What :func:`stop_signals` saw: :attr:`received` is the first stop signal's number, or None."""
+    """What :func:`stop_signals` saw: :attr:`received` is the first stop signal's number, or None.
 
-    def __init__(self) -> None:
+    A library may put its own handler in place for a while (Dagster does during a run, and turns the signal
+    into that run's failure) or swallow the exception (SQLite's progress handler takes it for a cancel), so
+    the signals are also read from the interpreter's wakeup file descriptor, which the C-level handler writes
+    every signal's number to whatever Python handler is installed: :meth:`check` sees them all."""
+
+    def __init__(self, wakeup: int | None = None) -> None:
         self.received: int | None = None
+        self.wakeup = wakeup
 
     def check(self) -> None:
-        """Raise :class:`Stopped` if a stop signal arrived (for code that a library may have swallowed it in)."""
+        """Raise :class:`Stopped` if a stop signal arrived, whoever handled it."""
+        while self.received is None and self.wakeup is not None:
+            try:
+                numbers = os.read(self.wakeup, 512)
+            except BlockingIOError:
+                break
+            self.received = next((n for n in numbers if n in STOP_SIGNALS), None)
+            if not numbers:
+                break
         if self.received is not None:
             raise Stopped(self.received)
 
@@ -52,10 +67,13 @@ def stop_signals() -> Iterator[StopSignals]:
     ignored, so that the cleanup the first one started (ending workers, writing what is finished) is not cut
     short. The process's own handlers are back when the block ends. Outside the main thread (where Python
     cannot install handlers) the block runs as it is."""
-    seen = StopSignals()
     if threading.current_thread() is not threading.main_thread():
-        yield seen
+        yield StopSignals()
         return
+    reader, writer = os.pipe()
+    os.set_blocking(reader, False)
+    os.set_blocking(writer, False)
+    seen = StopSignals(reader)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         for number in STOP_SIGNALS:
@@ -64,8 +82,12 @@ def stop_signals() -> Iterator[StopSignals]:
         raise Stopped(signum)
 
     previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    wakeup = signal.set_wakeup_fd(writer, warn_on_full_buffer=False)
     try:
         yield seen
     finally:
+        signal.set_wakeup_fd(wakeup)
         for number, handler in previous.items():
             signal.signal(number, handler)
+        os.close(reader)
+        os.close(writer)

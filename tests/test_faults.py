@@ -381,3 +381,106 @@ def test_an_unreadable_database_is_named_once(tmp_path: Path, sample_dir: Path,
         named = [line for line in errors if f"{db}.sqlite" in line]
         assert len(named) == 1 and named[0].endswith("its 3 cases will be invalid"), errors
     assert not [line for line in errors if f"{SAMPLE_DB_ID}.sqlite" in line]
+
+
+# --- Fault injection into the Dagster side: damaged and removed store objects, deleted cases, killed demos ------
+
+def _stored(store: Path, asset: str) -> dict[str, Any]:
+    """The stored rows of ``asset`` by case, without what two runs of a case may differ in (timings)."""
+    from sqlcmp_dagster.engine.records import reports_from_frame
+    from sqlcmp_dagster.resources.storage import read_asset
+
+    frame = read_asset(str(store), asset)
+    if asset == "case_reports":
+        return {r.case_id: _untimed_value(r.model_dump(mode="json")) for r in reports_from_frame(frame)}
+    return {row["case_id"]: row for row in frame.drop([c for c in frame.columns if "ms" in c or "time" in c])
+            .to_dicts()}
+
+
+def _untimed_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _untimed_value(v) for k, v in value.items()
+                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
+    if isinstance(value, list):
+        return [_untimed_value(v) for v in value]
+    return value
+
+
+def test_the_store_heals_damaged_and_removed_objects_and_drops_deleted_cases(tmp_path: Path,
+                                                                             sample_dir: Path) -> None:
+    """A truncated object is moved aside and a removed one is noticed: exactly their cases run again, and end as
+    they were; a case deleted from the suite leaves every layer's objects (and so the export)."""
+    import dagster as dg
+
+    from sqlcmp_dagster.assets.common import LAYER_ASSETS
+    from sqlcmp_dagster.definitions import build_definitions
+    from sqlcmp_dagster.event_log import local_instance
+    from sqlcmp_dagster.local import sensor_tick
+
+    folder, store = tmp_path / "cases", tmp_path / "store"
+    folder.mkdir()
+    cases = [{"case_id": f"c{i}", "db": SAMPLE_DB_ID, "expected_sql": "SELECT name FROM products ORDER BY name",
+              "actual_sql": f"SELECT name FROM products WHERE price > {i} ORDER BY name"} for i in range(6)]
+    (folder / "suite.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases), encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(store))
+    home = tmp_path / "home"
+    home.mkdir()
+    with dg.instance_for_test(temp_dir=str(home), overrides=local_instance(str(home / "runs"))) as instance:
+        first = sensor_tick(defs, instance, None)
+        assert [run.success for run in first.runs] == [True]
+        clean = _stored(store, "case_reports")
+        (damaged,) = (store / "executions").glob("*.parquet")
+        damaged.write_bytes(damaged.read_bytes()[:200])  # a copy cut short
+        for path in (store / "case_reports").glob("*.parquet"):
+            path.unlink()
+        healed = sensor_tick(defs, instance, first.cursor)
+        assert [run.success for run in healed.runs] == [True]
+        assert _stored(store, "case_reports") == clean
+        assert sorted(_stored(store, "executions")) == [f"c{i}" for i in range(6)]
+        assert (store / "executions" / f"{damaged.name}.damaged").exists()
+        assert sensor_tick(defs, instance, healed.cursor).runs == []  # healed: nothing more to do
+
+        (folder / "suite.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases[:5]), encoding="utf-8")
+        removed = sensor_tick(defs, instance, healed.cursor)
+        assert removed.deleted == ["c5"]
+        for asset in LAYER_ASSETS:
+            assert sorted(_stored(store, asset)) == [f"c{i}" for i in range(5)], asset
+
+
+@pytest.fixture(scope="module")
+def clean_demo(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> list[Any]:
+    out = tmp_path_factory.mktemp("demo")
+    subprocess.run([sys.executable, "-m", "sqlcmp_dagster.cli", "demo", "--out-dir", str(out)], check=True,
+                   capture_output=True, timeout=600, env={**os.environ, "SQLCMP_SAMPLE_DIR": str(sample_dir)})
+    return _untimed(out / "reports.jsonl")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_a_demo_stopped_or_killed_mid_run_leaves_nothing_running_and_the_next_ends_as_a_clean_one(
+        tmp_path: Path, sample_dir: Path, clean_demo: list[Any], signum: int) -> None:
+    """Stopped once its first layer is stored: no process of it is left, a stop signal stops the whole tick
+    (its own exit status), the run it interrupted is not left STARTED (a killed one is marked failed by the next
+    demo), and the next demo writes the reports a clean demo writes."""
+    import dagster as dg
+
+    out = tmp_path / "demo"
+    command = [sys.executable, "-m", "sqlcmp_dagster.cli", "demo", "--out-dir", str(out)]
+    env = {**os.environ, "SQLCMP_SAMPLE_DIR": str(sample_dir)}
+    run = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        while not list(out.glob("storage/executions/*.parquet")) and run.poll() is None:
+            time.sleep(0.02)
+        family = _descendants(run.pid)
+        os.kill(run.pid, signum)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == (-signal.SIGKILL if signum == signal.SIGKILL else 128 + signum), stderr
+    assert _running(family) == []
+    again = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert again.returncode == 0, again.stderr
+    assert _untimed(out / "reports.jsonl") == clean_demo
+    with dg.DagsterInstance.from_config(str(out / "dagster_home")) as instance:
+        statuses = [r.status for r in instance.get_runs()]
+    assert dg.DagsterRunStatus.STARTED not in statuses and dg.DagsterRunStatus.FAILURE in statuses

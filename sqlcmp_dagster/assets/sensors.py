@@ -7,22 +7,29 @@ from collections.abc import Callable, Sequence
 
 import dagster as dg
 
-from sqlcmp_dagster.assets.common import LAYER_BACKFILL_POLICY, RANGE_END, RANGE_START, cases_partitions
+from sqlcmp_dagster.assets.common import LAYER_ASSETS, LAYER_BACKFILL_POLICY, RANGE_END, RANGE_START, \
+    cases_partitions
 from sqlcmp_dagster.assets.jobs import evaluation_job
 from sqlcmp_dagster.cases.suite import Suite, case_version
 from sqlcmp_dagster.escaping import terminal_text
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
 
 
 
 def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, existing: Sequence[str],
-                      cursor: str | None, warn: Callable[[str], None] | None = None) -> dg.SensorResult:
+                      cursor: str | None, warn: Callable[[str], None] | None = None,
+                      store: PartitionedParquetIOManager | None = None) -> dg.SensorResult:
     """Compare the suite folder with the cursor (case id -> data version) and say what to add, delete and run.
 
     New and edited cases are materialized through every layer; consecutive ones (in partition order) share one
     run, so a first load of 1,000 cases is a single run, or runs of at most N cases under the layer assets'
     ``BackfillPolicy.multi_run(N)`` (``SQLCMP_CASES_PER_RUN``). An unchanged re-scan requests nothing. What
     the sensor cannot take from the folder (:func:`suite_problems`) goes to ``warn``.
+
+    With ``store``, the case store is checked against the cursor first (:meth:`PartitionedParquetIOManager.heal`):
+    cases deleted from the suite leave every layer's objects, and a case the cursor holds as materialized whose
+    rows some layer lacks (a removed or unreadable object, a run that failed or died) is materialized again.
     """
     suite = cases.load()
     if warn is not None:
@@ -35,6 +42,13 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     added = [case_id for case_id in versions if case_id not in known]
     deleted = [case_id for case_id in existing if case_id not in versions]
     stale = {case_id for case_id, version in versions.items() if previous.get(case_id) != version}
+    if store is not None:
+        lost = store.heal(LAYER_ASSETS, set(versions) - stale, deleted)
+        for asset, gone in lost.items():
+            if warn is not None:
+                warn(terminal_text(f"case store: {asset} holds no readable row of {len(gone)} case(s) "
+                                   f"({', '.join(sorted(gone)[:5])}): materializing them again"))
+            stale |= gone
     order = [k for k in existing if k in versions] + added
     size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(order) or 1
     runs = [_run_request(block[start:start + size]) for block in _consecutive(order, stale)
@@ -109,6 +123,6 @@ def _run_request(block: list[str]) -> dg.RunRequest:
            default_status=dg.DefaultSensorStatus.STOPPED,
            description="Adds/removes case partitions as suite files change and materializes changed cases.")
 def case_sensor(context: dg.SensorEvaluationContext, cases: CaseSuiteResource,
-                database: DatabaseResource) -> dg.SensorResult:
+                database: DatabaseResource, case_store: PartitionedParquetIOManager) -> dg.SensorResult:
     existing = context.instance.get_dynamic_partitions(cases_partitions.name)
-    return changed_case_runs(cases, database, existing, context.cursor, context.log.warning)
+    return changed_case_runs(cases, database, existing, context.cursor, context.log.warning, case_store)

@@ -26,7 +26,7 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -96,6 +96,30 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
                                     f"{missing[:5]}: materialize them first")
         return _in_order(frame, keys)
 
+    def heal(self, assets: Sequence[str], cases: Collection[str], removed: Collection[str]) -> dict[str, set[str]]:
+        """Check the store against what is believed materialized: take the ``removed`` cases (gone from the
+        suite) out of every one of ``assets``, and return, per asset, which of ``cases`` it holds no readable
+        row for, so that they are materialized again.
+
+        An object of a local store that is no readable Parquet (a truncated copy, a crash of the disk) is moved
+        aside as ``<name>.damaged`` (kept for a person to look at; readers and writers pass it over), which
+        makes exactly the cases it held missing. On an object store, where reading every object would cost a
+        request each, an object is checked by its name only: a missing one is found, a damaged one is not."""
+        missing = {}
+        for asset in assets:
+            folder = asset_folder(self.base_path, asset, self.storage_options)
+            if _local(folder):
+                held = _heal_folder(Path(folder.path), set(removed))
+            else:
+                for case in removed:
+                    own = folder / f"{_file_name(case)}.parquet"
+                    if own.exists():
+                        own.unlink()
+                held = {_case_of(path.name) for path in folder.glob("*.parquet")}
+            if gone := set(cases) - held:
+                missing[asset] = gone
+        return missing
+
     def _remember(self, run_id: str, asset: tuple[str, ...], frame: pl.DataFrame) -> None:
         if run_id != self._written_run:  # only the current run's frames are kept
             self._written.clear()
@@ -146,6 +170,32 @@ def read_asset(base_path: str, asset: str, storage_options: dict[str, Any] | Non
 def _file_name(case_id: str) -> str:
     """A file name for any case id (ids may hold '/', spaces or dots): safe characters kept, others escaped."""
     return "".join(c if c.isalnum() or c in "-_" else f"~{ord(c):x}~" for c in case_id)
+
+
+def _case_of(name: str) -> str:
+    """The case id of a case's own object named ``name`` (the inverse of :func:`_file_name`)."""
+    return re.sub(r"~([0-9a-f]+)~", lambda match: chr(int(match[1], 16)), name.removesuffix(".parquet"))
+
+
+def _heal_folder(folder: Path, removed: set[str]) -> set[str]:
+    """The cases a local asset folder holds readable rows of, after moving its unreadable objects aside and
+    taking the ``removed`` cases out (see :meth:`PartitionedParquetIOManager.heal`); in the folder's turn."""
+    if not folder.is_dir():
+        return set()
+    held: set[str] = set()
+    with FileLock(folder / ".lock"):
+        for path in sorted(folder.glob("*.parquet")):
+            try:
+                cases = _case_ids(path)
+            except ValueError:
+                path.replace(path.with_name(path.name + ".damaged"))
+                continue
+            if cases & removed == cases:
+                path.unlink()
+            elif cases & removed:
+                _put(path, _read(path).filter(~pl.col("case_id").is_in(list(cases & removed))))
+            held |= cases - removed
+    return held
 
 
 #: Name prefix of a local store's objects that hold a step's cases, followed by a 20-digit stamp that orders
