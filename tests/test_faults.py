@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import polars as pl
 import pytest
 
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID
@@ -439,6 +440,12 @@ def test_the_store_heals_damaged_and_removed_objects_and_drops_deleted_cases(tmp
         assert sorted(_stored(store, "executions")) == [f"c{i}" for i in range(6)]
         assert (store / "executions" / f"{damaged.name}.damaged").exists()
         assert sensor_tick(defs, instance, healed.cursor).runs == []  # healed: nothing more to do
+
+        (newest,) = (store / "executions").glob("~batch-*.parquet")  # a write that stopped before settling
+        shutil.copy(newest, newest.with_name("~batch-99999999999999999999.parquet"))
+        assert pl.scan_parquet(store / "executions" / "*.parquet").collect().height == 12
+        assert sensor_tick(defs, instance, healed.cursor).runs == []
+        assert pl.scan_parquet(store / "executions" / "*.parquet").collect().height == 6  # a DuckDB glob counts right
 
         (folder / "suite.jsonl").write_text("".join(json.dumps(c) + "\n" for c in cases[:5]), encoding="utf-8")
         removed = sensor_tick(defs, instance, healed.cursor)

@@ -135,9 +135,10 @@ class Evaluator:
         collection).
 
         ``progress`` is given each case's deterministic report as it finishes; ``finished`` each case's index
-        in ``cases`` and its final report as soon as that is known: as the case finishes, or without a judge
-        after the judge's pass. What ``finished`` was given is what an interrupted batch (an exception, SIGINT
-        turned into one) has done; the workers are ended before the exception leaves this method.
+        in ``cases`` and its final report as soon as that is known: as the case finishes, or, for a case the
+        judge reviews, after the judge's pass. What ``finished`` was given is what an interrupted batch (an
+        exception, or a stop signal turned into one) has done; its workers are ended before the exception
+        leaves this method.
         """
         judged = self.judge is not None
 

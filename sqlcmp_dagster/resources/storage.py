@@ -178,22 +178,25 @@ def _case_of(name: str) -> str:
 
 
 def _heal_folder(folder: Path, removed: set[str]) -> set[str]:
-    """The cases a local asset folder holds readable rows of, after moving its unreadable objects aside and
-    taking the ``removed`` cases out (see :meth:`PartitionedParquetIOManager.heal`); in the folder's turn."""
+    """The cases a local asset folder holds readable rows of, after moving its unreadable objects aside, taking
+    the ``removed`` cases out, and taking a case that a write stopped halfway left in two objects out of the
+    older (newest first, as :func:`_settle` does; see :meth:`PartitionedParquetIOManager.heal`), in the folder's
+    turn."""
     if not folder.is_dir():
         return set()
     held: set[str] = set()
     with FileLock(folder / ".lock"):
-        for path in sorted(folder.glob("*.parquet")):
+        for path in sorted(folder.glob("*.parquet"), reverse=True):  # steps' objects newest first, then own ones
             try:
                 cases = _case_ids(path)
             except ValueError:
                 path.replace(path.with_name(path.name + ".damaged"))
                 continue
-            if cases & removed == cases:
+            dropped = cases & (removed | held)
+            if dropped == cases:
                 path.unlink()
-            elif cases & removed:
-                _put(path, _read(path).filter(~pl.col("case_id").is_in(list(cases & removed))))
+            elif dropped:
+                _put(path, _read(path).filter(~pl.col("case_id").is_in(list(dropped))))
             held |= cases - removed
     return held
 
