@@ -2,7 +2,8 @@
 
 Each command has its own exit status (:data:`EXIT_STATUSES`, shown by its ``--help``): 0 pass, 1 fail, 2 bad input
 or usage, 3 invalid case (no expected query runs, or its database cannot be opened, so the query under test could
-not be judged), each read for what the command does. Messages go to stderr, never a stack trace. The README's
+not be judged), 4 an output that could not be written, 130/143 stopped by SIGINT/SIGTERM, each read for what
+the command does. Messages go to stderr, never a stack trace. The README's
 "Exit status" has them all.
 """
 
