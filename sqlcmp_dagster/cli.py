@@ -23,6 +23,8 @@ from sqlcmp_dagster.engine.workers import start_server
 from sqlcmp_dagster.escaping import terminal_json, terminal_text
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from pydantic import ValidationError
 
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -415,7 +417,7 @@ def _evaluate(args: argparse.Namespace) -> int:
                                         case_versions(suite.cases, args.db_dir, args.db), args.workers,
                                         signals, quiet=args.quiet)
             summary = summarize(reports, load_errors=len(suite.errors))
-            failed = _write_file(args.out, "".join(lines).encode(), f"the reports are kept in {journal.path}")
+            failed = _write_file(args.out, lines, f"the reports are kept in {journal.path}")
             journal.close(done=not failed)
             written, failures = _write_outputs(args, reports, summary)
         except Stopped as stop:
@@ -463,14 +465,14 @@ def _check_outputs(args: argparse.Namespace, *names: str) -> None:
             raise UsageError(f"{flag} {problem}")
 
 
-def _write_file(path: Path, data: bytes, kept: str = "") -> bool:
-    """Write ``data`` as ``path`` atomically; a failure (a full disk) is one line on stderr naming the path and
-    the error (and ``kept``: where the data still is). Returns whether it failed."""
+def _write_file(path: Path, parts: Iterable[str], kept: str = "") -> bool:
+    """Write ``parts`` (UTF-8) as ``path`` atomically; a failure (a full disk) is one line on stderr naming the
+    path and the error (and ``kept``: where the data still is). Returns whether it failed."""
     from sqlcmp_dagster.engine.atomic import atomic_path
 
     try:
-        with atomic_path(path) as partial:
-            partial.write_bytes(data)
+        with atomic_path(path) as partial, partial.open("w", encoding="utf-8") as handle:
+            handle.writelines(parts)
     except OSError as error:
         _say(f"sqlcmp: cannot write {path}: {error.strerror or error}{'; ' + kept if kept else ''}", file=sys.stderr)
         return True
@@ -513,7 +515,7 @@ def _write_outputs(args: argparse.Namespace, reports: list[Report], summary: dic
 
     failures = 0
     if args.summary_out is not None:
-        failures += _write_file(args.summary_out, json.dumps(summary, indent=2).encode())
+        failures += _write_file(args.summary_out, [json.dumps(summary, indent=2)])
     shown = [r for r in reports if is_failed(r)] if args.only_failed else reports
     written = []
     for path, write, name in ((args.csv, lambda: write_csv(shown, args.csv), "csv"),

@@ -265,15 +265,16 @@ def test_resume_evaluates_only_the_cases_that_changed(tmp_path: Path, sample_dir
 
 
 def _no_space(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    """Make every write of the file ``name`` (through its private partial file) fail as on a full disk."""
-    real = Path.write_bytes
+    """Make every write of the file ``name`` (through its private partial file) go to /dev/full, where a write
+    fails as on a full disk (ENOSPC)."""
+    real = Path.open
 
-    def write_bytes(self: Path, data: bytes) -> int:
-        if self.name.startswith(name + "."):
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self))
-        return real(self, data)
+    def full_open(self: Path, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        if self.name.startswith(name + ".") and "w" in mode:
+            return real(Path("/dev/full"), mode, *args, **kwargs)
+        return real(self, mode, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "write_bytes", write_bytes)
+    monkeypatch.setattr(Path, "open", full_open)
 
 
 @pytest.mark.parametrize("failing", ["reports.jsonl", "summary.json"])
