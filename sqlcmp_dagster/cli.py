@@ -482,7 +482,7 @@ def _write_file(path: Path, parts: Iterable[str], kept: str = "") -> bool:
 def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, default_db: str | None) -> None:
     """Name on stderr, once each, every database the suite refers to that cannot be found or whose SQLite file
     cannot be read (:func:`_sqlite_file_problem`): its cases will be invalid."""
-    from sqlcmp_dagster.engine.execution import resolve_database
+    from sqlcmp_dagster.engine.execution import DUCKDB_SUFFIXES, resolve_database
 
     missing: dict[str, int] = {}
     problems: dict[str, str | None] = {}
@@ -496,7 +496,7 @@ def _warn_missing_databases(cases: list[CompareRequest], db_dir: Path | None, de
             missing[str(error)] = missing.get(str(error), 0) + 1
             continue
         if resolved not in problems:
-            problems[resolved] = None if "://" in resolved or resolved.lower().endswith(".duckdb") \
+            problems[resolved] = None if "://" in resolved or Path(resolved).suffix.lower() in DUCKDB_SUFFIXES \
                 else _sqlite_file_problem(Path(resolved))
         if problems[resolved] is not None:
             message = f"database {target!r} ({resolved}): {problems[resolved]}"

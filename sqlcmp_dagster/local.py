@@ -9,7 +9,7 @@ by the next tick (:func:`fail_dead_runs`) instead of staying STARTED.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import dagster as dg
@@ -76,7 +76,7 @@ def materialize_summary(defs: dg.Definitions, instance: dg.DagsterInstance) -> d
                           tags=_tagged({}))
 
 
-def _tagged(tags: dict[str, str]) -> dict[str, str]:
+def _tagged(tags: Mapping[str, str]) -> dict[str, str]:
     return {**tags, PID_TAG: str(os.getpid())}
 
 

@@ -90,7 +90,7 @@ def remove_debris(folder: Path, target: str | None = None) -> list[Path]:
     >>> [p.name for p in remove_debris(folder)], sorted(p.name for p in folder.iterdir()) == [live.name]
     (['r.jsonl.999999999-1.partial'], True)
     """
-    removed = []
+    removed: list[Path] = []
     try:
         names = [entry.name for entry in os.scandir(folder)]
     except OSError:  # no folder yet, or not readable: nothing of ours is there
