@@ -17,6 +17,7 @@ from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
 from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of, \
     row_count
+from sqlcmp_dagster.engine.published_metrics import add_case_metrics
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score
 from sqlcmp_dagster.engine.comparison import ResultComparison
 from sqlcmp_dagster.engine.structure import StructuralComparison
@@ -291,6 +292,7 @@ def _report(validation: Validation, *, verdict: str, overall: float, severity_la
         metrics["structure"] = structure[0]
     if result is not None:
         metrics["result"] = result[0]
+    add_case_metrics(metrics, validation, chosen_index)
     if diagnostics is not None:
         metrics["diagnostics"] = {name: diagnostics[name] for name in DIAGNOSTIC_METRICS}
     if performance is not None:

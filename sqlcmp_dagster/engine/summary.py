@@ -13,18 +13,19 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePosixPath
 from typing import Any
 
+from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.neighbors import NEIGHBOR_COUNTEREXAMPLE, failed_by_counterexample, robustness
+from sqlcmp_dagster.engine.published_metrics import render_table, summarize_published
 
 SEVERITIES = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
-#: BIRD's difficulty labels, in rising order (other labels follow them by name).
-BIRD_DIFFICULTIES = ("simple", "moderate", "challenging")
 
 
 def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, Any]:
-    """Pass rate, severity counts, attribution counts, error types, invalid cases and breakdowns of ``reports``
-    per database, per Spider hardness of the expected query and per the benchmark's own difficulty label."""
+    """Pass rate, severity counts, attribution counts, error types, invalid cases, breakdowns of ``reports``
+    per database, per Spider hardness of the expected query and per the benchmark's own difficulty label, and the
+    benchmarks' published metrics (``published_metrics``: Spider EM, BIRD EX, Soft-F1, R-VES)."""
     reports = list(reports)
     valid = [r for r in reports if r.validity.get("case_valid", True)]
     passed = sum(r.deterministic_verdict == "pass" for r in valid)
@@ -55,6 +56,7 @@ def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, A
                                    order=HARDNESS_LEVELS),
         "per_difficulty": _breakdown([r for r in reports if r.run_metadata.get("difficulty")],
                                      lambda r: str(r.run_metadata["difficulty"]), order=BIRD_DIFFICULTIES),
+        "published_metrics": summarize_published(valid),
     }
 
 
@@ -128,6 +130,9 @@ def render_summary(summary: dict[str, Any]) -> str:
                          + (f"  ({row['vacuous_passes']} vacuous)" if row["vacuous_passes"] else "")
                          + (f"  ({row['invalid']} invalid)" if row["invalid"] else "")
                          for name, row in groups.items())
+    if summary.get("published_metrics"):
+        lines.append("published metrics (percent of valid cases):")
+        lines.extend(f"  {line}" for line in render_table(summary["published_metrics"]).splitlines())
     return "\n".join(lines)
 
 

@@ -1,0 +1,175 @@
+"""The numbers text-to-SQL papers publish, per case in each report and per level in the summary: Spider's exact
+set match (:mod:`~sqlcmp_dagster.engine.spider_match`) and BIRD's EX, Soft-F1 and R-VES
+(:mod:`~sqlcmp_dagster.engine.bird_metrics`), so that one ``sqlcmp evaluate`` fills a paper's table.
+
+Per case, beside sqlcmp's own metrics of the same layer:
+
+* ``metrics.structure.spider_exact_set_match``: Spider's verdict (SQLite databases only: the schema is read from
+  the file; null when the gold query is outside Spider's grammar);
+* ``metrics.result.bird_execution_match``, ``bird_soft_f1`` and ``bird_ves_reward``: BIRD's rules over the rows
+  both queries returned; the reward uses this run's one timing of each query, where BIRD's script times each 100
+  times (:data:`~sqlcmp_dagster.engine.bird_metrics.BIRD_TIMING_REPEATS`), so it is noisy for fast queries.
+
+A valid case whose actual query was blocked (it does not parse or does not run) has no layer to hold them: it
+counts as a miss (0) in the summary, as it does in both official scripts. Invalid cases are left out, as from
+the pass rate.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sqlcmp_dagster.engine import bird_metrics
+from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
+from sqlcmp_dagster.engine.execution import sqlite_read_only
+from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.spider_match import (
+    SpiderSchema,
+    exact_set_match,
+    read_schema,
+)
+
+if TYPE_CHECKING:
+    from sqlcmp_dagster.engine.execution import Relation
+    from sqlcmp_dagster.engine.pipeline import Validation
+
+#: The summary's published metrics: name -> (the report's layer, its per-case metric, the table's heading).
+PUBLISHED = {
+    "spider_exact_set_match": ("structure", "spider_exact_set_match", "Spider EM"),
+    "bird_execution_accuracy": ("result", "bird_execution_match", "BIRD EX"),
+    "bird_soft_f1": ("result", "bird_soft_f1", "Soft-F1"),
+    "bird_r_ves": ("result", "bird_ves_reward", "R-VES"),
+}
+#: The per-case columns of the CSV export.
+CASE_COLUMNS = tuple(metric for _, metric, _ in PUBLISHED.values())
+
+
+def add_case_metrics(metrics: dict[str, Any], validation: Validation, chosen_index: int | None) -> None:
+    """Add the published per-case metrics to a report's ``metrics`` (whose structure and result layers are set
+    when they ran), against the expected query the verdict used (else the first)."""
+    expected = validation.expected[chosen_index if chosen_index is not None else 0]
+    if metrics.get("structure") is not None:
+        schema = _sqlite_schema(validation.database) if validation.dialect == "sqlite" else None
+        metrics["structure"]["spider_exact_set_match"] = \
+            exact_set_match(schema, expected.sql, validation.actual.sql) if schema is not None else None
+    result, actual = metrics.get("result"), validation.actual
+    if result is not None and expected.relation is not None and actual.relation is not None:
+        gold, predicted = rows_of(expected.relation), rows_of(actual.relation)
+        matched = bird_metrics.execution_match(gold, predicted)
+        result["bird_execution_match"] = matched
+        result["bird_soft_f1"] = round(bird_metrics.soft_f1(gold, predicted), 6)
+        timings = (expected.execution.elapsed_ms if expected.execution else 0.0,
+                   actual.execution.elapsed_ms if actual.execution else 0.0)
+        ratio = timings[0] / timings[1] if matched and timings[1] > 0 else 0.0
+        result["bird_ves_reward"] = bird_metrics.ves_reward(ratio)
+
+
+def rows_of(relation: Relation) -> list[tuple[Any, ...]]:
+    """A relation's rows as tuples of the values it holds."""
+    return list(zip(*relation.columns()[1], strict=True)) if relation.names else []
+
+
+def _sqlite_schema(database: str | None) -> SpiderSchema | None:
+    """The Spider schema of the SQLite file ``database`` (an adapter's ``sqlite:///`` identifier), kept per file
+    version; None for anything else or a file that cannot be read."""
+    if not database or not database.startswith("sqlite:///"):
+        return None
+    path = Path(database.removeprefix("sqlite:///"))
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return _schema_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@lru_cache(maxsize=64)
+def _schema_of(path: str, size: int, modified_ns: int) -> SpiderSchema | None:
+    try:
+        connection = sqlite_read_only(Path(path))
+    except sqlite3.Error:
+        return None
+    try:
+        return read_schema(connection)
+    except sqlite3.Error:
+        return None
+    finally:
+        connection.close()
+
+
+def case_values(report: Report) -> dict[str, Any]:
+    """The published per-case metrics of ``report`` (:data:`CASE_COLUMNS`): its own, or a miss where its actual
+    query was blocked, None where the metric does not apply."""
+    values = {}
+    for layer, metric, _ in PUBLISHED.values():
+        held = (report.metrics.get(layer) or {}).get(metric) if report.metrics.get(layer) is not None else None
+        if held is None and report.blocked_reason is not None and report.validity.get("case_valid", True):
+            held = _blocked_value(report, metric)
+        values[metric] = held
+    return values
+
+
+def _blocked_value(report: Report, metric: str) -> Any:
+    """What a blocked valid case scores on ``metric``: a miss (Spider's only on a SQLite database)."""
+    if metric == "spider_exact_set_match":
+        return False if report.run_metadata.get("dialect") == "sqlite" else None
+    return False if metric == "bird_execution_match" else 0.0
+
+
+def summarize_published(reports: Iterable[Report]) -> dict[str, Any]:
+    """The published metrics of the valid cases of ``reports``: overall, per Spider hardness and per difficulty
+    label. Each rate is a fraction (R-VES too: BIRD prints it times 100); a metric no case carries is left out."""
+    valid = [r for r in reports if r.validity.get("case_valid", True)]
+    values = [(r, case_values(r)) for r in valid]
+    carried = [name for name, (layer, metric, _) in PUBLISHED.items()
+               if any((r.metrics.get(layer) or {}).get(metric) is not None for r in valid)]
+    if not carried:
+        return {}
+
+    def group(members: Sequence[tuple[Report, dict[str, Any]]]) -> dict[str, Any]:
+        row: dict[str, Any] = {"cases": len(members)}
+        for name in carried:
+            metric = PUBLISHED[name][1]
+            found = [v[metric] for _, v in members if v[metric] is not None]
+            if name == "bird_r_ves":
+                row[name] = _rounded(bird_metrics.r_ves(found))
+            else:
+                row[name] = _rounded(sum(float(x) for x in found) / len(found) if found else None)
+            if len(found) != len(members):
+                row[f"{name}_cases"] = len(found)
+        return row
+
+    def by(label: str, order: Sequence[str]) -> dict[str, Any]:
+        names = {str(r.run_metadata.get(label)) for r, _ in values if r.run_metadata.get(label)}
+        ordered = sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
+        return {name: group([m for m in values if str(m[0].run_metadata.get(label)) == name]) for name in ordered}
+
+    return {"overall": group(values), "per_hardness": by("hardness", HARDNESS_LEVELS),
+            "per_difficulty": by("difficulty", BIRD_DIFFICULTIES)}
+
+
+def render_table(published: dict[str, Any]) -> str:
+    """The published metrics as a paper's table (Markdown, percentages): one row per Spider hardness level, then
+    per difficulty label when the cases have them, and the overall row ``all``."""
+    if not published:
+        return ""
+    names = [name for name in PUBLISHED if name in published["overall"]]
+    header = "| level | cases | " + " | ".join(PUBLISHED[name][2] for name in names) + " |"
+    lines = [header, "|---|---:|" + "---:|" * len(names)]
+    for key in ("per_hardness", "per_difficulty"):
+        lines += [_table_row(level, row, names) for level, row in published[key].items()]
+    lines.append(_table_row("all", published["overall"], names))
+    return "\n".join(lines)
+
+
+def _table_row(level: str, row: dict[str, Any], names: list[str]) -> str:
+    cells = ["n/a" if row.get(name) is None else f"{row[name] * 100:.1f}" for name in names]
+    return f"| {level} | {row['cases']} | " + " | ".join(cells) + " |"
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
