@@ -8,6 +8,7 @@ import dagster as dg
 import polars as pl
 
 from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
+from sqlcmp_dagster.engine.published_metrics import overall_figures, render_table
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.summary import robust_line, summarize
 from sqlcmp_dagster.escaping import markdown_cell
@@ -50,6 +51,10 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         **({"per_difficulty": dg.MetadataValue.md(database_table(summary["per_difficulty"], "difficulty"))}
            if summary["per_difficulty"] else {}),
         "per_database": dg.MetadataValue.md(database_table(summary["per_database"])),
+        # Spider EM and BIRD's EX, Soft-F1 and R-VES: a number each, and the paper's table per level
+        **{name: number(value) for name, value in overall_figures(summary["published_metrics"]).items()},
+        **({"published_metrics": dg.MetadataValue.md(render_table(summary["published_metrics"]))}
+           if summary["published_metrics"] else {}),
         "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
     })
     return summary

@@ -152,6 +152,16 @@ def summarize_published(reports: Iterable[Report]) -> dict[str, Any]:
             "per_difficulty": by("difficulty", BIRD_DIFFICULTIES)}
 
 
+def overall_figures(published: dict[str, Any]) -> dict[str, float | None]:
+    """The overall value of each published metric the cases carry, by its summary name (a plot per metric).
+
+    >>> overall_figures({"overall": {"cases": 2, "bird_soft_f1": 0.5, "bird_soft_f1_cases": 1}})
+    {'bird_soft_f1': 0.5}
+    """
+    overall = published.get("overall") or {}
+    return {name: overall[name] for name in PUBLISHED if name in overall}
+
+
 def render_table(published: dict[str, Any]) -> str:
     """The published metrics as a paper's table (Markdown, percentages): one row per Spider hardness level, then
     per difficulty label when the cases have them, and the overall row ``all``."""

@@ -10,13 +10,15 @@ from pydantic import ValidationError
 
 from sqlcmp_dagster.engine.atomic import atomic_path, read_lines
 from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.published_metrics import CASE_COLUMNS as PUBLISHED_COLUMNS
+from sqlcmp_dagster.engine.published_metrics import case_values
 from sqlcmp_dagster.engine.summary import database_label, likely_source_label
 from sqlcmp_dagster.escaping import spreadsheet_text
 
 #: The per-case table's columns, in order (the CSV header).
 CASE_COLUMNS = ("case_id", "outcome", "severity", "overall_score", "structure_score", "result_score",
                 "likely_source_clause", "confidence", "database", "hardness", "difficulty", "blocked_reason",
-                "error_types", "user_query", "expected_sql", "actual_sql", "explanation")
+                "error_types", "user_query", "expected_sql", "actual_sql", "explanation", *PUBLISHED_COLUMNS)
 
 
 class ReportsFileError(ValueError):
@@ -80,6 +82,7 @@ def case_row(report: Report) -> dict[str, Any]:
         "expected_sql": validation.get("normalized_sql_expected") or "",
         "actual_sql": validation.get("normalized_sql_actual") or "",
         "explanation": report.explanations[0] if report.explanations else "",
+        **case_values(report),
     }
 
 

@@ -1,0 +1,143 @@
+"""The benchmarks' published metrics: Spider's exact set match, BIRD's EX, Soft-F1 and R-VES reward, per case
+in reports, per level in the summary and the text table, and equal to the official scripts on Spider dev when
+their checkouts are given (``SQLCMP_TEST_SUITE_EVAL``, ``SQLCMP_BIRD_EVAL``, ``SQLCMP_OFFICIAL_PYTHON``)."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from sqlcmp_dagster.engine import bird_metrics
+from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.published_metrics import (
+    case_values,
+    render_table,
+    summarize_published,
+)
+from sqlcmp_dagster.engine.spider_match import (
+    SpiderSchema,
+    exact_set_match,
+    read_schema,
+)
+from sqlcmp_dagster.engine.summary import render_summary, summarize
+
+SCHEMA = SpiderSchema({"singer": ["singer_id", "name", "age"], "song": ["song_id", "singer_id", "title"]},
+                      {"__song.singer_id__": "__singer.singer_id__", "__singer.singer_id__": "__singer.singer_id__"})
+
+
+@pytest.mark.parametrize(("gold", "predicted", "expected"), [
+    # values are not compared, nor is DISTINCT, nor the order of select items or of AND-ed conditions
+    ("SELECT name FROM singer WHERE age > 20", "SELECT name FROM singer WHERE age > 99", True),
+    ("SELECT DISTINCT name, age FROM singer", "SELECT age, name FROM singer", True),
+    ("SELECT name FROM singer WHERE age > 1 AND name = 'a'", "SELECT name FROM singer WHERE name = 'b' AND age > 1",
+     True),
+    # the operator, the aggregate, AND against OR, a LIMIT's presence and the tables are compared
+    ("SELECT name FROM singer WHERE age > 20", "SELECT name FROM singer WHERE age < 20", False),
+    ("SELECT count(*) FROM singer", "SELECT max(age) FROM singer", False),
+    ("SELECT name FROM singer WHERE age > 1 AND name = 'a'", "SELECT name FROM singer WHERE age > 1 OR name = 'a'",
+     False),
+    ("SELECT name FROM singer ORDER BY age LIMIT 1", "SELECT name FROM singer ORDER BY age LIMIT 3", True),
+    ("SELECT name FROM singer ORDER BY age LIMIT 1", "SELECT name FROM singer ORDER BY age", False),
+    # a join's column stands for its foreign-key group
+    ("SELECT T1.name FROM singer AS T1 JOIN song AS T2 ON T1.singer_id = T2.singer_id GROUP BY T2.singer_id",
+     "SELECT T1.name FROM singer AS T1 JOIN song AS T2 ON T1.singer_id = T2.singer_id GROUP BY T1.singer_id", True),
+    # outside Spider's grammar: a column alias, an unknown column, text that is not SQL
+    ("SELECT name FROM singer", "SELECT name AS n FROM singer", False),
+    ("SELECT name FROM singer", "SELECT nickname FROM singer", False),
+    ("SELECT name FROM singer", "'", False),
+])
+def test_exact_set_match(gold: str, predicted: str, expected: bool) -> None:
+    assert exact_set_match(SCHEMA, gold, predicted) is expected
+
+
+def test_exact_set_match_has_no_verdict_for_a_gold_query_outside_the_grammar() -> None:
+    assert exact_set_match(SCHEMA, "SELECT name AS n FROM singer", "SELECT name FROM singer") is None
+
+
+def test_schema_and_foreign_keys_are_read_from_the_database(tmp_path: Path) -> None:
+    path = tmp_path / "db.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.executescript("CREATE TABLE Singer (Singer_ID INTEGER PRIMARY KEY, Name TEXT);"
+                                 "CREATE TABLE Song (Song_ID INTEGER, Singer_ID INTEGER REFERENCES Singer(Singer_ID));")
+    connection.close()
+    schema = read_schema(sqlite3.connect(path))
+    assert schema.tables == {"singer": ["singer_id", "name"], "song": ["song_id", "singer_id"]}
+    assert schema.foreign_keys == {"__singer.singer_id__": "__singer.singer_id__",
+                                   "__song.singer_id__": "__singer.singer_id__"}
+
+
+def test_bird_rules_differ_from_a_bag_comparison() -> None:
+    """EX compares sets of rows with columns in place; Soft-F1 pairs unique rows by position."""
+    assert bird_metrics.execution_match([(1,), (1,), (2,)], [(2,), (1,)])
+    assert not bird_metrics.execution_match([(1, "a")], [("a", 1)])
+    assert bird_metrics.soft_f1([(1, "a")], [("a", 1)]) == 1.0  # a cell matches anywhere in its row
+    assert bird_metrics.soft_f1([(1,), (2,)], [(2,), (1,)]) == 0.0  # rows pair by position
+    assert bird_metrics.soft_f1([(1,)], [(1,), (5,)]) == pytest.approx(2 / 3)
+    assert [bird_metrics.ves_reward(bird_metrics.time_ratio(r)) for r in ([1.0] * 99 + [2.0], [0.3] * 5 + [0.4])] \
+        == [1.0, 0.5]
+
+
+def test_reports_carry_them_and_the_summary_breaks_them_down(run: Callable[..., Report]) -> None:
+    passing = run("SELECT name FROM customers WHERE customer_id < 3", "SELECT name FROM customers WHERE customer_id <= 2")
+    wrong = run("SELECT name, customer_id FROM customers", "SELECT customer_id, name FROM customers")
+    broken = run("SELECT name FROM customers", "SELECT nope FROM customers")
+    assert passing.metrics["structure"]["spider_exact_set_match"] is False  # '<' is not '<='
+    assert passing.metrics["result"]["bird_execution_match"] is True
+    assert passing.metrics["result"]["bird_soft_f1"] == 1.0
+    assert passing.metrics["result"]["bird_ves_reward"] in (0.25, 0.5, 0.75, 1.0, 1.25)
+    # sqlcmp permutes columns; BIRD compares them in place
+    assert wrong.deterministic_verdict == "pass" and wrong.metrics["result"]["bird_execution_match"] is False
+    assert wrong.metrics["structure"]["spider_exact_set_match"] is True
+    assert broken.metrics["result"] is None
+    assert case_values(broken) == {"spider_exact_set_match": False, "bird_execution_match": False,
+                                   "bird_soft_f1": 0.0, "bird_ves_reward": 0.0}
+    published = summarize([passing, wrong, broken])["published_metrics"]
+    assert published["overall"]["cases"] == 3
+    assert published["overall"]["spider_exact_set_match"] == pytest.approx(1 / 3, abs=1e-6)
+    assert published["overall"]["bird_execution_accuracy"] == pytest.approx(1 / 3, abs=1e-6)
+    assert published["overall"]["bird_soft_f1"] == pytest.approx((1.0 + 1.0 + 0.0) / 3, abs=1e-6)
+    assert sum(row["cases"] for row in published["per_hardness"].values()) == 3
+    table = render_table(published)
+    assert table.splitlines()[0] == "| level | cases | Spider EM | BIRD EX | Soft-F1 | R-VES |"
+    assert table.splitlines()[-1].startswith("| all | 3 | 33.3 | 33.3 | 66.7 |")
+    assert table in render_summary(summarize([passing, wrong, broken])).replace("\n  ", "\n")
+
+
+def test_reports_without_them_have_no_published_section(run: Callable[..., Report]) -> None:
+    report = run("SELECT name FROM customers", "SELECT name FROM customers")
+    stripped = report.model_copy(update={"metrics": {**report.metrics, "structure": None, "result": None}})
+    assert summarize_published([stripped]) == {}
+    assert "published metrics" not in render_summary(summarize([stripped]))
+
+
+def _official_checkouts() -> tuple[Path, Path, str]:
+    checkouts = [os.environ.get(name) for name in ("SQLCMP_TEST_SUITE_EVAL", "SQLCMP_BIRD_EVAL",
+                                                   "SQLCMP_OFFICIAL_PYTHON")]
+    if not all(checkouts):
+        pytest.skip("set SQLCMP_TEST_SUITE_EVAL, SQLCMP_BIRD_EVAL (checkouts of the official scripts) and "
+                    "SQLCMP_OFFICIAL_PYTHON (a Python with their imports) to compare with them")
+    return Path(checkouts[0] or ""), Path(checkouts[1] or ""), checkouts[2] or ""
+
+
+@pytest.mark.spider
+def test_equal_to_the_official_scripts_on_every_spider_dev_case(spider_dir: Path, tmp_path: Path) -> None:
+    """Spider EM (and hardness) equal evaluation.py's per-case result on SuperSQL's 1,034 cases (746 matches),
+    BIRD EX and Soft-F1 equal mini_dev's on every case."""
+    test_suite_eval, bird_eval, python = _official_checkouts()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import official_metrics as official
+
+    rows = official.sqlcmp_reports(spider_dir, tmp_path)
+    cases = tmp_path / "cases.json"
+    cases.write_text(official.json.dumps(official.official_cases(rows, spider_dir)), encoding="utf-8")
+    spider = official.run_driver(python, test_suite_eval, official.SPIDER_DRIVER, str(cases),
+                                 str(spider_dir / "tables.json"))
+    bird = official.run_driver(python, bird_eval / "evaluation", official.BIRD_DRIVER, str(cases))
+    assert official.disagreements(rows, spider, bird) == {"spider_exact_set_match": [], "hardness": [],
+                                                          "bird_execution_match": [], "bird_soft_f1": []}
+    assert sum(row["exact"] for row in spider) == 746
