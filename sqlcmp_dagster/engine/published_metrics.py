@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine import bird_metrics
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
-from sqlcmp_dagster.engine.execution import sqlite_read_only
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 from sqlcmp_dagster.engine.spider_match import (
     SpiderSchema,
     exact_set_match,
@@ -35,8 +35,8 @@ from sqlcmp_dagster.engine.spider_match import (
 )
 
 if TYPE_CHECKING:
-    from sqlcmp_dagster.engine.execution import Relation
     from sqlcmp_dagster.engine.pipeline import Validation
+    from sqlcmp_dagster.engine.relation import Relation
 
 #: The summary's published metrics: name -> (the report's layer, its per-case metric, the table's heading).
 PUBLISHED = {
