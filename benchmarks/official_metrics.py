@@ -74,6 +74,23 @@ nltk.word_tokenize = functools.partial(nltk.word_tokenize, preserve_line=True)
 sys.argv = ["evaluation.py"] + sys.argv[1:]
 runpy.run_path("evaluation.py", run_name="__main__")
 """
+#: Runs in the official Python, in the test-suite-sql-eval checkout: each case's test-suite verdict by
+#: exec_eval.eval_exec_match over every .sqlite file of the case's folder (evaluation.py's ``value`` read as 1
+#: first), None where the gold query fails (the script's assertion).
+TEST_SUITE_DRIVER = """
+import json, os, sys
+sys.path.insert(0, os.getcwd())
+from exec_eval import eval_exec_match
+out = []
+for case in json.load(open(sys.argv[1])):
+    try:
+        out.append(bool(eval_exec_match(db=case["db_path"], p_str=case["pred"].replace("value", "1"),
+                                        g_str=case["gold"], plug_value=False, keep_distinct=False,
+                                        progress_bar_for_each_datapoint=False)))
+    except AssertionError:
+        out.append(None)
+json.dump(out, sys.stdout)
+"""
 #: Runs in the official Python, in mini_dev's evaluation folder: each case's EX and Soft-F1 by its own functions.
 BIRD_DRIVER = """
 import json, os, sys
@@ -94,26 +111,31 @@ json.dump(out, sys.stdout)
 """
 
 
-def sqlcmp_reports(spider: Path, folder: Path) -> list[dict[str, Any]]:
-    """SuperSQL's suite imported and evaluated by the CLI (no neighbor search: it does not touch these metrics)."""
+def sqlcmp_reports(spider: Path, folder: Path, *, db_dir: Path | None = None, neighbors: int = 0,
+                   limit: int | None = None) -> list[dict[str, Any]]:
+    """SuperSQL's suite (its first ``limit`` cases) imported and evaluated by the CLI on ``db_dir`` (Spider's
+    databases by default), with at most ``neighbors`` neighbor databases per pass (none by default: the search
+    touches no published metric)."""
     from sqlcmp_dagster.cli import main as sqlcmp
 
-    suite, reports = folder / "supersql.jsonl", folder / "reports.jsonl"
-    if sqlcmp(["import", "spider", "--questions", str(spider / "dev.json"), "--gold", str(spider / "dev_gold.sql"),
-               "--pred", str(spider / "predictions" / "SuperSQL.sql"), "--db-dir", str(spider / "database"),
-               "--out", str(suite)]) != 0:
-        sys.exit("import failed")
-    if sqlcmp(["evaluate", str(suite), "--db-dir", str(spider / "database"), "--out", str(reports), "--quiet",
-               "--neighbors", "0"]) not in (0, 1):
+    suite, reports = folder / "supersql.jsonl", folder / f"reports-{neighbors}-{(db_dir or spider).name}.jsonl"
+    if not suite.exists():
+        if sqlcmp(["import", "spider", "--questions", str(spider / "dev.json"), "--gold",
+                   str(spider / "dev_gold.sql"), "--pred", str(spider / "predictions" / "SuperSQL.sql"),
+                   "--db-dir", str(spider / "database"), "--out", str(suite)]) != 0:
+            sys.exit("import failed")
+        lines = suite.read_text(encoding="utf-8").splitlines()[:limit]
+        suite.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    if sqlcmp(["evaluate", str(suite), "--db-dir", str(db_dir or spider / "database"), "--out", str(reports),
+               "--quiet", "--neighbors", str(neighbors), "--workers", "2"]) not in (0, 1):
         sys.exit("evaluate failed")
     cases = [json.loads(line) for line in suite.read_text(encoding="utf-8").splitlines()]
     by_id = {r["case_id"]: r for r in map(json.loads, reports.read_text(encoding="utf-8").splitlines())}
     return [{"case": case, "report": by_id[case["case_id"]]} for case in cases]
 
 
-def official_cases(rows: list[dict[str, Any]], spider: Path) -> list[dict[str, str]]:
-    """Each case as the official scripts read it (gold, prediction, database)."""
-    database = spider / "database"
+def official_cases(rows: list[dict[str, Any]], database: Path) -> list[dict[str, str]]:
+    """Each case as the official scripts read it (gold, prediction, database under ``database``)."""
     return [{"gold": r["case"]["expected_sql"], "pred": r["case"]["actual_sql"], "db": r["case"]["db"],
              "db_path": str(database / r["case"]["db"] / f"{r['case']['db']}.sqlite")} for r in rows]
 
@@ -145,6 +167,35 @@ def disagreements(rows: list[dict[str, Any]], spider_official: list[dict[str, An
         if abs(ours["bird_soft_f1"] - bird_row["f1"]) > 1e-6:
             found["bird_soft_f1"].append(case_id)
     return found
+
+
+def test_suite_comparison(spider: Path, folder: Path, python: str, test_suite_eval: Path,
+                          limit: int | None = None) -> dict[str, Any]:
+    """Test-suite accuracy on a folder built by the export: SuperSQL evaluated with the neighbor search, its
+    counterexamples exported (``sqlcmp report --export-test-suite``), the suite evaluated again on the exported
+    folder, and exec_eval's verdict on the same folder, case by case (on db ids with several databases)."""
+    from sqlcmp_dagster.cli import main as sqlcmp
+    from sqlcmp_dagster.engine.models import Report
+    from sqlcmp_dagster.engine.published_metrics import case_values
+
+    searched = sqlcmp_reports(spider, folder, neighbors=8, limit=limit)
+    searched_file = folder / "searched.jsonl"
+    searched_file.write_text("".join(json.dumps(r["report"]) + "\n" for r in searched), encoding="utf-8")
+    exported = folder / "test-suite"
+    if sqlcmp(["report", str(searched_file), "--export-test-suite", str(exported)]) != 0:
+        sys.exit("export failed")
+    rows = sqlcmp_reports(spider, folder, db_dir=exported, limit=limit)
+    cases_file = folder / "test-suite-cases.json"
+    cases_file.write_text(json.dumps(official_cases(rows, exported)), encoding="utf-8")
+    official = run_driver(python, test_suite_eval, TEST_SUITE_DRIVER, str(cases_file))
+    ours = [case_values(Report.model_validate(r["report"]))["spider_test_suite_match"] for r in rows]
+    suites = {path.name for path in exported.iterdir() if len(list(path.glob("*.sqlite*"))) > 1}
+    compared = [(r["case"]["case_id"], mine, theirs) for r, mine, theirs in zip(rows, ours, official, strict=True)
+                if r["case"]["db"] in suites]
+    return {"databases": sum(len(list(exported.glob(f"{name}/*.sqlite"))) - 1 for name in suites),
+            "compared": len(compared), "official_passes": sum(bool(t) for _, _, t in compared),
+            "sqlcmp_passes": sum(bool(m) for _, m, _ in compared),
+            "differ": [case_id for case_id, mine, theirs in compared if mine != theirs]}
 
 
 def write_bird_files(rows: list[dict[str, Any]], folder: Path) -> dict[str, Path]:
@@ -192,7 +243,7 @@ def main() -> None:
         folder = Path(temp)
         rows = sqlcmp_reports(args.spider, folder)
         cases_file = folder / "cases.json"
-        cases_file.write_text(json.dumps(official_cases(rows, args.spider)), encoding="utf-8")
+        cases_file.write_text(json.dumps(official_cases(rows, args.spider / "database")), encoding="utf-8")
         spider_official = run_driver(args.official_python, args.test_suite_eval, SPIDER_DRIVER, str(cases_file),
                                      str(args.spider / "tables.json"))
         bird_official = run_driver(args.official_python, args.bird_eval / "evaluation", BIRD_DRIVER, str(cases_file))
@@ -229,6 +280,11 @@ def main() -> None:
             rewards = [case_values(r)["bird_ves_reward"] for r in reports[:args.ves_cases]]
             print(f"R-VES over the first {args.ves_cases} cases: official {runs[0]:.2f} and {runs[1]:.2f} in two runs "
                   f"(100 timings per query each), sqlcmp {100 * (r_ves(rewards) or 0):.2f} (one timing per query)")
+        suite = test_suite_comparison(args.spider, folder, args.official_python, args.test_suite_eval)
+        print(f"Spider test suite (exported: {suite['databases']} neighbor databases): on {suite['compared']} cases "
+              f"of db ids with several databases, official {suite['official_passes']}, sqlcmp "
+              f"{suite['sqlcmp_passes']}; per case differ on {len(suite['differ'])}")
+        differ["spider_test_suite_match"] = suite["differ"]
         for metric, ids in differ.items():
             if ids:
                 print(f"{metric} differs on: {', '.join(ids[:20])}")

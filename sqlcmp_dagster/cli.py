@@ -184,6 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     report = command("report", "summarize a reports file again, or export it as HTML or CSV")
     report.add_argument("reports", type=Path, help="reports JSONL (sqlcmp evaluate --out)")
     report.add_argument("--summary-out", type=Path, help="also write the summary as JSON here")
+    report.add_argument("--export-test-suite", type=Path, metavar="DIR",
+                        help="also write each neighbor counterexample as a database of a Spider test suite here "
+                             "(DIR/<db id>/*.sqlite, the official test suites' layout)")
     _output_options(report)
     report.set_defaults(handler=_report)
 
@@ -549,6 +552,13 @@ def _report(args: argparse.Namespace) -> int:
         _say(f"failed cases ({len(failed)}):")
         for report in failed:
             _say(f"  {report.case_id}: {report.explanations[0] if report.explanations else report.severity}")
+    if args.export_test_suite is not None:
+        from sqlcmp_dagster.cases.suite_export import export_test_suite
+
+        export = export_test_suite(reports, args.export_test_suite)
+        written.append(f"test suite: {args.export_test_suite} ({sum(export.databases.values())} neighbor databases "
+                       f"over {len(export.databases)} db ids)")
+        written += [f"not exported: {reason}" for reason in export.skipped]
     if written:
         _say(*written, sep="\n")
     return EXIT_OUTPUT if failures else EXIT_PASS

@@ -5,6 +5,7 @@ their checkouts are given (``SQLCMP_TEST_SUITE_EVAL``, ``SQLCMP_BIRD_EVAL``, ``S
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -12,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID
+from sqlcmp_dagster.cases.suite_export import export_test_suite
 from sqlcmp_dagster.engine import bird_metrics
-from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.published_metrics import (
     case_values,
     render_table,
@@ -94,8 +98,8 @@ def test_reports_carry_them_and_the_summary_breaks_them_down(run: Callable[..., 
     assert wrong.deterministic_verdict == "pass" and wrong.metrics["result"]["bird_execution_match"] is False
     assert wrong.metrics["structure"]["spider_exact_set_match"] is True
     assert broken.metrics["result"] is None
-    assert case_values(broken) == {"spider_exact_set_match": False, "bird_execution_match": False,
-                                   "bird_soft_f1": 0.0, "bird_ves_reward": 0.0}
+    assert case_values(broken) == {"spider_exact_set_match": False, "spider_test_suite_match": None,
+                                   "bird_execution_match": False, "bird_soft_f1": 0.0, "bird_ves_reward": 0.0}
     published = summarize([passing, wrong, broken])["published_metrics"]
     assert published["overall"]["cases"] == 3
     assert published["overall"]["spider_exact_set_match"] == pytest.approx(1 / 3, abs=1e-6)
@@ -113,6 +117,56 @@ def test_reports_without_them_have_no_published_section(run: Callable[..., Repor
     stripped = report.model_copy(update={"metrics": {**report.metrics, "structure": None, "result": None}})
     assert summarize_published([stripped]) == {}
     assert "published metrics" not in render_summary(summarize([stripped]))
+
+
+def _evaluate(db_dir: Path, cases: list[tuple[str, str]]) -> list[Report]:
+    evaluator = Evaluator(db_dir=db_dir, default_db=SAMPLE_DB_ID)
+    try:
+        return [evaluator.evaluate(CompareRequest(case_id=str(i), expected_sql=gold, actual_sql=actual))
+                for i, (gold, actual) in enumerate(cases)]
+    finally:
+        evaluator.close()
+
+
+def test_test_suite_passes_only_on_every_database_of_the_folder(sample_db: Path, tmp_path: Path) -> None:
+    """A folder with several .sqlite files is a test suite: a prediction right on the case's database but wrong on
+    another fails it; the official rules apply (DISTINCT dropped); a blocked prediction fails it; a folder of one
+    database has no test-suite verdict."""
+    folder = tmp_path / "suite" / SAMPLE_DB_ID
+    folder.mkdir(parents=True)
+    shutil.copyfile(sample_db, folder / f"{SAMPLE_DB_ID}.sqlite")
+    shutil.copyfile(sample_db, folder / f"{SAMPLE_DB_ID}_2.sqlite")
+    with sqlite3.connect(folder / f"{SAMPLE_DB_ID}_2.sqlite") as connection:
+        connection.execute("INSERT INTO customers (customer_id, name, city, signup_date) VALUES (0, 'Zero', 'Nowhere', '2024-01-01')")
+    connection.close()
+    cases = [("SELECT name FROM customers WHERE customer_id < 3", "SELECT name FROM customers WHERE customer_id <= 2"),
+             ("SELECT name FROM customers WHERE customer_id < 3",
+              "SELECT name FROM customers WHERE customer_id IN (1, 2)"),
+             ("SELECT DISTINCT city FROM customers", "SELECT city FROM customers"),
+             ("SELECT name FROM customers", "SELECT nope FROM customers")]
+    reports = _evaluate(tmp_path / "suite", cases)
+    assert [r.deterministic_verdict for r in reports] == ["pass", "pass", "fail", "fail"]
+    assert [r.metrics["validation"]["spider_test_suite_match"] for r in reports] == [True, False, True, False]
+    single = _evaluate(sample_db.parent, cases[:1])[0]
+    assert "spider_test_suite_match" not in single.metrics["validation"]
+    assert summarize(reports)["published_metrics"]["overall"]["spider_test_suite_accuracy"] == 0.5
+
+
+def test_export_writes_each_counterexample_as_a_test_suite_database(sample_db: Path, tmp_path: Path) -> None:
+    """A pass with a neighbor counterexample is exported beside a copy of its database; on the exported folder the
+    case fails the test suite while it still passes on its own database."""
+    cases = [("SELECT name FROM customers WHERE customer_id < 3",
+              "SELECT name FROM customers WHERE customer_id IN (1, 2)"),
+             ("SELECT count(*) FROM orders", "SELECT count(*) FROM orders")]
+    first = _evaluate(sample_db.parent, cases)
+    assert first[0].deterministic_verdict == "pass"
+    export = export_test_suite(first, tmp_path / "suite")
+    assert export.databases == {SAMPLE_DB_ID: 1} and export.skipped == []
+    files = sorted(path.name for path in (tmp_path / "suite" / SAMPLE_DB_ID).iterdir())
+    assert files[0] == f"{SAMPLE_DB_ID}.sqlite" and len(files) == 2
+    again = _evaluate(tmp_path / "suite", cases)
+    assert [r.deterministic_verdict for r in again] == ["pass", "pass"]
+    assert [r.metrics["validation"]["spider_test_suite_match"] for r in again] == [False, True]
 
 
 def _official_checkouts() -> tuple[Path, Path, str]:
@@ -134,10 +188,23 @@ def test_equal_to_the_official_scripts_on_every_spider_dev_case(spider_dir: Path
 
     rows = official.sqlcmp_reports(spider_dir, tmp_path)
     cases = tmp_path / "cases.json"
-    cases.write_text(official.json.dumps(official.official_cases(rows, spider_dir)), encoding="utf-8")
+    cases.write_text(official.json.dumps(official.official_cases(rows, spider_dir / "database")), encoding="utf-8")
     spider = official.run_driver(python, test_suite_eval, official.SPIDER_DRIVER, str(cases),
                                  str(spider_dir / "tables.json"))
     bird = official.run_driver(python, bird_eval / "evaluation", official.BIRD_DRIVER, str(cases))
     assert official.disagreements(rows, spider, bird) == {"spider_exact_set_match": [], "hardness": [],
                                                           "bird_execution_match": [], "bird_soft_f1": []}
     assert sum(row["exact"] for row in spider) == 746
+
+
+@pytest.mark.spider
+def test_test_suite_equal_to_exec_eval_on_an_exported_folder(spider_dir: Path, tmp_path: Path) -> None:
+    """On the first 300 SuperSQL cases: the counterexamples exported as a test suite, the suite evaluated on it, and
+    exec_eval's verdict on the same folder equal on every case of a db id with several databases."""
+    test_suite_eval, _, python = _official_checkouts()
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import official_metrics as official
+
+    found = official.test_suite_comparison(spider_dir, tmp_path, python, test_suite_eval, limit=300)
+    assert found["databases"] > 0 and found["compared"] > 0
+    assert found["differ"] == []

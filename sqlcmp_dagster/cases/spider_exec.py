@@ -25,25 +25,26 @@ until it agrees with sqlcmp.
 
 from __future__ import annotations
 
-import itertools
-import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import sqlglot
-from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_deadline, sqlite_read_only
-from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.comparison import Tolerance
+from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_deadline, sqlite_read_only
+from sqlcmp_dagster.engine.spider_execution import (
+    Rows,
+    denotations_equal,
+    order_matters,
+    postprocess,
+    remove_distinct,
+)
 from sqlcmp_dagster.escaping import markdown_cell
-
-Rows = list[tuple[Any, ...]]
-_CURRENT_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
 
 #: The semantic differences a disagreement is classified by, in the order they are tried.
 REASONS: dict[str, str] = {
@@ -79,89 +80,6 @@ class Disagreement:
     reason: str
     expected_sql: str
     actual_sql: str
-
-
-def postprocess(sql: str) -> str:
-    """Close up the spaced comparison operators some systems emit and fix the current year at 2020, as the
-    official evaluation does before it runs a query.
-
-    >>> postprocess("SELECT * FROM t WHERE a > = 1 AND b ! = 2 AND y < YEAR( CURDATE() ) - 1")
-    'SELECT * FROM t WHERE a >= 1 AND b != 2 AND y < 2020- 1'
-    """
-    closed = sql.replace("> =", ">=").replace("< =", "<=").replace("! =", "!=")
-    return _CURRENT_YEAR.sub("2020", closed)
-
-
-def remove_distinct(sql: str) -> str:
-    """``sql`` without any DISTINCT keyword (string literals untouched); ``sql`` itself if it does not tokenize.
-
-    >>> remove_distinct("SELECT DISTINCT a, count(DISTINCT b) FROM t WHERE c = 'distinct'")
-    "SELECT a, count(b) FROM t WHERE c = 'distinct'"
-    """
-    try:
-        tokens = sqlglot.Dialect.get_or_raise("sqlite").tokenize(sql)
-    except sqlglot.errors.SqlglotError:
-        return sql
-    kept, cursor = [], 0
-    for token in tokens:
-        if token.token_type == TokenType.DISTINCT:
-            kept.append(sql[cursor:token.start])
-            cursor = token.end + 1
-            while cursor < len(sql) and sql[cursor].isspace():
-                cursor += 1
-    kept.append(sql[cursor:])
-    return "".join(kept)
-
-
-def order_matters(gold_sql: str) -> bool:
-    """The official order rule: the text ``order by`` anywhere in the gold query.
-
-    >>> order_matters("SELECT a FROM t WHERE b IN (SELECT b FROM u ORDER BY c LIMIT 1)")
-    True
-    """
-    return "order by" in gold_sql.lower()
-
-
-def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple[Any, ...]], ordered: bool,
-                      close: Any = None, permute_columns: bool = True) -> bool:
-    """Whether some permutation of ``predicted``'s columns makes it equal to ``gold``: as lists when
-    ``ordered``, as multisets otherwise. ``close(a, b)`` replaces exact cell equality when given, and
-    ``permute_columns=False`` allows only the columns' own order (both used only to test which rule explains a
-    disagreement).
-
-    >>> denotations_equal([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], ordered=False)
-    True
-    >>> denotations_equal([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], ordered=True)
-    False
-    >>> denotations_equal([], [], ordered=True), denotations_equal([(1,)], [(1,), (1,)], ordered=False)
-    (True, False)
-    """
-    if not gold and not predicted:
-        return True
-    if len(gold) != len(predicted) or len(gold[0]) != len(predicted[0]):
-        return False
-    width = len(gold[0])
-    if close is None:
-        gold_values = [set(row[i] for row in gold) for i in range(width)]
-        # A predicted column can stand for a gold column only if every one of its values occurs there.
-        candidates = [[j for j in range(width) if all(row[j] in gold_values[i] for row in predicted)]
-                      for i in range(width)]
-    else:  # the same constraint, on a sample of rows, with ``close`` for equality
-        candidates = [[j for j in range(width)
-                       if all(any(close(row[j], other[i]) for other in gold) for row in predicted[:20])]
-                      for i in range(width)]
-    if not permute_columns:
-        candidates = [[i] if i in allowed else [] for i, allowed in enumerate(candidates)]
-    for permutation in itertools.product(*candidates):
-        if len(set(permutation)) != width:
-            continue
-        moved = [tuple(row[j] for j in permutation) for row in predicted]
-        if close is not None:
-            if _close_rows(gold, moved, ordered, close):
-                return True
-        elif (list(gold) == moved) if ordered else (Counter(gold) == Counter(moved)):
-            return True
-    return False
 
 
 def run(connection: sqlite3.Connection, sql: str, timeout_ms: int) -> Rows | Exception:
@@ -289,20 +207,6 @@ def _top_level_order(sql: str) -> bool:
     return tree.args.get("order") is not None
 
 
-def _close_rows(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple[Any, ...]], ordered: bool,
-                close: Any) -> bool:
-    if ordered:
-        return all(all(close(a, b) for a, b in zip(g, p, strict=True)) for g, p in zip(gold, predicted, strict=True))
-    remaining = list(predicted)
-    for row in sorted(gold, key=_sort_key):
-        match = next((i for i, other in enumerate(remaining)
-                      if all(close(a, b) for a, b in zip(row, other, strict=True))), None)
-        if match is None:
-            return False
-        remaining.pop(match)
-    return True
-
-
 def _within(expected: Any, actual: Any, tolerance: Tolerance) -> bool:
     if _is_number(expected) and _is_number(actual):
         return tolerance.close(float(expected), float(actual))
@@ -311,10 +215,6 @@ def _within(expected: Any, actual: Any, tolerance: Tolerance) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _sort_key(value: Any) -> tuple[str, str]:
-    return (type(value).__name__, str(value))
 
 
 def _percent(value: float | None) -> str:

@@ -1,11 +1,15 @@
 """The numbers text-to-SQL papers publish, per case in each report and per level in the summary: Spider's exact
-set match (:mod:`~sqlcmp_dagster.engine.spider_match`) and BIRD's EX, Soft-F1 and R-VES
+set match (:mod:`~sqlcmp_dagster.engine.spider_match`) and test-suite accuracy, and BIRD's EX, Soft-F1 and R-VES
 (:mod:`~sqlcmp_dagster.engine.bird_metrics`), so that one ``sqlcmp evaluate`` fills a paper's table.
 
 Per case, beside sqlcmp's own metrics of the same layer:
 
 * ``metrics.structure.spider_exact_set_match``: Spider's verdict (SQLite databases only: the schema is read from
   the file; null when the gold query is outside Spider's grammar);
+* ``metrics.validation.spider_test_suite_match``: Spider's test-suite verdict, for a SQLite database whose folder
+  holds several ``.sqlite`` files (the official test suites' layout): both queries run on each by the official
+  execution rules (:mod:`~sqlcmp_dagster.engine.spider_execution`), a Layer 1 outcome held whether or not the
+  case was blocked;
 * ``metrics.result.bird_execution_match``, ``bird_soft_f1`` and ``bird_ves_reward``: BIRD's rules over the rows
   both queries returned; the reward uses this run's one timing of each query, where BIRD's script times each 100
   times (:data:`~sqlcmp_dagster.engine.bird_metrics.BIRD_TIMING_REPEATS`), so it is noisy for fast queries.
@@ -18,6 +22,7 @@ the pass rate.
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from pathlib import Path
@@ -25,9 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine import bird_metrics
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
+from sqlcmp_dagster.engine.spider_execution import (
+    Rows,
+    Undecided,
+    passes_test_suite,
+    suite_databases,
+)
 from sqlcmp_dagster.engine.spider_match import (
     SpiderSchema,
     exact_set_match,
@@ -35,12 +47,13 @@ from sqlcmp_dagster.engine.spider_match import (
 )
 
 if TYPE_CHECKING:
-    from sqlcmp_dagster.engine.pipeline import Validation
+    from sqlcmp_dagster.engine.pipeline import Side, Validation
     from sqlcmp_dagster.engine.relation import Relation
 
 #: The summary's published metrics: name -> (the report's layer, its per-case metric, the table's heading).
 PUBLISHED = {
     "spider_exact_set_match": ("structure", "spider_exact_set_match", "Spider EM"),
+    "spider_test_suite_accuracy": ("validation", "spider_test_suite_match", "Spider TS"),
     "bird_execution_accuracy": ("result", "bird_execution_match", "BIRD EX"),
     "bird_soft_f1": ("result", "bird_soft_f1", "Soft-F1"),
     "bird_r_ves": ("result", "bird_ves_reward", "R-VES"),
@@ -53,8 +66,12 @@ def add_case_metrics(metrics: dict[str, Any], validation: Validation, chosen_ind
     """Add the published per-case metrics to a report's ``metrics`` (whose structure and result layers are set
     when they ran), against the expected query the verdict used (else the first)."""
     expected = validation.expected[chosen_index if chosen_index is not None else 0]
+    path = _sqlite_path(validation.database) if validation.dialect == "sqlite" else None
+    suite = suite_databases(path) if path is not None else []
+    if suite and metrics.get("validation") is not None:
+        metrics["validation"]["spider_test_suite_match"] = _test_suite_match(validation, expected, suite)
     if metrics.get("structure") is not None:
-        schema = _sqlite_schema(validation.database) if validation.dialect == "sqlite" else None
+        schema = _sqlite_schema(path) if path is not None else None
         metrics["structure"]["spider_exact_set_match"] = \
             exact_set_match(schema, expected.sql, validation.actual.sql) if schema is not None else None
     result, actual = metrics.get("result"), validation.actual
@@ -74,12 +91,53 @@ def rows_of(relation: Relation) -> list[tuple[Any, ...]]:
     return list(zip(*relation.columns()[1], strict=True)) if relation.names else []
 
 
-def _sqlite_schema(database: str | None) -> SpiderSchema | None:
-    """The Spider schema of the SQLite file ``database`` (an adapter's ``sqlite:///`` identifier), kept per file
-    version; None for anything else or a file that cannot be read."""
-    if not database or not database.startswith("sqlite:///"):
+def _test_suite_match(validation: Validation, expected: Side, suite: list[Path]) -> bool | None:
+    """The case's test-suite verdict over ``suite``: a miss when its actual query did not run on the case's own
+    database (which is one of them), none when no expected query did (an invalid case). Each query runs in the
+    sandbox of a database file, under the case's query timeout and result caps; all of them within the case's
+    budget (``case_budget_ms``) again, and a case cut by that budget or a cap has no verdict."""
+    if not any(side.executed_ok for side in validation.expected):
         return None
-    path = Path(database.removeprefix("sqlite:///"))
+    if not validation.actual.executed_ok:
+        return False
+    config = validation.request.config
+    deadline = time.monotonic() + config.case_budget_ms() / 1000
+    adapters: dict[Path, ExecutionAdapter] = {}
+
+    def execute(file: Path, sql: str) -> Rows | None:
+        left_ms = int((deadline - time.monotonic()) * 1000)
+        if left_ms < 1:
+            raise Undecided()
+        if file not in adapters:
+            try:
+                adapters[file] = ExecutionAdapter(str(file), timeout_ms=config.query_timeout_ms,
+                                                  max_result_rows=config.max_result_rows)
+            except (OSError, ValueError) as error:  # the file went away since the folder was listed
+                raise Undecided() from error
+        timeout_ms = min(config.query_timeout_ms, left_ms)
+        execution = adapters[file].execute(sql, timeout_ms=timeout_ms, max_bytes=config.max_result_bytes,
+                                           max_cell_bytes=config.max_cell_bytes)
+        cut_by_budget = execution.error is not None and execution.error.category == "timeout" \
+            and timeout_ms < config.query_timeout_ms
+        if cut_by_budget or (execution.relation is not None and execution.relation.truncated):
+            raise Undecided()
+        return rows_of(execution.relation) if execution.relation is not None else None
+
+    try:
+        return passes_test_suite(expected.sql, validation.actual.sql, suite, execute)
+    finally:
+        for adapter in adapters.values():
+            adapter.close()
+
+
+def _sqlite_path(database: str | None) -> Path | None:
+    """The file of an adapter's ``sqlite:///`` identifier, None for anything else."""
+    return Path(database.removeprefix("sqlite:///")) if database and database.startswith("sqlite:///") else None
+
+
+def _sqlite_schema(path: Path) -> SpiderSchema | None:
+    """The Spider schema of the SQLite file at ``path``, kept per file version; None for a file that cannot be
+    read."""
     try:
         stat = path.stat()
     except OSError:
@@ -117,6 +175,8 @@ def _blocked_value(report: Report, metric: str) -> Any:
     """What a blocked valid case scores on ``metric``: a miss (Spider's only on a SQLite database)."""
     if metric == "spider_exact_set_match":
         return False if report.run_metadata.get("dialect") == "sqlite" else None
+    if metric == "spider_test_suite_match":
+        return None  # held by every case on a test suite (metrics.validation), blocked or not
     return False if metric == "bird_execution_match" else 0.0
 
 
@@ -163,8 +223,8 @@ def overall_figures(published: dict[str, Any]) -> dict[str, float | None]:
 
 
 def render_table(published: dict[str, Any]) -> str:
-    """The published metrics as a paper's table (Markdown, percentages): one row per Spider hardness level, then
-    per difficulty label when the cases have them, and the overall row ``all``."""
+    """The published metrics as a paper's table (Markdown, percentages of the valid cases): one row per Spider
+    hardness level, then per difficulty label when the cases have them, and the overall row ``all``."""
     if not published:
         return ""
     names = [name for name in PUBLISHED if name in published["overall"]]
@@ -177,7 +237,9 @@ def render_table(published: dict[str, Any]) -> str:
 
 
 def _table_row(level: str, row: dict[str, Any], names: list[str]) -> str:
-    cells = ["n/a" if row.get(name) is None else f"{row[name] * 100:.1f}" for name in names]
+    """One level's row; a metric that only some of its cases carry shows how many (``79.1 (974)``)."""
+    cells = ["n/a" if row.get(name) is None else f"{row[name] * 100:.1f}"
+             + (f" ({row[name + '_cases']})" if name + "_cases" in row else "") for name in names]
     return f"| {level} | {row['cases']} | " + " | ".join(cells) + " |"
 
 
