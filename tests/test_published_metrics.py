@@ -4,6 +4,7 @@ their checkouts are given (``SQLCMP_TEST_SUITE_EVAL``, ``SQLCMP_BIRD_EVAL``, ``S
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 import sqlite3
@@ -208,3 +209,21 @@ def test_test_suite_equal_to_exec_eval_on_an_exported_folder(spider_dir: Path, t
     found = official.test_suite_comparison(spider_dir, tmp_path, python, test_suite_eval, limit=300)
     assert found["databases"] > 0 and found["compared"] > 0
     assert found["differ"] == []
+
+
+def test_report_prints_the_table_and_csv_carries_each_case(run: Callable[..., Report], tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from sqlcmp_dagster.cli import main
+
+    reports = [run("SELECT name FROM customers", "SELECT name FROM customers"),
+               run("SELECT name FROM customers", "SELECT nope FROM customers")]
+    path = tmp_path / "reports.jsonl"
+    path.write_text("".join(r.model_dump_json() + "\n" for r in reports), encoding="utf-8")
+    assert main(["report", str(path), "--csv", str(tmp_path / "cases.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "| level | cases | Spider EM | BIRD EX | Soft-F1 | R-VES |" in out
+    assert "| all | 2 | 50.0 | 50.0 | 50.0 |" in out
+    with (tmp_path / "cases.csv").open(encoding="utf-8", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(r["spider_exact_set_match"], r["bird_execution_match"], r["bird_soft_f1"]) for r in rows] \
+        == [("True", "True", "1.0"), ("False", "False", "0.0")]
