@@ -127,7 +127,7 @@ def test_every_glossary_metric_is_present(suite_reports: dict[str, Report]) -> N
         "top_k", "distinct", "window", "set_operators"}
     assert set(metrics["result"]) == {"result_equality_family", "schema_match", "row_overlap", "cell_overlap",
                                       "cardinality_match", "numeric_tolerance_match", "null_handling_match",
-                                      "bird_execution_match", "bird_soft_f1", "bird_ves_reward"}
+                                      "bird_execution_match", "bird_soft_f1"}
     assert set(metrics["diagnostics"]) == {
         "projection_error_score", "filter_error_score", "join_error_score", "grouping_error_score",
         "aggregate_function_error_score", "ordering_error_flag", "limit_topk_error_score",

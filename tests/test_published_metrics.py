@@ -94,7 +94,8 @@ def test_reports_carry_them_and_the_summary_breaks_them_down(run: Callable[..., 
     assert passing.metrics["structure"]["spider_exact_set_match"] is False  # '<' is not '<='
     assert passing.metrics["result"]["bird_execution_match"] is True
     assert passing.metrics["result"]["bird_soft_f1"] == 1.0
-    assert passing.metrics["result"]["bird_ves_reward"] in (0.25, 0.5, 0.75, 1.0, 1.25)
+    assert case_values(passing)["bird_ves_reward"] in (0.25, 0.5, 0.75, 1.0, 1.25)
+    assert case_values(wrong)["bird_ves_reward"] == 0.0
     # sqlcmp permutes columns; BIRD compares them in place
     assert wrong.deterministic_verdict == "pass" and wrong.metrics["result"]["bird_execution_match"] is False
     assert wrong.metrics["structure"]["spider_exact_set_match"] is True

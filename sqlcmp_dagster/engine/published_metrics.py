@@ -10,9 +10,10 @@ Per case, beside sqlcmp's own metrics of the same layer:
   holds several ``.sqlite`` files (the official test suites' layout): both queries run on each by the official
   execution rules (:mod:`~sqlcmp_dagster.engine.spider_execution`), a Layer 1 outcome held whether or not the
   case was blocked;
-* ``metrics.result.bird_execution_match``, ``bird_soft_f1`` and ``bird_ves_reward``: BIRD's rules over the rows
-  both queries returned; the reward uses this run's one timing of each query, where BIRD's script times each 100
-  times (:data:`~sqlcmp_dagster.engine.bird_metrics.BIRD_TIMING_REPEATS`), so it is noisy for fast queries.
+* ``metrics.result.bird_execution_match`` and ``bird_soft_f1``: BIRD's rules over the rows both queries returned;
+  R-VES's reward is derived from EX and the report's one timing of each query (:func:`ves_reward_of`), where
+  BIRD's script times each 100 times (:data:`~sqlcmp_dagster.engine.bird_metrics.BIRD_TIMING_REPEATS`), so it
+  is noisy for fast queries.
 
 A valid case whose actual query was blocked (it does not parse or does not run) has no layer to hold them: it
 counts as a miss (0) in the summary, as it does in both official scripts. Invalid cases are left out, as from
@@ -50,16 +51,17 @@ if TYPE_CHECKING:
     from sqlcmp_dagster.engine.pipeline import Side, Validation
     from sqlcmp_dagster.engine.relation import Relation
 
-#: The summary's published metrics: name -> (the report's layer, its per-case metric, the table's heading).
+#: The summary's published metrics: name -> (the report's layer and metric it reads, the per-case value it averages,
+#: the table's heading). R-VES averages a reward derived from BIRD EX and the report's timings (:func:`ves_reward_of`).
 PUBLISHED = {
-    "spider_exact_set_match": ("structure", "spider_exact_set_match", "Spider EM"),
-    "spider_test_suite_accuracy": ("validation", "spider_test_suite_match", "Spider TS"),
-    "bird_execution_accuracy": ("result", "bird_execution_match", "BIRD EX"),
-    "bird_soft_f1": ("result", "bird_soft_f1", "Soft-F1"),
-    "bird_r_ves": ("result", "bird_ves_reward", "R-VES"),
+    "spider_exact_set_match": ("structure", "spider_exact_set_match", "spider_exact_set_match", "Spider EM"),
+    "spider_test_suite_accuracy": ("validation", "spider_test_suite_match", "spider_test_suite_match", "Spider TS"),
+    "bird_execution_accuracy": ("result", "bird_execution_match", "bird_execution_match", "BIRD EX"),
+    "bird_soft_f1": ("result", "bird_soft_f1", "bird_soft_f1", "Soft-F1"),
+    "bird_r_ves": ("result", "bird_execution_match", "bird_ves_reward", "R-VES"),
 }
 #: The per-case columns of the CSV export.
-CASE_COLUMNS = tuple(metric for _, metric, _ in PUBLISHED.values())
+CASE_COLUMNS = tuple(column for _, _, column, _ in PUBLISHED.values())
 
 
 def add_case_metrics(metrics: dict[str, Any], validation: Validation, chosen_index: int | None) -> None:
@@ -77,13 +79,8 @@ def add_case_metrics(metrics: dict[str, Any], validation: Validation, chosen_ind
     result, actual = metrics.get("result"), validation.actual
     if result is not None and expected.relation is not None and actual.relation is not None:
         gold, predicted = rows_of(expected.relation), rows_of(actual.relation)
-        matched = bird_metrics.execution_match(gold, predicted)
-        result["bird_execution_match"] = matched
+        result["bird_execution_match"] = bird_metrics.execution_match(gold, predicted)
         result["bird_soft_f1"] = round(bird_metrics.soft_f1(gold, predicted), 6)
-        timings = (expected.execution.elapsed_ms if expected.execution else 0.0,
-                   actual.execution.elapsed_ms if actual.execution else 0.0)
-        ratio = timings[0] / timings[1] if matched and timings[1] > 0 else 0.0
-        result["bird_ves_reward"] = bird_metrics.ves_reward(ratio)
 
 
 def rows_of(relation: Relation) -> list[tuple[Any, ...]]:
@@ -162,13 +159,30 @@ def _schema_of(path: str, size: int, modified_ns: int) -> SpiderSchema | None:
 def case_values(report: Report) -> dict[str, Any]:
     """The published per-case metrics of ``report`` (:data:`CASE_COLUMNS`): its own, or a miss where its actual
     query was blocked, None where the metric does not apply."""
-    values = {}
-    for layer, metric, _ in PUBLISHED.values():
-        held = (report.metrics.get(layer) or {}).get(metric) if report.metrics.get(layer) is not None else None
+    values: dict[str, Any] = {}
+    for layer, metric, column, _ in PUBLISHED.values():
+        if column != metric:
+            continue
+        held = (report.metrics.get(layer) or {}).get(metric)
         if held is None and report.blocked_reason is not None and report.validity.get("case_valid", True):
             held = _blocked_value(report, metric)
         values[metric] = held
-    return values
+    values["bird_ves_reward"] = ves_reward_of(report, values["bird_execution_match"])
+    return {column: values[column] for column in CASE_COLUMNS}
+
+
+def ves_reward_of(report: Report, matched: bool | None) -> float | None:
+    """BIRD's R-VES reward of a case by its rule, from the report's one timing of each query
+    (``execution_time_*_ms``: execution only, where BIRD times connection and all 100 times): 0 for a wrong
+    prediction, None where EX does not apply or a time is missing. Derived, never stored: a timing is not the
+    same twice, and a report's metrics are."""
+    if matched is None:
+        return None
+    if not matched:
+        return 0.0
+    validation = report.metrics.get("validation") or {}
+    expected, actual = validation.get("execution_time_expected_ms"), validation.get("execution_time_actual_ms")
+    return bird_metrics.ves_reward(expected / actual) if expected and actual else None
 
 
 def _blocked_value(report: Report, metric: str) -> Any:
@@ -185,7 +199,7 @@ def summarize_published(reports: Iterable[Report]) -> dict[str, Any]:
     label. Each rate is a fraction (R-VES too: BIRD prints it times 100); a metric no case carries is left out."""
     valid = [r for r in reports if r.validity.get("case_valid", True)]
     values = [(r, case_values(r)) for r in valid]
-    carried = [name for name, (layer, metric, _) in PUBLISHED.items()
+    carried = [name for name, (layer, metric, _, _) in PUBLISHED.items()
                if any((r.metrics.get(layer) or {}).get(metric) is not None for r in valid)]
     if not carried:
         return {}
@@ -193,8 +207,8 @@ def summarize_published(reports: Iterable[Report]) -> dict[str, Any]:
     def group(members: Sequence[tuple[Report, dict[str, Any]]]) -> dict[str, Any]:
         row: dict[str, Any] = {"cases": len(members)}
         for name in carried:
-            metric = PUBLISHED[name][1]
-            found = [v[metric] for _, v in members if v[metric] is not None]
+            column = PUBLISHED[name][2]
+            found = [v[column] for _, v in members if v[column] is not None]
             if name == "bird_r_ves":
                 row[name] = _rounded(bird_metrics.r_ves(found))
             else:
@@ -228,7 +242,7 @@ def render_table(published: dict[str, Any]) -> str:
     if not published:
         return ""
     names = [name for name in PUBLISHED if name in published["overall"]]
-    header = "| level | cases | " + " | ".join(PUBLISHED[name][2] for name in names) + " |"
+    header = "| level | cases | " + " | ".join(PUBLISHED[name][3] for name in names) + " |"
     lines = [header, "|---|---:|" + "---:|" * len(names)]
     for key in ("per_hardness", "per_difficulty"):
         lines += [_table_row(level, row, names) for level, row in published[key].items()]
