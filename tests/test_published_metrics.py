@@ -124,7 +124,7 @@ def test_reports_without_them_have_no_published_section(run: Callable[..., Repor
 def _evaluate(db_dir: Path, cases: list[tuple[str, str]]) -> list[Report]:
     evaluator = Evaluator(db_dir=db_dir, default_db=SAMPLE_DB_ID)
     try:
-        return [evaluator.evaluate(CompareRequest(case_id=str(i), expected_sql=gold, actual_sql=actual))
+        return [evaluator.evaluate(CompareRequest(case_id=str(i), expected_sql=[gold], actual_sql=actual))
                 for i, (gold, actual) in enumerate(cases)]
     finally:
         evaluator.close()
