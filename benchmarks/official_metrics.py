@@ -280,7 +280,7 @@ def main() -> None:
         ours = summarize_published(reports)["overall"]
         print(f"cases: {len(rows)}")
         print(f"Spider EM: official {sum(r['exact'] for r in spider_official)}, sqlcmp "
-              f"{round(ours['spider_exact_set_match'] * len(rows))}; per case differ on "
+              f"{round(ours['spider_exact_set_match_accuracy'] * len(rows))}; per case differ on "
               f"{len(differ['spider_exact_set_match'])} (hardness on {len(differ['hardness'])})")
         main_run = subprocess.run([args.official_python, "-c", SPIDER_MAIN, "--gold", str(args.spider / "dev_gold.sql"),
                                    "--pred", str(args.spider / "predictions" / "SuperSQL.sql"), "--db",

@@ -104,7 +104,7 @@ def test_reports_carry_them_and_the_summary_breaks_them_down(run: Callable[..., 
                                    "bird_execution_match": False, "bird_soft_f1": 0.0, "bird_ves_reward": 0.0}
     published = summarize([passing, wrong, broken])["published_metrics"]
     assert published["overall"]["cases"] == 3
-    assert published["overall"]["spider_exact_set_match"] == pytest.approx(1 / 3, abs=1e-6)
+    assert published["overall"]["spider_exact_set_match_accuracy"] == pytest.approx(1 / 3, abs=1e-6)
     assert published["overall"]["bird_execution_accuracy"] == pytest.approx(1 / 3, abs=1e-6)
     assert published["overall"]["bird_soft_f1"] == pytest.approx((1.0 + 1.0 + 0.0) / 3, abs=1e-6)
     assert sum(row["cases"] for row in published["per_hardness"].values()) == 3

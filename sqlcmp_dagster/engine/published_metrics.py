@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 #: The summary's published metrics: name -> (the report's layer and metric it reads, the per-case value it averages,
 #: the table's heading). R-VES averages a reward derived from BIRD EX and the report's timings (:func:`ves_reward_of`).
 PUBLISHED = {
-    "spider_exact_set_match": ("structure", "spider_exact_set_match", "spider_exact_set_match", "Spider EM"),
+    "spider_exact_set_match_accuracy": ("structure", "spider_exact_set_match", "spider_exact_set_match", "Spider EM"),
     "spider_test_suite_accuracy": ("validation", "spider_test_suite_match", "spider_test_suite_match", "Spider TS"),
     "bird_execution_accuracy": ("result", "bird_execution_match", "bird_execution_match", "BIRD EX"),
     "bird_soft_f1": ("result", "bird_soft_f1", "bird_soft_f1", "Soft-F1"),
