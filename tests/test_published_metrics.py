@@ -24,6 +24,7 @@ from sqlcmp_dagster.engine.published_metrics import (
     render_table,
     summarize_published,
 )
+from sqlcmp_dagster.engine.spider_execution import passes_test_suite
 from sqlcmp_dagster.engine.spider_match import (
     SpiderSchema,
     exact_set_match,
@@ -62,6 +63,12 @@ def test_exact_set_match(gold: str, predicted: str, expected: bool) -> None:
 
 def test_exact_set_match_has_no_verdict_for_a_gold_query_outside_the_grammar() -> None:
     assert exact_set_match(SCHEMA, "SELECT name AS n FROM singer", "SELECT name FROM singer") is None
+
+
+@pytest.mark.parametrize("chained", [300, 3000])
+def test_exact_set_match_of_set_operations_chained_past_the_recursion_limit_has_no_verdict(chained: int) -> None:
+    query = " UNION ".join("SELECT name FROM singer" for _ in range(chained))
+    assert exact_set_match(SCHEMA, query, query) is None
 
 
 def test_schema_and_foreign_keys_are_read_from_the_database(tmp_path: Path) -> None:
@@ -228,3 +235,17 @@ def test_report_prints_the_table_and_csv_carries_each_case(run: Callable[..., Re
         rows = list(csv.DictReader(handle))
     assert [(r["spider_exact_set_match"], r["bird_execution_match"], r["bird_soft_f1"]) for r in rows] \
         == [("True", "True", "1.0"), ("False", "False", "0.0")]
+
+
+def test_a_test_suite_comparison_with_too_many_column_assignments_has_no_verdict() -> None:
+    """Nine columns of one repeated value leave 10**10 column assignments: the comparison stops with no verdict
+    instead of trying them, unless the columns' own order (tried first) matches."""
+    wide = [tuple([1] * 9 + [i]) for i in range(3)]
+    shifted = [tuple([1] * 9 + [i + 10]) for i in range(3)]
+
+    def execute(rows: list[tuple[int, ...]]) -> Callable[[Path, str], list[tuple[int, ...]]]:
+        return lambda file, sql: wide if "gold" in sql else rows
+
+    files = [Path("a.sqlite"), Path("b.sqlite")]
+    assert passes_test_suite("SELECT gold", "SELECT other", files, execute(shifted)) is None
+    assert passes_test_suite("SELECT gold", "SELECT other", files, execute(wide)) is True

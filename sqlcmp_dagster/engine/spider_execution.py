@@ -22,6 +22,8 @@ import sqlglot
 from sqlglot.tokens import TokenType
 
 Rows = list[tuple[Any, ...]]
+#: Column assignments a test-suite comparison tries on one database before it gives up on the case (no verdict).
+MOST_ASSIGNMENTS = 100_000
 #: What runs one query on one database of a test suite: its rows, or None when it fails there.
 Execute = Callable[[Path, str], Rows | None]
 _CURRENT_YEAR = re.compile(r"YEAR\s*\(\s*CURDATE\s*\(\s*\)\s*\)\s*", re.IGNORECASE)
@@ -69,11 +71,13 @@ def order_matters(gold_sql: str) -> bool:
 
 
 def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple[Any, ...]], ordered: bool,
-                      close: Any = None, permute_columns: bool = True) -> bool:
+                      close: Any = None, permute_columns: bool = True, most_tried: int | None = None) -> bool:
     """Whether some permutation of ``predicted``'s columns makes it equal to ``gold``: as lists when
     ``ordered``, as multisets otherwise. ``close(a, b)`` replaces exact cell equality when given, and
     ``permute_columns=False`` allows only the columns' own order (both used only to test which rule explains a
-    disagreement).
+    disagreement). With ``most_tried``, :class:`Undecided` is raised past that many column assignments: results
+    whose columns repeat each other's values leave up to width-to-the-width of them, and a hostile prediction
+    can ask for that.
 
     >>> denotations_equal([(1, "a"), (2, "b")], [("b", 2), ("a", 1)], ordered=False)
     True
@@ -88,7 +92,7 @@ def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple
         return False
     width = len(gold[0])
     if close is None:
-        gold_values = [set(row[i] for row in gold) for i in range(width)]
+        gold_values = [{row[i] for row in gold} for i in range(width)]
         # A predicted column can stand for a gold column only if every one of its values occurs there.
         candidates = [[j for j in range(width) if all(row[j] in gold_values[i] for row in predicted)]
                       for i in range(width)]
@@ -98,7 +102,11 @@ def denotations_equal(gold: Sequence[tuple[Any, ...]], predicted: Sequence[tuple
                       for i in range(width)]
     if not permute_columns:
         candidates = [[i] if i in allowed else [] for i, allowed in enumerate(candidates)]
-    for permutation in itertools.product(*candidates):
+    # the columns' own order first: most equal results need no other
+    own = [tuple(range(width))] if all(i in allowed for i, allowed in enumerate(candidates)) else []
+    for tried, permutation in enumerate(itertools.chain(own, itertools.product(*candidates))):
+        if most_tried is not None and tried >= most_tried:
+            raise Undecided()
         if len(set(permutation)) != width:
             continue
         moved = [tuple(row[j] for j in permutation) for row in predicted]
@@ -154,8 +162,9 @@ def suite_databases(database: Path) -> list[Path]:
 def passes_test_suite(gold_sql: str, predicted_sql: str, files: Sequence[Path], execute: Execute) -> bool | None:
     """Spider's test-suite verdict: the prediction passes on each of ``files`` by the official execution rules.
     As ``evaluation.py`` does before it runs a prediction, ``value`` in it is read as ``1``. None when the gold query
-    fails on a database the official script reaches (it stops with an assertion there) or a query is
-    :class:`Undecided`; a prediction that fails is wrong, and the first database it is wrong on decides."""
+    fails on a database the official script reaches (it stops with an assertion there), a query is
+    :class:`Undecided` or its columns leave more than :data:`MOST_ASSIGNMENTS` ways to match them; a prediction
+    that fails is wrong, and the first database it is wrong on decides."""
     gold = remove_distinct(postprocess(gold_sql))
     predicted = remove_distinct(postprocess(predicted_sql.replace("value", "1")))
     ordered = order_matters(gold)
@@ -165,7 +174,8 @@ def passes_test_suite(gold_sql: str, predicted_sql: str, files: Sequence[Path], 
             if gold_rows is None:
                 return None
             predicted_rows = execute(file, predicted)
-            if predicted_rows is None or not denotations_equal(gold_rows, predicted_rows, ordered):
+            if predicted_rows is None or not denotations_equal(gold_rows, predicted_rows, ordered,
+                                                               most_tried=MOST_ASSIGNMENTS):
                 return False
     except Undecided:
         return None

@@ -432,7 +432,8 @@ def empty_query() -> SpiderSql:
 
 def exact_set_match(schema: SpiderSchema, gold_sql: str, predicted_sql: str) -> bool | None:
     """Spider's exact set match of ``predicted_sql`` against ``gold_sql``; None when the gold query is outside
-    Spider's grammar (the official script has no verdict there).
+    Spider's grammar (the official script has no verdict there), or when the two are nested too deep to compare
+    (set operations chained by the hundred: the official script's recursion ends there too).
 
     >>> schema = SpiderSchema({"singer": ["name", "age"]}, {})
     >>> exact_set_match(schema, "SELECT name FROM singer WHERE age > 20", "select NAME from singer where age > 30")
@@ -448,8 +449,11 @@ def exact_set_match(schema: SpiderSchema, gold_sql: str, predicted_sql: str) -> 
         predicted = parse(schema, predicted_sql.replace("value", "1"))
     except SpiderParseError:
         predicted = empty_query()
-    gold, predicted = _comparable(gold, schema), _comparable(predicted, schema)
-    return all(_components(predicted, gold).values()) and _same_tables(predicted, gold)
+    try:
+        gold, predicted = _comparable(gold, schema), _comparable(predicted, schema)
+        return all(_components(predicted, gold).values()) and _same_tables(predicted, gold)
+    except RecursionError:
+        return None
 
 
 def _comparable(query: SpiderSql, schema: SpiderSchema) -> SpiderSql:
