@@ -48,7 +48,7 @@ from sqlcmp_dagster.engine.spider_match import (
 )
 
 if TYPE_CHECKING:
-    from sqlcmp_dagster.engine.pipeline import Side, Validation
+    from sqlcmp_dagster.engine.validation import Side, Validation
     from sqlcmp_dagster.engine.relation import Relation
 
 #: The summary's published metrics: name -> (the report's layer and metric it reads, the per-case value it averages,
