@@ -225,3 +225,22 @@ def test_work_between_interrupt_checks_ends_the_case_in_time(pg: tuple[str, str]
         assert adapter.execute(f"SELECT count(*) AS n FROM {SCHEMA}.t").success
     finally:
         adapter.close()
+
+
+def test_a_backslash_in_a_plain_string_is_read_as_the_gate_reads_it(pg: tuple[str, str]) -> None:
+    """With standard_conforming_strings off (a role's or database's default), PostgreSQL would read 'a\\' as an
+    unfinished string and run what the gate read as a literal: each session sets it on."""
+    url, admin_url = pg
+    with sa.create_engine(admin_url, isolation_level="AUTOCOMMIT").connect() as connection:
+        connection.execute(sa.text("ALTER ROLE sqlcmp_select SET standard_conforming_strings = off"))
+    try:
+        adapter = ExecutionAdapter(url, timeout_ms=3_000)
+        try:
+            outcome = adapter.execute("SELECT 'a\\' AS x, ' || current_setting(''is_superuser'') AS y --' AS z")
+        finally:
+            adapter.close()
+    finally:
+        with sa.create_engine(admin_url, isolation_level="AUTOCOMMIT").connect() as connection:
+            connection.execute(sa.text("ALTER ROLE sqlcmp_select RESET standard_conforming_strings"))
+    assert outcome.success and outcome.relation is not None, outcome.error
+    assert outcome.relation.names == ["x", "z"] and outcome.relation.frame.row(0)[0] == "a\\"

@@ -158,6 +158,9 @@ def session(engine: sa.Engine, timeout_ms: int) -> Iterator[tuple[Any, Watch]]:
             try:
                 timeout = int(timeout_ms)
                 connection.exec_driver_sql("SET TRANSACTION READ ONLY")
+                # the gate and its lexer read a backslash in a plain string as PostgreSQL's default does: literal
+                # (a role or database default of off would make it an escape, and the text read differently)
+                connection.exec_driver_sql("SET LOCAL standard_conforming_strings = on")
                 connection.exec_driver_sql(f"SET LOCAL statement_timeout = {timeout}")
                 connection.exec_driver_sql(f"SET LOCAL lock_timeout = {timeout}")
                 connection.exec_driver_sql(
