@@ -21,7 +21,7 @@ from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.engine.neighbor_generation import hints, neighbor_rows
 from sqlcmp_dagster.engine.neighbor_scratch import Schema
 from sqlcmp_dagster.engine.parsing import canonical_text, parse
-from sqlcmp_dagster.engine.pipeline import structural_layer, validate
+from sqlcmp_dagster.engine.layers import structural_layer, validate
 from sqlcmp_dagster.engine.records import validation_from_record, validation_record
 from sqlcmp_dagster.engine.rewrites import Catalog, equivalence_form
 from sqlcmp_dagster.engine.structure import compare_structure, query_shape
