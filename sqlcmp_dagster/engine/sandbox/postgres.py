@@ -75,6 +75,11 @@ class ConnectionLost(RuntimeError):
 def sandbox_url(url: sa.URL) -> sa.URL:
     """``url`` with psycopg 3 as its driver, whatever driver it named: the sandbox needs the extended query
     protocol, which psycopg2 never uses for a statement without parameters."""
+    try:
+        import psycopg  # noqa: F401 - only whether it is there
+    except ImportError as error:
+        raise ImportError("the PostgreSQL sandbox needs psycopg 3 (pip install 'sqlcmp-dagster[postgres]'), "
+                          "whatever driver the URL names") from error
     return url.set(drivername="postgresql+psycopg")
 
 
