@@ -26,7 +26,7 @@ from typing import Any
 from neighbor_mutants import MUTATIONS, REWRITES, variants
 
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import is_vacuous_pass
 

@@ -18,7 +18,7 @@ import pytest
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbor_scratch import Schema, read_schema
+from sqlcmp_dagster.engine.neighbors.schema import Schema, read_schema
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
 
@@ -144,7 +144,7 @@ def schema_of(path: Path) -> Schema:
 
 def plain_tables_of(path: Path) -> dict[str, frozenset[str]] | None:
     """The base tables the equivalence proof resolves names against on the SQLite file at ``path``
-    (:attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`)."""
+    (:attr:`~sqlcmp_dagster.engine.neighbors.schema.Schema.plain_tables`)."""
     return schema_of(path).plain_tables
 
 

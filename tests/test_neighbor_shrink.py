@@ -1,4 +1,4 @@
-"""Properties of the counterexample shrinker (:mod:`sqlcmp_dagster.engine.neighbor_shrink`): what it returns was
+"""Properties of the counterexample shrinker (:mod:`sqlcmp_dagster.engine.neighbors.shrink`): what it returns was
 tested and still fails, and when it says 1-minimal, removing any single item makes the failure go."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_minimal
+from sqlcmp_dagster.engine.neighbors.shrink import ddmin, one_minimal
 
 Predicate = Callable[[frozenset[int]], bool]
 

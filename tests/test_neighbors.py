@@ -21,12 +21,16 @@ from sqlglot import exp
 
 from conftest import plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
-from sqlcmp_dagster.engine import equivalence, execution, neighbor_scratch, neighbors
+from sqlcmp_dagster.engine import equivalence, execution
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbor_scratch import Neighborhood, Rows, neighborhood, read_schema, scratch
-from sqlcmp_dagster.engine.neighbors import PROVEN_BY_REWRITES, neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
+from sqlcmp_dagster.engine.neighbors import schema as neighbor_schema, scratch as neighbor_scratch, \
+    search as neighbor_search_module
+from sqlcmp_dagster.engine.neighbors.schema import Rows, read_schema
+from sqlcmp_dagster.engine.neighbors.scratch import Neighborhood, neighborhood, scratch
+from sqlcmp_dagster.engine.neighbors.search import PROVEN_BY_REWRITES
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import render_summary, summarize
@@ -873,7 +877,8 @@ def test_the_profiles_aimed_at_the_difference_are_built_first() -> None:
     first, whatever PRIORITY says; the same queries compared with themselves keep PRIORITY's order."""
     from sqlglot import parse_one
 
-    from sqlcmp_dagster.engine.neighbor_generation import PRIORITY, PROFILES, hints, neighbor_numbers
+    from sqlcmp_dagster.engine.neighbors.generation import PRIORITY, PROFILES, neighbor_numbers
+    from sqlcmp_dagster.engine.neighbors.hints import hints
 
     trees = [parse_one("SELECT count(bonus) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.name"),
              parse_one("SELECT count(*) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.name")]
@@ -904,7 +909,8 @@ def test_the_profiles_aimed_at_the_difference_are_built_first() -> None:
 ])
 def test_ladders_of_distinct_group_sizes_tell_group_accidents_apart(clubs: Path, expected: str, actual: str,
                                                                     by_ladder: bool) -> None:
-    from sqlcmp_dagster.engine.neighbor_generation import PROFILES, ladder, ladder_nulls
+    from sqlcmp_dagster.engine.neighbors.generation import PROFILES
+    from sqlcmp_dagster.engine.neighbors.joined import ladder, ladder_nulls
 
     report = compare(clubs, expected, actual)
     found = search(report)
@@ -1037,7 +1043,7 @@ def test_kept_neighborhoods_are_bounded_by_their_memory_their_schema_and_the_pro
     (held,) = [entry for key, entry in neighbor_scratch._IDLE.items() if key == (id(schema), tuple(tables))]
     schema_ref = held[0]
     del schema
-    neighbor_scratch._CACHE.clear()
+    neighbor_schema._CACHE.clear()
     gc.collect()
     assert schema_ref() is None  # the kept neighborhood did not keep the schema and its samples alive
 
@@ -1261,7 +1267,7 @@ def test_rows_equal_in_python_but_stored_apart_shrink_to_a_one_minimal_counterex
     connection = sqlite3.connect(path)
     connection.executescript(ddl)
     connection.close()
-    monkeypatch.setattr(neighbors, "neighbor_rows", lambda *args, **kwargs: {t: list(r) for t, r in rows.items()})
+    monkeypatch.setattr(neighbor_search_module, "neighbor_rows", lambda *args, **kwargs: {t: list(r) for t, r in rows.items()})
     actual = "SELECT count(*) FROM c WHERE v = 'zz'"
     example = search(compare(path, expected, actual))["counterexample"]
     assert example is not None and example["minimal"] and one_minimal(ddl, example, expected, actual)

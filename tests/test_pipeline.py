@@ -19,7 +19,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine import batch, pipeline
 from sqlcmp_dagster.engine.layers import ExpectedResults, validate
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbors import NEIGHBOR_METRICS
+from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_METRICS
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 

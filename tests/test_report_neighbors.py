@@ -16,7 +16,7 @@ import pytest
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.judge import build_prompt
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
-from sqlcmp_dagster.engine.neighbors import apply_neighborhood, neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import apply_neighborhood, neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.report import TEXT_COUNTEREXAMPLE_ROWS, render_text
 from sqlcmp_dagster.engine.summary import render_summary, summarize

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest
-from sqlcmp_dagster.engine.neighbor_generation import hints, neighbor_rows
-from sqlcmp_dagster.engine.neighbor_scratch import Schema
+from sqlcmp_dagster.engine.neighbors.generation import neighbor_rows
+from sqlcmp_dagster.engine.neighbors.hints import hints
+from sqlcmp_dagster.engine.neighbors.schema import Schema
 from sqlcmp_dagster.engine.parsing import canonical_text, parse
 from sqlcmp_dagster.engine.layers import structural_layer, validate
 from sqlcmp_dagster.engine.records import validation_from_record, validation_record

@@ -23,7 +23,7 @@ from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.parsing import parse
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.comparison import Rules

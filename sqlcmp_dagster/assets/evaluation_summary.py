@@ -13,7 +13,7 @@ from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.summary import robust_line, summarize
 from sqlcmp_dagster.escaping import markdown_cell
 
-#: The robust figures of a summary (``engine.neighbors.robustness``), shown as numeric metadata.
+#: The robust figures of a summary (``engine.neighbor_report.robustness``), shown as numeric metadata.
 ROBUST_FIGURES = ("robust_pass_rate", "robust_passes", "passes_with_counterexample", "neighbor_searches",
                   "neighbor_searches_cut", "passes_not_searched", "vacuous_passes_resolved")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")

@@ -90,7 +90,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
                       columns_by_value: bool = False, affine: Mapping[str, frozenset[str]] | None = None) -> bool:
     """Whether the canonical trees ``actual`` and ``expected`` (read only; the rewrites work on copies) have
     equal text once rewritten, on a database whose base tables are ``tables`` (lower-case name -> lower-case
-    column names, :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.plain_tables`). Both queries must read
+    column names, :attr:`~sqlcmp_dagster.engine.neighbors.schema.Schema.plain_tables`). Both queries must read
     only those tables (:func:`reads_base_tables_only`) and chain no comparisons (:func:`chains_comparisons`).
     The rewrites and the re-ordering of operands look at ``deadline`` (a ``time.monotonic()`` instant) as they
     go: past it, the answer is False (the search decides instead). When no rewrite changes either tree the
@@ -100,7 +100,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
     comparison aligns columns by their values), the result columns are compared in one order where both queries'
     projections are :func:`permutable_projection` (DuckDB reads ``ORDER BY ALL`` and ``#1`` by position). With
     ``affine`` (the columns SQLite gives an affinity,
-    :attr:`~sqlcmp_dagster.engine.neighbor_scratch.Schema.affine_columns`), :func:`numeric_text` is applied too.
+    :attr:`~sqlcmp_dagster.engine.neighbors.schema.Schema.affine_columns`), :func:`numeric_text` is applied too.
 
     >>> import sqlglot
     >>> from sqlcmp_dagster.engine.parsing import canonical_tree

@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Report, Severity
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.report import explanation_lines
 
 PROMPT_VERSION = "sqlcmp-judge/3"

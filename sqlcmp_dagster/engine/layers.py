@@ -21,7 +21,7 @@ from sqlglot import exp
 from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose, diagnose_pass
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResultTable
-from sqlcmp_dagster.engine.neighbors import neighbor_search
+from sqlcmp_dagster.engine.neighbors.search import neighbor_search
 from sqlcmp_dagster.engine.parsing import canonical_tree, parse, unalias_tables
 from sqlcmp_dagster.engine.performance import performance_metrics
 from sqlcmp_dagster.engine.redaction import redacted_url

@@ -15,7 +15,7 @@ from sqlcmp_dagster.engine.diagnostics import SCORES, likely_source_words
 from sqlcmp_dagster.engine.relation import shown_rows
 from sqlcmp_dagster.engine.hardness import Hardness, spider_hardness
 from sqlcmp_dagster.engine.models import CompareRequest, ErrorCategory, Report
-from sqlcmp_dagster.engine.neighbors import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of, \
+from sqlcmp_dagster.engine.neighbor_report import SHOWN_ROWS, apply_neighborhood, failed_by_counterexample, neighborhood_of, \
     row_count
 from sqlcmp_dagster.engine.published_metrics import add_case_metrics
 from sqlcmp_dagster.engine.scoring import overall_score, result_score, severity, structure_score

@@ -28,7 +28,7 @@ from sqlglot.tokens import TokenType
 
 from sqlcmp_dagster.engine.equivalence import default_ascending
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.neighbor_scratch import read_schema
+from sqlcmp_dagster.engine.neighbors.schema import read_schema
 from sqlcmp_dagster.engine.parsing import (
     dialect_of,
     plain_text,

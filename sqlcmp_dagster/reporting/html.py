@@ -18,7 +18,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbors import neighborhood_of
+from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
 from sqlcmp_dagster.engine.report import explanation_lines, neighbor_lines, per_column_map
 from sqlcmp_dagster.engine.summary import SEVERITIES, robust_line

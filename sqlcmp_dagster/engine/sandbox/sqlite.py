@@ -42,7 +42,7 @@ def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
     """A connection to the shared in-memory SQLite database ``name`` (``file:NAME?mode=memory&cache=shared``,
     alive while its builder holds a connection) that cannot write: the rules of :func:`sqlite_read_only`. It
     reads what its builder has not committed yet (``read_uncommitted``): a neighbor database is built in a
-    transaction that is rolled back once its queries have run (:mod:`~sqlcmp_dagster.engine.neighbor_scratch`)."""
+    transaction that is rolled back once its queries have run (:mod:`~sqlcmp_dagster.engine.neighbors.scratch`)."""
     connection = sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True, check_same_thread=False)
     connection.execute("PRAGMA read_uncommitted = ON")
     return _sqlite_sandboxed(connection)

@@ -1,8 +1,8 @@
-"""Neighbor databases (Layer 4): is a pass an accident of this database's rows?
+"""The neighbor search (Layer 4): is a pass an accident of this database's rows?
 
 For a case that passes, both queries run on small databases of the same schema built from the rows the
-queries touch (``neighbor_generation``), each a scratch copy in memory with the schema's constraints enforced
-(``neighbor_scratch``) and queried through the same read-only, time-limited adapter and safety gate as the
+queries touch (:mod:`.generation`), each a scratch copy in memory with the schema's constraints enforced
+(:mod:`.scratch`) and queried through the same read-only, time-limited adapter and safety gate as the
 case itself, under the case's bounds (``max_result_rows``, ``max_result_bytes``, ``max_cell_bytes``; DuckDB
 neighbors in the case's memory-bounded DuckDB process): a query that fails on a neighbor is named in the
 report's warnings, and that neighbor is skipped. Results are compared by the case's own Layer 3
@@ -22,41 +22,34 @@ from __future__ import annotations
 
 import random
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.equivalence import proven_equivalent, provable
-from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.relation import Relation
-from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.neighbor_generation import Hints, hints, neighbor_numbers, neighbor_rows, seed_of
-from sqlcmp_dagster.engine.neighbor_scratch import SCRATCH_DIALECTS, Neighborhood, Rows, Schema, Scratch, \
-    neighborhood, read_schema, sample, scratch, stored
-from sqlcmp_dagster.engine.neighbor_shrink import ddmin, one_minimal
-from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.comparison import ResultComparison, Rules, can_pass, compare_results, suits
-from sqlcmp_dagster.engine.scoring import overall_score, severity
+from sqlcmp_dagster.engine.equivalence import provable, proven_equivalent
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.neighbor_report import SHOWN_ROWS, row_count
+from sqlcmp_dagster.engine.neighbors.generation import neighbor_numbers, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbors.hints import Hints, hints
+from sqlcmp_dagster.engine.neighbors.schema import Rows, SCRATCH_DIALECTS, Schema, read_schema, sample
+from sqlcmp_dagster.engine.neighbors.scratch import Neighborhood, Scratch, neighborhood, scratch, stored
+from sqlcmp_dagster.engine.neighbors.shrink import ddmin, one_minimal
+from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
+from sqlcmp_dagster.engine.relation import Relation
+from sqlcmp_dagster.engine.scoring import severity
 from sqlcmp_dagster.engine.structure import StructuralComparison
 from sqlcmp_dagster.engine.validation import Side, Validation, resolve_mode
 
-#: Names of the Layer 4 neighbor metrics (docs/neighbor-databases.md), in ``metrics.diagnostics``.
-NEIGHBOR_METRICS = ("neighbor_search_ran", "neighbors_tried", "counterexample_found", "counterexample")
 #: Most tests per row of the pass that removes rows after the whole tables (:func:`one_minimal`): its removals,
 #: the longer runs that lost the difference, and the round that confirms no single row can go.
 SHRINK_TESTS_PER_ROW = 3
-#: Most rows of each result shown in a counterexample.
-SHOWN_ROWS = 20
 #: Most distinct query failures on neighbors named in a report's warnings.
 MAX_FAILURES_NAMED = 3
 #: How a report names an engine that a dialect id (sqlglot's) stands for.
 ENGINE_NAMES = {"sqlite": "SQLite", "duckdb": "DuckDB", "postgres": "PostgreSQL"}
-#: The label (summaries, the per-case table) of a fail under ``verdict_scope: "neighborhood"`` that only a
-#: counterexample fails: the report's ``likely_source_clause`` names a clause, and no clause is attributed there.
-NEIGHBOR_COUNTEREXAMPLE = "neighbor_counterexample"
 #: Why a pass was not searched: its queries are proven to agree on every database (``robust_by_structure``).
 PROVEN_BY_STRUCTURE = ("the canonical trees are equal: no database tells the queries apart, so the pass is robust "
                        "without a search")
@@ -550,11 +543,6 @@ def _value(value: Any) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def row_count(rows: int) -> str:
-    """``rows`` as a sentence counts them: ``1 row``, ``3 rows`` (neighbor sentences and the text report)."""
-    return f"{rows} row{'' if rows == 1 else 's'}"
-
-
 def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
     return {"neighbor_search_ran": ran, "reason": reason, "neighbors_tried": 0, "neighbors_nonempty": 0,
             "rejected_rows": 0, "tables": [], "counterexample_found": False, "counterexample": None,
@@ -564,106 +552,3 @@ def _outcome(ran: bool, reason: str | None, started: float) -> dict[str, Any]:
             "elapsed_ms": round((time.monotonic() - started) * 1000, 3)}
 
 
-def apply_neighborhood(report: Report, neighborhood: dict[str, Any] | None, scope: str) -> Report:
-    """Put the search's outcome into the report (``metrics.diagnostics``, ``evidence.neighborhood``,
-    explanations, warnings) and apply the case's ``verdict_scope``; a report without a search is returned unchanged.
-
-    The counterexample's own ``severity`` is Layer 3's on the counterexample whatever the scope (the counterexample
-    is a fact about a database, the scope only decides what it does to the verdict): it is the report's severity
-    under ``"neighborhood"``, while under ``"database"`` the report's is ``minor issue``, the case's on the
-    evaluated database, and what shows a report says which is which."""
-    if neighborhood is None or report.metrics.get("diagnostics") is None:
-        return report
-    report.metrics["diagnostics"].update({name: neighborhood[name] for name in NEIGHBOR_METRICS})
-    # The four metrics live in metrics.diagnostics; evidence keeps the search's other details (each fact once).
-    report.evidence["neighborhood"] = {k: v for k, v in neighborhood.items() if k not in NEIGHBOR_METRICS}
-    report.run_metadata.setdefault("timings", {})["neighbor_search_ms"] = neighborhood["elapsed_ms"]
-    found = neighborhood["counterexample"]
-    if neighborhood["nondeterminism"]:
-        report.warnings += [f"neighbor databases: {note}" for note in neighborhood["nondeterminism"]]
-    report.warnings += [f"neighbor databases: {failure}" for failure in neighborhood.get("query_failures", [])]
-    report.warnings += neighborhood.get("budget_cuts", [])
-    if found is None:
-        if scope == "neighborhood" and not neighborhood["neighbor_search_ran"] and report.deterministic_verdict \
-                == "pass":
-            report.warnings.append("verdict_scope is neighborhood but the neighbor search did not run, so the "
-                                   f"verdict is the evaluated database's: {neighborhood['reason']}")
-        return report
-    # No replay handle exists beyond the configuration: the same case and configuration rebuild the same search.
-    shrunk = "shrunk until no single row can go" if found.get("minimal") else \
-        "shrunk as far as its test budget allowed (not 1-minimal)"
-    line = (f"neighbor databases: a counterexample, {shrunk}: {found['sentence']} (rerunning the same case with "
-            f"the same configuration, neighbor_seed {found['seed']}, rebuilds it)")
-    if scope == "neighborhood":
-        report.deterministic_verdict = "fail"
-        report.severity = found["severity"]
-        report.overall_score = overall_score(report.result_score or 0.0, report.structure_score or 0.0, False)
-        _unattributed(report)
-        report.explanations = [f"fail ({found['severity']}): the results match on the evaluated database but "
-                               f"not on a neighbor database of the same schema (verdict_scope neighborhood)",
-                               line, *report.explanations[1:]]
-    else:
-        report.severity = "minor issue"
-        report.explanations.append(line)
-        report.warnings.append("passes on the evaluated database only: a neighbor database of the same schema "
-                               "tells the two queries apart (metrics.diagnostics.counterexample)")
-    return report
-
-
-def _unattributed(report: Report) -> None:
-    """Diagnostics of a fail that only a counterexample makes: the attribution ran on the evaluated database,
-    where the results match, so no clause is attributed (``likely_source_clause`` null, confidence 0, low
-    evidence, ambiguous when several clauses differ), in place of a pass's (confidence 1)."""
-    clauses = report.evidence.get("clauses") or []
-    update = {"confidence": 0.0, "evidence_strength": "low", "ambiguous_case": len(clauses) > 1}
-    report.metrics["diagnostics"].update(update)
-    if report.diagnostic_scores is not None:
-        report.diagnostic_scores.update(update)
-        report.diagnostic_scores["evidence"] = [
-            "no clause is attributed: the results match on the evaluated database, where the attribution and the "
-            "fix search work; the counterexample shows the difference"
-            + (f" (differing clauses: {', '.join(clauses)})" if clauses else ""),
-            *report.diagnostic_scores.get("evidence", [])]
-
-
-def failed_by_counterexample(report: Report) -> bool:
-    """Whether ``report`` is a fail that only a neighbor counterexample makes (``verdict_scope: "neighborhood"``;
-    the search runs only for a case that passes on the evaluated database)."""
-    return report.deterministic_verdict == "fail" and bool(
-        (report.metrics.get("diagnostics") or {}).get("counterexample_found"))
-
-
-def neighborhood_of(report: Report) -> dict[str, Any]:
-    """A report's neighbor search as one dict: its four metrics (``metrics.diagnostics``) with its other details
-    (``evidence.neighborhood``); empty when the case had no search to consider (a fail or a blocked case)."""
-    details = report.evidence.get("neighborhood")
-    if not details:
-        return {}
-    metrics = report.metrics.get("diagnostics") or {}
-    return {**details, **{name: metrics[name] for name in NEIGHBOR_METRICS if name in metrics}}
-
-
-def robustness(valid: list[Report], vacuous_pass: Callable[[Report], bool]) -> dict[str, Any]:
-    """Summary figures of the neighbor search over valid reports: ``robust_passes`` (passes whose search ran
-    and found no counterexample, and passes whose canonical trees are equal, robust without a search),
-    ``robust_pass_rate`` beside the pass rate (None when no pass was searched or proven),
-    ``passes_with_counterexample``, ``neighbor_searches`` (passes searched), ``neighbor_searches_cut`` (of them,
-    searches the clock cut), ``passes_not_searched`` (passes neither searched nor robust by structure: not
-    robust as far as the rate knows) with ``passes_not_searched_reasons`` (reason: passes), and
-    ``vacuous_passes_resolved`` (passes on two empty results whose search compared non-empty results on some
-    neighbor)."""
-    passes = [(r, neighborhood_of(r)) for r in valid if r.deterministic_verdict == "pass"]
-    searched = [(r, n) for r, n in passes if n.get("neighbor_search_ran")]
-    proven = sum(bool(n.get("robust_by_structure")) for _, n in passes)
-    robust = sum(not n.get("counterexample_found") for _, n in searched) + proven
-    vacuous = [n for r, n in searched if vacuous_pass(r)]
-    unsearched = Counter(n.get("reason") or "the report holds no neighbor search" for _, n in passes
-                         if not n.get("neighbor_search_ran") and not n.get("robust_by_structure"))
-    return {"robust_passes": robust,
-            "robust_pass_rate": round(robust / len(valid), 6) if valid and (searched or proven) else None,
-            "passes_with_counterexample": sum(bool(n.get("counterexample_found")) for _, n in passes),
-            "neighbor_searches": len(searched),
-            "neighbor_searches_cut": sum(bool(n.get("budget_cuts")) for _, n in searched),
-            "passes_not_searched": sum(unsearched.values()),
-            "passes_not_searched_reasons": dict(unsearched.most_common()),
-            "vacuous_passes_resolved": sum(bool(n.get("neighbors_nonempty")) for n in vacuous)}
