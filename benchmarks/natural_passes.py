@@ -147,8 +147,8 @@ def measure(spider: Path, labels: list[dict[str, Any]], workers: int) -> None:
             named[example.get("class", "unnamed")] += 1
         else:
             missed.append(f"  missed case {label['case']} ({label['db']}, {label['class']}): {label['why']}")
-    print(f"natural passes: {len(labels)} labelled, {sum(found[c]['cases'] for c in CLASSES)} different, "
-          f"{found['equivalent']['cases']} equivalent")
+    print(f"natural passes: {len(labels)} labelled, {sum(found[c]['cases'] for c in (*CLASSES, TIE))} different "
+          f"({found[TIE]['cases']} of them by a tie only), {found['equivalent']['cases']} equivalent")
     print("| class | different | counterexample | recall |")
     print("|---|---:|---:|---:|")
     total = collections.Counter[str]()
@@ -158,6 +158,8 @@ def measure(spider: Path, labels: list[dict[str, Any]], workers: int) -> None:
         rate = f"{counts['found'] / counts['cases']:.1%}" if counts["cases"] else "n/a"
         print(f"| {name} | {counts['cases']} | {counts['found']} | {rate} |")
     print(f"| **all** | {total['cases']} | {total['found']} | {total['found'] / max(total['cases'], 1):.1%} |")
+    print(f"ties of an ORDER BY key under LIMIT (counted apart, as non-determinism): {found[TIE]['found']} of "
+          f"{found[TIE]['cases']} got a counterexample")
     print(f"false alarms: {found['equivalent']['alarms']} of {found['equivalent']['cases']} equivalent")
     print(f"classes the counterexamples name: {dict(named.most_common())}")
     print("\n".join(missed + alarms))

@@ -28,6 +28,7 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.neighbors import schema as neighbor_schema, scratch as neighbor_scratch, \
     search as neighbor_search_module
+from sqlcmp_dagster.engine.neighbors.classes import CLASSES
 from sqlcmp_dagster.engine.neighbors.schema import Rows, read_schema
 from sqlcmp_dagster.engine.neighbors.scratch import Neighborhood, neighborhood, scratch
 from sqlcmp_dagster.engine.neighbors.search import PROVEN_BY_REWRITES
@@ -94,7 +95,9 @@ def test_a_pass_by_accident_gets_a_small_counterexample(company: Path, expected:
     assert report.severity == "minor issue" and any("evaluated database only" in w for w in report.warnings)
     assert report.metrics["diagnostics"]["counterexample_found"] is True
     assert example["rows"] <= 3, example  # shrunk
-    assert example["sentence"].startswith(f"on this {example['rows']}-row database the actual query returns")
+    assert re.match(rf"on this {example['rows']}-row database(, where .+,)? the actual query returns",
+                    example["sentence"]), example["sentence"]
+    assert example["class"] in CLASSES
     assert example["expected_result"] != example["actual_result"]
     assert example["minimal"] and one_minimal(SCHEMA, example, expected, actual)
 
@@ -873,8 +876,9 @@ def clubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_profiles_aimed_at_the_difference_are_built_first() -> None:
-    """The features on which the two queries differ (here a COUNT's argument) put the profiles aimed at them
-    first, whatever PRIORITY says; the same queries compared with themselves keep PRIORITY's order."""
+    """The features on which the two queries differ (here a COUNT's argument, read in the projection) put the
+    profiles aimed at them first, whatever PRIORITY says; the same queries compared with themselves keep
+    PRIORITY's order."""
     from sqlglot import parse_one
 
     from sqlcmp_dagster.engine.neighbors.generation import PRIORITY, PROFILES, neighbor_numbers
@@ -883,9 +887,9 @@ def test_the_profiles_aimed_at_the_difference_are_built_first() -> None:
     trees = [parse_one("SELECT count(bonus) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.name"),
              parse_one("SELECT count(*) FROM emp JOIN dept ON emp.dept_id = dept.id GROUP BY dept.name")]
     found = hints(trees)
-    assert found.differences == {"count"}
+    assert found.differences == {"count", "projection"} and found.differing_columns == {"bonus"}
     numbers = neighbor_numbers(6, ["dept", "emp"], found)
-    assert all("count" in PROFILES[n].targets for n in numbers), numbers
+    assert all(PROFILES[n].targets & found.differences for n in numbers), numbers
     same = hints([trees[1], trees[1].copy()])
     assert same.differences == set()
     assert neighbor_numbers(3, ["dept", "emp"], same) == list(PRIORITY[:3])
@@ -1307,7 +1311,7 @@ def test_a_spider_counterexample_is_one_minimal_and_shows_the_rows_as_stored() -
 def test_the_counterexample_sentence_says_what_differs(company: Path, expected: str, actual: str, ending: str) -> None:
     report = compare(company, expected, actual)
     example = search(report)["counterexample"]
-    assert re.fullmatch(rf"on this \d+-row database {ending}", example["sentence"]), example["sentence"]
+    assert re.fullmatch(rf"on this \d+-row database(, where .+,)? {ending}", example["sentence"]), example["sentence"]
     assert re.search(r"\((\d+ rows|1 row)\)$", report.explanations[0]), report.explanations[0]
     assert "(1 rows)" not in report.explanations[0]
 

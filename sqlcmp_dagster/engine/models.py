@@ -145,6 +145,13 @@ class EvalConfig(_Strict):
     neighbor_skip_proven: bool = True
     """Do not search a pass whose queries are proven equal (equal canonical trees, or equal after the rewrites
     of ``engine/equivalence.py``): no database of the case's schema tells them apart."""
+    neighbor_classes: list[Literal["empty", "null", "boundary", "partner", "duplicate"]] = Field(
+        default_factory=lambda: ["empty", "null", "boundary", "partner", "duplicate"])
+    """Classes of neighbor data the search builds (``engine/neighbors/classes.py``): ``empty`` (an emptied table,
+    or the rows a WHERE keeps removed: an empty table is admissible, every declared constraint holds on it),
+    ``null`` (NULL where a column is nullable), ``boundary`` (rows on and next to each literal), ``partner`` (rows
+    without a partner across a key or join), ``duplicate`` (values shared in non-unique columns). A suite may
+    switch classes off; the neighbors of a profile that builds one are then not built."""
 
     def tolerances(self, mode: ResolvedMode) -> tuple[float, float]:
         """Return ``(atol, rtol)`` in force for ``mode``."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
+from sqlcmp_dagster.engine.neighbors.classes import CLASSES, emptied, nulled, partnerless, shared_values
 from sqlcmp_dagster.engine.neighbors.hints import Hints
 from sqlcmp_dagster.engine.neighbors.joined import empty_partner, group_sizes, ladder, ladder_nulls, null_counted, \
     reach_joins, repair_keys, unmatched
@@ -39,35 +40,65 @@ class Profile:
     joined: tuple[JoinedRule, ...] = ()
     needs_join: bool = False
     targets: frozenset[str] = frozenset()
+    classes: frozenset[str] = frozenset()  # the classes of data it builds (:data:`~.classes.CLASSES`)
+    whole: bool = False  # starts from the whole sample, not a random subset (its rule needs many rows)
+
+
+def _profile(rules: tuple[Rule, ...], *, joined: tuple[JoinedRule, ...] = (), may_empty: bool = False,
+             needs_join: bool = False, targets: tuple[str, ...] = (), whole: bool = False) -> Profile:
+    """A :class:`Profile` whose classes are those of its rules (:data:`RULE_CLASSES`) and, when it may empty a
+    table, ``empty``."""
+    classes = {kind for rule in (*rules, *joined) for kind in RULE_CLASSES.get(rule, ())}
+    return Profile(rules, may_empty, joined, needs_join, frozenset(targets),
+                   frozenset(classes | ({"empty"} if may_empty else set())), whole)
+
+
+#: The classes of data (:data:`~.classes.CLASSES`) each rule builds; a rule not named builds none of them
+#: (:func:`literal_rows` only makes rows that satisfy the queries' filters).
+RULE_CLASSES: dict[Callable[..., Any], tuple[str, ...]] = {
+    literal_values: ("boundary",), group_sizes: ("boundary",), ladder: ("boundary",),
+    nulls: ("null",), null_columns: ("null",), null_counted: ("null",), null_all_but_one: ("null",),
+    ladder_nulls: ("null", "boundary"), duplicates: ("duplicate",), ties: ("duplicate",),
+    failed_joins: ("partner",), unmatched: ("partner",), empty_partner: ("partner", "empty"),
+    emptied: ("empty",), nulled: ("null",), partnerless: ("partner",), shared_values: ("duplicate",),
+}
 
 
 #: Neighbor ``i`` uses profile ``i % len(PROFILES)``: one rule alone first, so that a difference one rule
 #: exposes is not hidden by another (NULLs that tie at a LIMIT, say), then combinations, then the targeted
 #: ones (rows without a match, an emptied join partner, groups of the compared size).
 PROFILES: list[Profile] = [
-    Profile((literal_rows, literal_values), targets=frozenset({"comparison", "condition", "aggregate"})),
-    Profile((null_columns,), targets=frozenset({"count"})),
-    Profile((duplicates,), targets=frozenset({"distinct", "count"})),
-    Profile((literal_rows, ties), targets=frozenset({"order", "aggregate", "comparison"})),
-    Profile((failed_joins,), may_empty=True, needs_join=True, targets=frozenset({"join"})),
-    Profile((literal_rows, literal_values, nulls)),
-    Profile((literal_rows, duplicates, ties), targets=frozenset({"distinct"})),
-    Profile((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), may_empty=True),
-    Profile((literal_rows, null_columns), targets=frozenset({"count"})),
-    Profile((nulls,)),
-    Profile((literal_rows,), joined=(unmatched,), needs_join=True, targets=frozenset({"join"})),
-    Profile((literal_rows, literal_values), joined=(empty_partner,), needs_join=True, targets=frozenset({"join"})),
-    Profile((literal_rows,), joined=(group_sizes,), targets=frozenset({"comparison"})),
-    Profile((literal_rows,), joined=(null_counted,), targets=frozenset({"count"})),
-    Profile((null_all_but_one,), targets=frozenset({"count"})),
-    Profile((literal_rows,), joined=(ladder,), targets=frozenset({"order", "count", "join"})),
-    Profile((literal_rows,), joined=(ladder_nulls,), targets=frozenset({"count"})),
+    _profile((literal_rows, literal_values), targets=("comparison", "condition", "aggregate")),
+    _profile((null_columns,), targets=("count",)),
+    _profile((duplicates,), targets=("distinct", "count")),
+    _profile((literal_rows, ties), targets=("order", "aggregate", "comparison")),
+    _profile((failed_joins,), may_empty=True, needs_join=True, targets=("join",)),
+    _profile((literal_rows, literal_values, nulls)),
+    _profile((literal_rows, duplicates, ties), targets=("distinct",)),
+    _profile((literal_rows, literal_values, duplicates, nulls, ties, failed_joins), may_empty=True),
+    _profile((literal_rows, null_columns), targets=("count",)),
+    _profile((nulls,)),
+    _profile((literal_rows,), joined=(unmatched,), needs_join=True, targets=("join",)),
+    _profile((literal_rows, literal_values), joined=(empty_partner,), needs_join=True, targets=("join",)),
+    _profile((literal_rows,), joined=(group_sizes,), targets=("comparison",)),
+    _profile((literal_rows,), joined=(null_counted,), targets=("count",)),
+    _profile((null_all_but_one,), targets=("count",)),
+    _profile((literal_rows,), joined=(ladder,), targets=("order", "count", "join")),
+    _profile((literal_rows,), joined=(ladder_nulls,), targets=("count",)),
+    # One class each (:mod:`.classes`), aimed at the columns on which the queries differ, over the whole sample
+    # (rows sharing a value, or without a partner, need rows to share with and partners to miss).
+    _profile((literal_rows,), joined=(shared_values,), whole=True,
+             targets=("group", "count", "distinct", "comparison", "order", "join", "projection")),
+    _profile((literal_rows,), joined=(partnerless,), whole=True,
+             targets=("join", "join_key", "comparison", "distinct", "projection")),
+    _profile((literal_rows,), joined=(emptied,), targets=("aggregate", "order")),
+    _profile((literal_rows,), joined=(nulled,), whole=True, targets=("count", "comparison", "condition", "aggregate")),
 ]
 
 
-#: The order profiles are tried in: literals and boundaries, NULLs where counted, rows without a match,
-#: duplicates and ties, group sizes, then the rest.
-PRIORITY = (0, 8, 10, 13, 16, 6, 15, 12, 14, 11, 1, 3, 2, 5, 7, 4, 9)
+#: The order profiles are tried in: literals and boundaries, the class profiles, NULLs where counted, rows
+#: without a match, duplicates and ties, group sizes, then the rest.
+PRIORITY = (0, 17, 18, 19, 20, 8, 10, 13, 16, 6, 15, 12, 14, 11, 1, 3, 2, 5, 7, 4, 9)
 
 
 def seed_of(seed: int, index: int) -> int:
@@ -81,7 +112,7 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
     point at a surviving parent row (a NULL key is left NULL: the row then fails the join legally)."""
     profile = PROFILES[index % len(PROFILES)]
     rows: Rows = {}
-    keep = rng.choice((0.15, 0.3, 0.5, 0.8))
+    keep = 1.0 if profile.whole else rng.choice((0.15, 0.3, 0.5, 0.8))
     for name in tables:
         table = schema.tables[name]
         current = subset(schema.sample.get(name, []), rng, keep) or synthesized(table, found)
@@ -94,17 +125,31 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
     rows = reach_joins(schema, tables, rows, found, rng)
     for joined in profile.joined:
         rows = joined(schema, tables, rows, found, rng)
+    return admissible(schema, rows)
+
+
+def admissible(schema: Schema, rows: Rows) -> Rows:
+    """``rows`` without those holding NULL in a primary-key column: a key is NOT NULL in standard SQL, whatever
+    SQLite's legacy quirk lets a table that is no rowid alias store, and a neighbor stays within what any engine
+    would accept (the engine rejects the rows that break the other declared constraints when it builds it)."""
+    for name, current in rows.items():
+        keys = [i for i, column in enumerate(schema.tables[name].columns) if column.primary_key]
+        if keys:
+            rows[name] = [row for row in current if all(row[i] is not None for i in keys)]
     return rows
 
 
-def neighbor_numbers(count: int, tables: list[str], found: Hints) -> list[int]:
+def neighbor_numbers(count: int, tables: list[str], found: Hints, classes: Collection[str] = CLASSES) \
+        -> list[int]:
     """The numbers of the ``count`` neighbors to build: first the profiles aimed at a feature on which the two
     queries differ (``found.differences``: a COUNT's argument, a join's side, a comparison...), then the others,
-    each group in the order of :data:`PRIORITY` (the usual accidents first), those that cannot apply skipped,
-    round after round (number ``p + r * len(PROFILES)`` for profile ``p`` in round ``r``, so neighbor ``n`` is
-    the same database whatever the count)."""
-    aimed = [p for p in PRIORITY if PROFILES[p].targets & found.differences]
-    order = aimed + [p for p in PRIORITY if p not in aimed]
+    each group in the order of :data:`PRIORITY` (the usual accidents first), those that cannot apply skipped and
+    those that build a class not in ``classes`` (the suite's ``neighbor_classes``) left out, round after round
+    (number ``p + r * len(PROFILES)`` for profile ``p`` in round ``r``, so neighbor ``n`` is the same database
+    whatever the count)."""
+    allowed = [p for p in PRIORITY if PROFILES[p].classes <= set(classes)]
+    aimed = [p for p in allowed if PROFILES[p].targets & found.differences]
+    order = aimed + [p for p in allowed if p not in aimed]
     numbers: list[int] = []
     for round_ in range(count):
         if len(numbers) >= count:

@@ -6,6 +6,7 @@ profiles aimed there are built for first.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
@@ -23,9 +24,11 @@ _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Like, exp
 _CONDITIONS = (exp.And, exp.Or, exp.Not)
 #: The kinds of node :func:`hints` and :func:`features` read (:class:`_Nodes`), and every class among them.
 _KINDS = (exp.Column, exp.Join, exp.Table, exp.Ordered, exp.AggFunc, exp.Group, _COMPARISONS, exp.Count, exp.Distinct,
-          _CONDITIONS)
+          _CONDITIONS, exp.Select)
 _ANY_KIND = tuple(k for kind in _KINDS for k in (kind if isinstance(kind, tuple) else (kind,)))
 _Node = TypeVar("_Node")
+#: A name in a feature item's SQL text (:attr:`Hints.differing_columns` keeps those that are columns).
+_WORD = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 @dataclass
@@ -43,10 +46,15 @@ class Hints:
     columns: set[str] = field(default_factory=set)
     tables: set[str] = field(default_factory=set)
     group_columns: set[str] = field(default_factory=set)
+    group_sets: list[set[str]] = field(default_factory=list)  # each query's GROUP BY columns (empty: none)
     group_sizes: list[int] = field(default_factory=list)  # the numbers COUNT(...) is compared with
     equal_sizes: list[int] = field(default_factory=list)  # those it must equal (``HAVING COUNT(*) = 2``)
     subquery_compared: set[str] = field(default_factory=set)  # columns compared with a subquery's value
     differences: set[str] = field(default_factory=set)  # the :func:`features` on which the queries differ
+    # The columns named in a feature item one query has and the other lacks (``count(*)`` against
+    # ``count(distinct language)``: ``language``; ``GROUP BY name`` against ``GROUP BY id``: both): where the class
+    # generators aim first (:mod:`.classes`).
+    differing_columns: set[str] = field(default_factory=set)
     outer_tables: set[str] = field(default_factory=set)  # tables on the NULL-filled side of an outer join
     # :func:`literal_columns` per table name, computed once per search (the literals do not change after
     # :func:`hints`): every neighbor asked for them again, several times per table.
@@ -78,8 +86,9 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
             found.order_columns |= {c.name.lower() for c in order.find_all(exp.Column)}
         for aggregate in nodes[exp.AggFunc]:
             found.aggregated |= {c.name.lower() for c in aggregate.find_all(exp.Column)}
-        for group in nodes[exp.Group]:
-            found.group_columns |= {c.name.lower() for c in group.find_all(exp.Column)}
+        grouped = {c.name.lower() for group in nodes[exp.Group] for c in group.find_all(exp.Column)}
+        found.group_columns |= grouped
+        found.group_sets.append(grouped)
         for node in nodes[_COMPARISONS]:
             operands = list(node.iter_expressions())
             # A column under an aggregate (AVG(x) >= 72) takes the literal too: on a one-row group they are equal.
@@ -111,6 +120,9 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
     found.group_sizes = sorted(set(found.group_sizes))
     found.differences = {name for name in seen[0] if any(f[name] != seen[0][name] for f in seen[1:])} \
         if seen else set()
+    found.differing_columns = {word for name in found.differences for f in seen for item in f[name]
+                               if any(item not in other[name] for other in seen if other is not f)
+                               for word in _WORD.findall(item)} & found.columns
     return found
 
 
@@ -118,7 +130,8 @@ def features(tree: exp.Expression, nodes: _Nodes | None = None) -> dict[str, lis
     """What the profiles aim at, per feature of a query (lower-case SQL, sorted): its COUNTs and other
     aggregates, its joins' sides, the column pairs it equates (join keys), its comparisons with anything else
     (literals, subqueries, aggregates), its ORDER BY keys with their direction, its DISTINCTs, the shape of its
-    conditions (AND, OR, NOT); columns without their table qualifier, which is only an author's alias. Where
+    conditions (AND, OR, NOT), its GROUP BY columns and the columns its projections read; columns without their
+    table qualifier, which is only an author's alias. Where
     two queries differ is where a neighbor must tell them apart (:func:`neighbor_numbers` builds the profiles
     aimed there first). ``nodes`` is ``tree``'s :class:`_Nodes` when the caller has it.
 
@@ -147,13 +160,16 @@ def features(tree: exp.Expression, nodes: _Nodes | None = None) -> dict[str, lis
                        for node in nodes[exp.Ordered]),
         "distinct": sorted(text(node.parent) for node in nodes[exp.Distinct] if node.parent is not None),
         "condition": sorted(type(node).__name__ for node in nodes[_CONDITIONS]),
+        "group": sorted(text(column) for group in nodes[exp.Group] for column in group.find_all(exp.Column)),
+        "projection": sorted(text(column) for select in nodes[exp.Select] for projection in select.expressions
+                             for column in projection.find_all(exp.Column)),
     }
 
 
 class _Nodes(dict[Any, list[exp.Expression]]):
     """The nodes of a tree of each of :data:`_KINDS` (a class, or a tuple of classes, as
     :meth:`~sqlglot.exp.Expression.find_all` takes them), each list in ``find_all``'s order (breadth first),
-    from one walk of the tree: :func:`hints` and :func:`features` read ten kinds, and walked the tree once per
+    from one walk of the tree: :func:`hints` and :func:`features` read eleven kinds, and walked the tree once per
     kind (fifteen walks of each query of a searched pass).
 
     >>> import sqlglot

@@ -92,7 +92,8 @@ def reach_joins(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
             carrying = carrying_rows(out, literals) or \
                 [row for row in out if row not in sampled_target] or list(out)
             for row in (added or rng.sample(rows[first], 1))[:3]:
-                out.append(copy_row(target, rng.choice(carrying), {to: row[at]}, out))
+                if row[at] is not None:  # a NULL reaches nothing (and would land in a key column)
+                    out.append(copy_row(target, rng.choice(carrying), {to: row[at]}, out))
     return _bridge(schema, rows, pairs, rng)
 
 
@@ -113,7 +114,8 @@ def _bridge(schema: Schema, rows: Rows, pairs: set[tuple[tuple[str, str], tuple[
             changes = {}
             for to, (partner, at) in columns.items():
                 sampled = schema.sampled(partner)
-                source = [row for row in rows.get(partner, []) if row not in sampled] or rows.get(partner, [])
+                source = [row for row in rows.get(partner, []) if row not in sampled and row[at] is not None] or \
+                    [row for row in rows.get(partner, []) if row[at] is not None]
                 if source:
                     changes[to] = rng.choice(source)[at]
             rows[name].append(copy_row(schema.tables[name], rng.choice(rows[name]), changes, rows[name]))
@@ -125,7 +127,9 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
     """Point every declared foreign key without a parent at a random surviving parent row, so that rules that
     copy or change values do not simply lose their rows to the constraint (a row whose key is NULL keeps it).
     A key that holds one of the queries' literals keeps it instead, and its parent gets a row with that key (a
-    copy of one of its rows, inserted before the child): the row built to satisfy a WHERE stays in."""
+    copy of one of its rows, inserted before the child): the row built to satisfy a WHERE stays in. So does a key
+    that is the row's own unique key (``cars_data.Id`` references ``car_names.MakeId``): pointed at an existing
+    parent, a copy would repeat the key of the row that parent already has, and be rejected."""
     if not table.foreign_keys:
         return list(rows)
     out = []
@@ -143,8 +147,8 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
             parents, present = known[index]
             if (value is None if single else None in value) or value in present or not parents:
                 continue
-            literal = single and any(
-                value == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), []))
+            literal = single and (key.columns[0] in table.keyed or any(
+                value == v for v in found.literals.get(table.columns[key.columns[0]].name.lower(), [])))
             if literal and key.parent in schema.tables:
                 parent = schema.tables[key.parent]
                 built[key.parent].append(copy_row(parent, rng.choice(built[key.parent]),

@@ -16,6 +16,8 @@ from sqlcmp_dagster.engine.neighbors.schema import Table
 
 #: Rows :func:`synthesized` makes for a table whose sample is empty.
 _SYNTHESIZED_ROWS = 4
+#: Most copies :func:`literal_rows` makes of a table's rows.
+_LITERAL_COPIES = 4
 
 
 def subset(rows: list[tuple[Any, ...]], rng: random.Random, keep: float) -> list[tuple[Any, ...]]:
@@ -37,15 +39,17 @@ def synthesized(table: Table, found: Hints) -> list[tuple[Any, ...]]:
 
 def literal_rows(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng: random.Random) \
         -> list[tuple[Any, ...]]:
-    """Copies of rows with every column the queries compare with a literal set at once (the literals
-    themselves in the first copy, then random boundaries): a conjunction of predicates then holds on one row,
-    and a ``>`` that should be ``>=`` meets its boundary there."""
+    """Copies of rows with every column the queries compare with a literal set at once, one copy per candidate
+    of the column with the most (the literals themselves first, then their boundaries: ``v``, ``v-1``, ``v+1``
+    for a number; at most :data:`_LITERAL_COPIES`): a conjunction of predicates then holds on one row, a ``>``
+    that should be ``>=`` meets its boundary on another, and a ``> 20`` holds on the copy with 21 whatever else
+    the neighbor does."""
     paired = literal_columns(table, found)
     if not rows or not paired:
         return rows
     out = list(rows)
-    for copy in range(rng.randint(1, 3)):
-        changes = {i: values[0] if copy == 0 else rng.choice(values) for i, values in paired.items()}
+    for copy in range(min(_LITERAL_COPIES, max(len(values) for values in paired.values()))):
+        changes = {i: values[copy % len(values)] for i, values in paired.items()}
         out.append(copy_row(table, rng.choice(rows), changes, out))
     return out
 

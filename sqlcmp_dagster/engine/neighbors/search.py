@@ -7,7 +7,8 @@ case itself, under the case's bounds (``max_result_rows``, ``max_result_bytes``,
 neighbors in the case's memory-bounded DuckDB process): a query that fails on a neighbor is named in the
 report's warnings, and that neighbor is skipped. Results are compared by the case's own Layer 3
 (:func:`compare_results`, same mode, tolerances and NULL mode). A difference that reproduces, that neither
-query produces on its own by chance (re-run, rows inserted in the other order, a LIMIT cut inside a tie), is
+query produces on its own by chance (re-run, rows inserted in the other order, a LIMIT cut inside a tie; an actual
+query whose result changes so but never matches the expected one is no chance), is
 shrunk by delta debugging and then row by row to a 1-minimal counterexample (``minimal`` says whether the test
 budget let it get there). A difference that does come from chance is reported as non-determinism, never as a
 counterexample.
@@ -32,7 +33,8 @@ from sqlcmp_dagster.engine.comparison import ResultComparison, Rules, can_pass, 
 from sqlcmp_dagster.engine.equivalence import provable, proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.neighbor_report import SHOWN_ROWS, row_count
-from sqlcmp_dagster.engine.neighbors.generation import neighbor_numbers, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbors.classes import named_class
+from sqlcmp_dagster.engine.neighbors.generation import PROFILES, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbors.hints import Hints, hints
 from sqlcmp_dagster.engine.neighbors.schema import Rows, SCRATCH_DIALECTS, Schema, read_schema, sample
 from sqlcmp_dagster.engine.neighbors.scratch import Neighborhood, Scratch, neighborhood, scratch, stored
@@ -85,6 +87,7 @@ class _Search:
     deadline: float
     limit: str  # the time limit the deadline comes from, named in a cut
     place: Neighborhood  # where every neighbor of the search is built and queried
+    found: Hints  # what the two queries look at (the generation's aim, a counterexample's class)
     elapsed_queries_ms: float = 0.0
     nondeterminism: list[str] = field(default_factory=list)
     cuts: list[str] = field(default_factory=list)  # what the time budget cut, for the report's warnings
@@ -270,23 +273,25 @@ class _Search:
         return answer
 
     def by_chance(self, rows: Rows, first: _Run) -> bool:
-        """Whether the difference on ``rows`` is chance: a query whose own result changes when it is run again,
-        or when the rows are inserted in the other order (SQLite then scans them in another order). A result is
-        compared with its re-run with NULL equal to NULL, whatever the case's NULL mode."""
+        """Whether the difference on ``rows`` is chance: the queries match when run again or when the rows are
+        inserted in the other order (SQLite then scans them in another order), or the expected query's own result
+        changes so. An actual query whose result changes so but differs from the expected result every time (a
+        scalar subquery that meets two rows against a join that keeps both) is non-deterministic and still a
+        counterexample: no choice the engine makes agrees with the expected result. A result is compared with
+        its re-run with NULL equal to NULL, whatever the case's NULL mode."""
+        expected, actual = self.validation.expected[self.index], self.validation.actual
         for reverse in (False, True):
             again, _ = self.run(rows, reverse=reverse)
-            if again is None:
+            if again is None or again.matches:
                 return True
-            for label, before, after in (("actual", first.actual, again.actual),
-                                         ("expected", first.expected, again.expected)):
-                side = self.validation.actual if label == "actual" else self.validation.expected[self.index]
-                if not self.same(side, before, after, self.rerun_config):
-                    how = "when the rows are stored in another order" if reverse else "when run again"
-                    self.note(f"the {label} query's result changes {how} on a neighbor database "
-                              "(non-determinism, not a counterexample)")
-                    return True
-            if again.matches:
+            how = "when the rows are stored in another order" if reverse else "when run again"
+            if not self.same(expected, first.expected, again.expected, self.rerun_config):
+                self.note(f"the expected query's result changes {how} on a neighbor database "
+                          "(non-determinism, not a counterexample)")
                 return True
+            if not self.same(actual, first.actual, again.actual, self.rerun_config):
+                self.note(f"the actual query's result changes {how} on a neighbor database (non-determinism), "
+                          "and differs from the expected result either way")
         return False
 
 
@@ -326,7 +331,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     if unread is not None:
         return _outcome(False, f"{unread} ({limit})" if unread.startswith("the time ran out") else unread, started)
     with neighborhood(database, schema, tables) as place:
-        search = _Search(validation, index, schema, tables, deadline, limit, place)
+        search = _Search(validation, index, schema, tables, deadline, limit, place, found)
         return _searched(search, found, started, min(cap, budget_ms))
 
 
@@ -338,7 +343,7 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
     counterexample = None
     stop = None
     try:
-        for number in neighbor_numbers(config.neighbor_count, tables, found):
+        for number in neighbor_numbers(config.neighbor_count, tables, found, config.neighbor_classes):
             rows = neighbor_rows(schema, tables, found, number,
                                  random.Random(seed_of(config.neighbor_seed, number)))
             outcome, built = search.run(rows)
@@ -502,6 +507,7 @@ def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, mini
     comparison = search.compare(search.validation.expected[search.index], run.expected, run.actual)
     rows = search.stored(rows)
     total = sum(len(r) for r in rows.values())
+    kind, where = named_class(PROFILES[number % len(PROFILES)].classes, schema, search.tables, rows, search.found)
     return {
         "seed": config.neighbor_seed,
         "neighbor": number,
@@ -513,15 +519,18 @@ def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, mini
         "actual_result": run.actual.to_rows(limit=SHOWN_ROWS),
         "comparison_mode": comparison.comparison_mode,
         "severity": severity(comparison, False),
-        "sentence": _sentence(total, run, comparison),
+        "class": kind,
+        "sentence": _sentence(total, run, comparison, where),
     }
 
 
-def _sentence(total: int, run: _Run, comparison: ResultComparison) -> str:
-    """The counterexample in one plain sentence: both results' sizes, both values when each is a single value,
-    and what differs when the sizes are equal (the same rows in another order, or how many rows)."""
+def _sentence(total: int, run: _Run, comparison: ResultComparison, fact: str | None) -> str:
+    """The counterexample in one plain sentence: the fact of its class (``fact``: ``Dogs is empty``), both
+    results' sizes, both values when each is a single value, and what differs when the sizes are equal (the same
+    rows in another order, or how many rows)."""
     actual, expected = run.actual, run.expected
-    where = f"on this {total}-row database" if total else "on this empty database"
+    where = "on this empty database" if not total else \
+        f"on this {total}-row database, where {fact}," if fact else f"on this {total}-row database"
     if actual.height == expected.height == 1 and actual.width == expected.width == 1:
         return (f"{where} the actual query returns {_value(actual.frame.row(0)[0])}, the expected "
                 f"{_value(expected.frame.row(0)[0])}")
