@@ -132,7 +132,7 @@ class EvalConfig(_Strict):
     verdict_scope: Literal["database", "neighborhood"] = "database"
     """``database``: a pass with a neighbor counterexample stays a pass, severity minor issue;
     ``neighborhood``: it becomes a fail."""
-    neighbor_count: int = Field(default=8, ge=0, le=MAX_COUNT)
+    neighbor_count: int = Field(default=12, ge=0, le=MAX_COUNT)
     """Neighbor databases built per passing case (the search stops at the first counterexample); 0 turns the
     search off."""
     neighbor_time_budget_ms: int = Field(default=30_000, gt=0, le=MAX_MS)

@@ -183,8 +183,8 @@ def shared_values(schema: Schema, tables: list[str], rows: Rows, found: Hints, r
     name, positions, other = rng.choice(moves)
     table, current = schema.tables[name], rows[name]
     keep = [i for i in range(len(table.columns)) if table.columns[i].name.lower() in other and i not in positions]
-    if keep and not any(set(key) <= set(keep) for key in table.unique_sets):
-        largest = Counter(tuple(row[i] for i in keep) for row in current).most_common(1)[0][0]
+    largest, size = Counter(tuple(row[i] for i in keep) for row in current).most_common(1)[0] if keep else ((), 0)
+    if size > 1:  # the other query's groups in this table: its largest stays apart
         spared = {n for n, row in enumerate(current) if tuple(row[i] for i in keep) == largest}
     else:
         partners = _partners(schema, tables, rows, found, name)
@@ -250,6 +250,23 @@ def _partners(schema: Schema, tables: list[str], rows: Rows, found: Hints, name:
         for n, row in enumerate(rows[name]):
             counts[n] += values.get(str(row[to]), 0)
     return counts
+
+
+def can_change(rule: object, schema: Schema, tables: list[str], found: Hints) -> bool:
+    """Whether a rule of this module can change anything for these queries on this schema: a move of
+    :func:`shared_values` over the sample, a link for :func:`partnerless`, a nullable named column for
+    :func:`nulled`. A neighbor whose rule cannot is not built (it would be another profile's, and cost a
+    neighbor's time)."""
+    if rule is shared_values:  # a table whose sample is empty gets synthesized rows (:func:`~.rules.synthesized`)
+        return bool(_moves(schema, tables, {name: schema.sample.get(name) or [(), ()] for name in tables}, found))
+    if rule is partnerless:
+        return any(link[0] != link[2] for link in _links(schema, tables, found))
+    if rule is nulled:
+        referenced = _referenced(schema, tables)
+        return any(column.name.lower() in found.columns and nullable(schema.tables[name], i)
+                   and (name, i) not in referenced
+                   for name in tables for i, column in enumerate(schema.tables[name].columns))
+    return True
 
 
 def fact(kind: str, schema: Schema, tables: list[str], rows: Rows, found: Hints) -> str | None:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from sqlcmp_dagster.engine.neighbors.classes import CLASSES, emptied, nulled, partnerless, shared_values
+from sqlcmp_dagster.engine.neighbors.classes import CLASSES, can_change, emptied, nulled, partnerless, shared_values
 from sqlcmp_dagster.engine.neighbors.hints import Hints
 from sqlcmp_dagster.engine.neighbors.joined import empty_partner, group_sizes, ladder, ladder_nulls, null_counted, \
     reach_joins, repair_keys, unmatched
@@ -139,15 +139,17 @@ def admissible(schema: Schema, rows: Rows) -> Rows:
     return rows
 
 
-def neighbor_numbers(count: int, tables: list[str], found: Hints, classes: Collection[str] = CLASSES) \
-        -> list[int]:
+def neighbor_numbers(count: int, tables: list[str], found: Hints, classes: Collection[str] = CLASSES,
+                     schema: Schema | None = None) -> list[int]:
     """The numbers of the ``count`` neighbors to build: first the profiles aimed at a feature on which the two
     queries differ (``found.differences``: a COUNT's argument, a join's side, a comparison...), then the others,
     each group in the order of :data:`PRIORITY` (the usual accidents first), those that cannot apply skipped and
     those that build a class not in ``classes`` (the suite's ``neighbor_classes``) left out, round after round
     (number ``p + r * len(PROFILES)`` for profile ``p`` in round ``r``, so neighbor ``n`` is the same database
-    whatever the count)."""
-    allowed = [p for p in PRIORITY if PROFILES[p].classes <= set(classes)]
+    whatever the count). With the ``schema``, a class rule that can change nothing there is skipped too
+    (:func:`~.classes.can_change`)."""
+    allowed = [p for p in PRIORITY if PROFILES[p].classes <= set(classes) and (
+        schema is None or all(can_change(rule, schema, tables, found) for rule in PROFILES[p].joined))]
     aimed = [p for p in allowed if PROFILES[p].targets & found.differences]
     order = aimed + [p for p in allowed if p not in aimed]
     numbers: list[int] = []

@@ -343,7 +343,7 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
     counterexample = None
     stop = None
     try:
-        for number in neighbor_numbers(config.neighbor_count, tables, found, config.neighbor_classes):
+        for number in neighbor_numbers(config.neighbor_count, tables, found, config.neighbor_classes, schema):
             rows = neighbor_rows(schema, tables, found, number,
                                  random.Random(seed_of(config.neighbor_seed, number)))
             outcome, built = search.run(rows)
