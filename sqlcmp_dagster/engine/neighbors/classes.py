@@ -298,7 +298,7 @@ def fact(kind: str, schema: Schema, tables: list[str], rows: Rows, found: Hints)
             referenced = {row[at] for row in rows.get(child, [])}
             if any(row[at] is None or row[at] not in present for row in rows.get(child, [])):
                 return f"a {table_of[child].name} row meets no {table_of[parent].name} row"
-            if any(row[to] not in referenced for row in rows.get(parent, [])) and rows.get(child):
+            if any(row[to] not in referenced for row in rows.get(parent, [])):
                 return f"a {table_of[parent].name} row has no {table_of[child].name} row"
         return None
     for name, i in named:  # boundary: a value on a literal of the queries, or next to it

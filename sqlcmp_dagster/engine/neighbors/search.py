@@ -529,8 +529,10 @@ def _sentence(total: int, run: _Run, comparison: ResultComparison, fact: str | N
     results' sizes, both values when each is a single value, and what differs when the sizes are equal (the same
     rows in another order, or how many rows)."""
     actual, expected = run.actual, run.expected
-    where = "on this empty database" if not total else \
-        f"on this {total}-row database, where {fact}," if fact else f"on this {total}-row database"
+    if fact:
+        where = f"on this {total}-row database, where {fact}," if total else f"on a database where {fact},"
+    else:
+        where = f"on this {total}-row database" if total else "on this empty database"
     if actual.height == expected.height == 1 and actual.width == expected.width == 1:
         return (f"{where} the actual query returns {_value(actual.frame.row(0)[0])}, the expected "
                 f"{_value(expected.frame.row(0)[0])}")
