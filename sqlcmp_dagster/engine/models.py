@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,6 +17,8 @@ ComparisonMode = Literal["exact", "order-insensitive", "order-sensitive", "auto"
 ResolvedMode = Literal["exact", "order-insensitive", "order-sensitive"]
 Severity = Literal["pass", "minor issue", "moderate issue", "major issue", "critical failure"]
 EvidenceStrength = Literal["low", "medium", "high"]
+#: The classes of neighbor data (``engine/neighbors/classes.py``), each of which a suite may switch off.
+NeighborClass = Literal["empty", "null", "boundary", "partner", "duplicate"]
 ErrorCategory = Literal[
     "missing_table",
     "missing_column",
@@ -145,8 +147,7 @@ class EvalConfig(_Strict):
     neighbor_skip_proven: bool = True
     """Do not search a pass whose queries are proven equal (equal canonical trees, or equal after the rewrites
     of ``engine/equivalence.py``): no database of the case's schema tells them apart."""
-    neighbor_classes: list[Literal["empty", "null", "boundary", "partner", "duplicate"]] = Field(
-        default_factory=lambda: ["empty", "null", "boundary", "partner", "duplicate"])
+    neighbor_classes: list[NeighborClass] = Field(default_factory=lambda: list(get_args(NeighborClass)))
     """Classes of neighbor data the search builds (``engine/neighbors/classes.py``): ``empty`` (an emptied table,
     or the rows a WHERE keeps removed: an empty table is admissible, every declared constraint holds on it),
     ``null`` (NULL where a column is nullable), ``boundary`` (rows on and next to each literal), ``partner`` (rows

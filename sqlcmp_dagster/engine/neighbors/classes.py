@@ -226,7 +226,7 @@ def _moves(schema: Schema, tables: list[str], rows: Rows, found: Hints) -> list[
                    for positions in [columns(name, own - other)]]
         if any(positions for _, positions, _ in grouped):
             return [move for move in grouped if move[1]]
-    moves = []
+    moves: list[tuple[str, list[int], set[str]]] = []
     for name in present:
         differing = columns(name, found.differing_columns)
         plain = [i for i in differing if schema.tables[name].columns[i].name.lower() not in found.join_columns]

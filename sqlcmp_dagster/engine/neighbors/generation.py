@@ -55,7 +55,7 @@ def _profile(rules: tuple[Rule, ...], *, joined: tuple[JoinedRule, ...] = (), ma
 
 #: The classes of data (:data:`~.classes.CLASSES`) each rule builds; a rule not named builds none of them
 #: (:func:`literal_rows` only makes rows that satisfy the queries' filters).
-RULE_CLASSES: dict[Callable[..., Any], tuple[str, ...]] = {
+RULE_CLASSES: dict[object, tuple[str, ...]] = {
     literal_values: ("boundary",), group_sizes: ("boundary",), ladder: ("boundary",),
     nulls: ("null",), null_columns: ("null",), null_counted: ("null",), null_all_but_one: ("null",),
     ladder_nulls: ("null", "boundary"), duplicates: ("duplicate",), ties: ("duplicate",),
