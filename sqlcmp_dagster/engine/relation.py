@@ -94,6 +94,12 @@ class Relation:
         return self._rows if self._rows is not None and len(self._rows) * len(self.names) <= PLAIN_CELLS else None
 
     @property
+    def rows(self) -> Sequence[Sequence[Any]] | None:
+        """The database's rows while the relation holds them (None once its frame is made): what a cache keeps
+        of a result, so that the relation it restores compares as cheaply as this one."""
+        return self._rows
+
+    @property
     def frame(self) -> pl.DataFrame:
         if self._frame is None:
             assert self._rows is not None

@@ -1,0 +1,341 @@
+"""The gold side's cache: what a suite's expected queries give, kept across cases, workers and runs.
+
+A user evaluates model after model against one gold suite, and every run used to parse and execute the gold
+queries again. :class:`ExpectedResults` keeps, per expected query, its canonical parse and its execution's
+result: in memory for one batch (least recently used out, bounded by the cells held), and, with a
+:class:`Store`, on disk for the next run (``sqlcmp evaluate`` keeps one under the user's cache folder unless
+``--no-cache``). The actual query is never looked up here: whatever a model wrote is parsed and executed anew.
+
+A disk entry is keyed by everything its value depends on: the database's *content* (:func:`database_fingerprint`:
+a copied or touched file still hits, a changed one misses exactly its entries), the dialect, the SQL text, the
+case's options (``EvalConfig.config_hash``), and the engine and libraries that computed it
+(:data:`ENVIRONMENT`, which holds ``REPORT_BEHAVIOUR_VERSION``: a release that may change a report misses every
+entry). Entries are written to a temporary file and renamed into place, so workers and concurrent runs never see
+half an entry; each carries a checksum, and one that does not verify (truncated, corrupt, from another layout)
+is deleted and computed again, never used. The folder is bounded in bytes: past its bound, the least recently
+used entries go (a hit refreshes an entry's modification time), under a file lock so that two processes evict
+once. Entries are pickles read only from a folder this module creates for the user alone (mode 0700).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import secrets
+import shutil
+import sys
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import platformdirs
+import polars as pl
+import sqlglot
+from filelock import FileLock
+
+from sqlcmp_dagster.engine.models import EvalConfig
+from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
+from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_rows
+from sqlcmp_dagster.engine.version import ENGINE_VERSION
+
+if TYPE_CHECKING:  # the adapter is only read here (its file and dialect)
+    from sqlcmp_dagster.engine.execution import ExecutionAdapter
+
+#: The layout of a disk entry; a change makes every older entry miss.
+CACHE_FORMAT = 1
+#: What computed an entry: the layout, the engine (package and report-behaviour version) and the libraries whose
+#: objects a value holds. Part of every key, so an upgrade of any of them misses instead of reading old values.
+ENVIRONMENT = (f"format {CACHE_FORMAT}; sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; "
+               f"polars {pl.__version__}; python {sys.version_info.major}.{sys.version_info.minor}")
+#: The default bound of a cache folder, in bytes (``--cache-max-mb``).
+DEFAULT_MAX_BYTES = 1 << 30
+#: The environment variable naming the default cache folder (else the platform's user cache folder).
+CACHE_DIR_VARIABLE = "SQLCMP_CACHE_DIR"
+#: What a disk entry starts with; the SHA-256 of the rest follows it.
+_MAGIC = b"sqlcmp-cache\x01"
+#: What eviction brings a folder down to, as a share of its bound (so that the next entries do not evict again).
+_EVICT_TO = 0.8
+
+
+def default_cache_dir() -> Path:
+    """``$SQLCMP_CACHE_DIR``, else the user's cache folder for sqlcmp (``~/.cache/sqlcmp`` on Linux)."""
+    return Path(os.environ.get(CACHE_DIR_VARIABLE) or platformdirs.user_cache_dir("sqlcmp"))
+
+
+@dataclass(frozen=True)
+class StoreInfo:
+    """What ``sqlcmp cache info`` prints: the folder, its bound, and its entries by kind."""
+
+    root: str
+    max_bytes: int
+    entries: dict[str, int]
+    bytes: int
+
+
+class Store:
+    """A folder of values keyed by text, bounded in bytes, safe for concurrent readers and writers."""
+
+    def __init__(self, root: Path | str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+        self._entries = self.root / "entries"
+        self._lock = FileLock(str(self.root / "evict.lock"))
+        self._held: int | None = None  # bytes in the folder as this process last counted them, plus its writes
+
+    def load(self, kind: str, key: str) -> Any | None:
+        """The value saved under ``kind``/``key``, or None (never saved, evicted, or not verified: then deleted)."""
+        path = self._path(kind, key)
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return None
+        head = len(_MAGIC) + 32
+        if blob[:len(_MAGIC)] == _MAGIC and hashlib.sha256(blob[head:]).digest() == blob[len(_MAGIC):head]:
+            try:
+                value = pickle.loads(blob[head:])
+            except Exception:  # a verified entry that no longer unpickles: treated as corrupt
+                value = None
+            if value is not None:
+                _touch(path)
+                return value
+        _remove(path)
+        return None
+
+    def save(self, kind: str, key: str, value: Any) -> None:
+        """Keep ``value`` under ``kind``/``key`` (renamed into place whole); a value over a tenth of the bound, or
+        one that cannot be pickled, is not kept."""
+        try:
+            body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:
+            return
+        blob = _MAGIC + hashlib.sha256(body).digest() + body
+        if len(blob) > self.max_bytes // 10:
+            return
+        path = self._path(kind, key)
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            temporary.write_bytes(blob)
+            os.replace(temporary, path)
+        except OSError:  # a full or read-only disk makes the cache miss, never the case fail
+            _remove(temporary)
+            return
+        if self._held is None:
+            self._held = sum(size for _, size, _ in self._files())
+        else:
+            self._held += len(blob)
+        if self._held > self.max_bytes:
+            self.evict()
+
+    def evict(self) -> None:
+        """Delete the least recently used entries (and stray temporary files) until the folder holds at most
+        :data:`_EVICT_TO` of its bound."""
+        with self._lock:
+            files = sorted(self._files(), key=lambda file: file[2])
+            held = sum(size for _, size, _ in files)
+            for path, size, _ in files:
+                if held <= self.max_bytes * _EVICT_TO:
+                    break
+                _remove(path)
+                held -= size
+            self._held = held
+
+    def info(self) -> StoreInfo:
+        entries: dict[str, int] = {}
+        total = 0
+        for path, size, _ in self._files():
+            if path.name.startswith("."):  # a write under way, or one a crash left (evicted in time)
+                continue
+            kind = path.relative_to(self._entries).parts[0]
+            entries[kind] = entries.get(kind, 0) + 1
+            total += size
+        return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total)
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many there were."""
+        with self._lock:
+            count = sum(1 for path, _, _ in self._files() if not path.name.startswith("."))
+            shutil.rmtree(self._entries, ignore_errors=True)
+            self._held = 0
+        return count
+
+    def _path(self, kind: str, key: str) -> Path:
+        digest = hashlib.sha256(f"{ENVIRONMENT}\x00{kind}\x00{key}".encode("utf-8", "surrogatepass")).hexdigest()
+        return self._entries / kind / digest[:2] / digest
+
+    def _files(self) -> Iterator[tuple[Path, int, int]]:
+        """Every file under the entries folder: path, size and modification time (nanoseconds)."""
+        for folder, _, names in os.walk(self._entries):
+            for name in names:
+                path = Path(folder, name)
+                try:
+                    stat = path.stat()
+                except OSError:  # evicted by another process meanwhile
+                    continue
+                yield path, stat.st_size, stat.st_mtime_ns
+
+
+def _touch(path: Path) -> None:
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+#: Content fingerprints already computed in this process, by :func:`file_state`.
+_FINGERPRINTS: dict[tuple[tuple[str, int, int, int], ...], str] = {}
+
+
+def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
+    """A database file's state as the file system tells it (path, size, modification time and inode, of the file
+    and of SQLite's write-ahead log when there is one), or None when it does not exist: what changes whenever its
+    content does, read without reading the content."""
+    state = []
+    for name in (path, f"{path}-wal"):
+        try:
+            stat = os.stat(name)
+        except OSError:
+            continue
+        state.append((name, stat.st_size, stat.st_mtime_ns, stat.st_ino))
+    return tuple(state) if state and state[0][0] == path else None
+
+
+def database_fingerprint(path: str, store: Store | None = None) -> str | None:
+    """A digest of a database file's content (its write-ahead log included), or None when it cannot be read: a
+    copy of the file, or the file touched, has the same one. Computed once per :func:`file_state`: remembered in
+    this process and, with ``store``, across runs, so that a warm run reads no database whole."""
+    state = file_state(path)
+    if state is None:
+        return None
+    known = _FINGERPRINTS.get(state)
+    state_key = json.dumps(state)
+    if known is None and store is not None:
+        stored = store.load("fingerprint", state_key)
+        known = stored if isinstance(stored, str) else None
+    if known is None:
+        digest = hashlib.blake2b()
+        try:
+            for name, *_ in state:
+                with open(name, "rb") as file:
+                    digest.update(hashlib.file_digest(file, "blake2b").digest())
+        except OSError:
+            return None
+        known = digest.hexdigest()
+        if store is not None:
+            store.save("fingerprint", state_key, known)
+    _FINGERPRINTS[state] = known
+    return known
+
+
+class ExpectedResults:
+    """The expected queries' parses and executions, so that N models answering the same questions parse and
+    execute each expected query once, not N times (and, with a :class:`Store`, once across runs).
+
+    In memory, executions are bounded by the cells they hold (``capacity_cells``; least recently used first
+    out), so memory stays bounded whatever the suite; a result larger than a tenth of that is not kept in memory.
+    Only file databases (SQLite, DuckDB) are cached: a server's content cannot be fingerprinted cheaply, so its
+    queries always run. Only successful parses and executions are kept (a failure may be a timeout, which
+    another run may not hit).
+    """
+
+    def __init__(self, capacity_cells: int = 5_000_000, store: Store | None = None) -> None:
+        self.capacity_cells = capacity_cells
+        self.store = store
+        self._entries: OrderedDict[str, Execution] = OrderedDict()
+        self._cells = 0
+
+    def key(self, database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> str | None:
+        """The key of ``sql``'s execution on ``database`` under ``config``; None where it is not cached."""
+        path = database.database_file
+        if database.dialect not in ("sqlite", "duckdb") or not path:
+            return None
+        # In memory the file's state is enough (it changes with the content); across runs, the content decides.
+        fingerprint = database_fingerprint(path, self.store) if self.store is not None else file_state(path)
+        if fingerprint is None:
+            return None
+        return json.dumps([fingerprint, database.dialect, dialect, sql, config.config_hash()])
+
+    def get(self, key: str) -> Execution | None:
+        hit = self._entries.get(key)
+        if hit is not None:
+            self._entries.move_to_end(key)
+            return hit
+        if self.store is None:
+            return None
+        hit = _execution_from_record(self.store.load("execution", key))
+        if hit is not None:
+            self._remember(key, hit)
+        return hit
+
+    def put(self, key: str, execution: Execution) -> None:
+        if not execution.success or key in self._entries:
+            return
+        if self.store is not None:
+            record = _execution_record(execution)
+            if record is not None:
+                self.store.save("execution", key, record)
+        self._remember(key, execution)
+
+    def parse(self, sql: str, dialect: str, max_chars: int, deadline: float | None) -> ParseOutcome:
+        """``parse(sql, dialect, ...)`` of an expected query, read from the store when it parsed before with the
+        same dialect and length limit (a parse is kept on disk only: each case gets its own trees)."""
+        if self.store is None:
+            return parse(sql, dialect, max_chars=max_chars, deadline=deadline)
+        key = json.dumps([dialect, max_chars, sql])
+        stored = self.store.load("parse", key)
+        if isinstance(stored, ParseOutcome) and stored.success:
+            return stored
+        outcome = parse(sql, dialect, max_chars=max_chars, deadline=deadline)
+        if outcome.success:
+            self.store.save("parse", key, outcome)
+        return outcome
+
+    def _remember(self, key: str, execution: Execution) -> None:
+        cells = _cells(execution)
+        if cells > self.capacity_cells // 10:
+            return
+        self._entries[key] = execution
+        self._cells += cells
+        while self._cells > self.capacity_cells:
+            _, dropped = self._entries.popitem(last=False)
+            self._cells -= _cells(dropped)
+
+
+def _cells(execution: Execution) -> int:
+    relation = execution.relation
+    return 0 if relation is None else max(1, relation.height) * max(1, relation.width)
+
+
+def _execution_record(execution: Execution) -> tuple[Any, ...] | None:
+    """A successful execution as plain values (its rows while the relation holds them, else its frame), so that
+    a change to the engine's classes makes an old entry fail to load rather than load wrong."""
+    relation = execution.relation
+    if relation is None:
+        return None
+    held = relation.rows
+    payload: Any = list(held) if held is not None else relation.frame
+    return relation.names, relation.truncated, held is not None, payload, execution.elapsed_ms, execution.warnings
+
+
+def _execution_from_record(record: Any) -> Execution | None:
+    if record is None:
+        return None
+    try:
+        names, truncated, as_rows, payload, elapsed_ms, warnings = record
+        relation: Relation = relation_from_rows(names, payload, truncated) if as_rows \
+            else Relation(payload, list(names), truncated)
+        return Execution(True, relation, None, float(elapsed_ms), list(warnings))
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,205 @@
+"""The gold side's cache (engine/cache.py): the disk store's keys, bound, eviction, concurrency and damage, and
+what the expected-result cache keeps across runs."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from sqlcmp_dagster.engine import cache
+from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store, database_fingerprint
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.models import EvalConfig
+from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
+from sqlcmp_dagster.engine.version import REPORT_BEHAVIOUR_VERSION
+
+
+def entry_files(root: Path) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file() and path.name != "evict.lock"]
+
+
+def test_a_saved_value_loads_back_and_an_unknown_key_misses(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.save("execution", "a", {"rows": [(1, "x"), (None, -0.0)]})
+    assert store.load("execution", "a") == {"rows": [(1, "x"), (None, -0.0)]}
+    assert store.load("execution", "b") is None
+    assert store.load("parse", "a") is None  # kinds do not share keys
+    assert (tmp_path.stat().st_mode & 0o777) == 0o700
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
+def test_a_damaged_entry_is_ignored_deleted_and_rebuilt(tmp_path: Path, damage: str) -> None:
+    store = Store(tmp_path)
+    store.save("execution", "a", list(range(1000)))
+    [path] = entry_files(tmp_path)
+    blob = path.read_bytes()
+    path.write_bytes({"truncate": blob[: len(blob) // 2], "flip": blob[:-1] + bytes([blob[-1] ^ 1]), "empty": b"",
+                      "garbage": os.urandom(len(blob))}[damage])
+    assert store.load("execution", "a") is None
+    assert not path.exists()
+    store.save("execution", "a", list(range(1000)))
+    assert store.load("execution", "a") == list(range(1000))
+
+
+def test_another_engine_or_library_version_misses_every_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert f"+behaviour.{REPORT_BEHAVIOUR_VERSION}" in ENVIRONMENT
+    store = Store(tmp_path)
+    store.save("execution", "a", 1)
+    monkeypatch.setattr(cache, "ENVIRONMENT", ENVIRONMENT.replace(f"+behaviour.{REPORT_BEHAVIOUR_VERSION}",
+                                                                  f"+behaviour.{REPORT_BEHAVIOUR_VERSION + 1}"))
+    assert store.load("execution", "a") is None
+    store.save("execution", "a", 2)
+    assert store.load("execution", "a") == 2
+    monkeypatch.undo()
+    assert store.load("execution", "a") == 1
+
+
+def test_past_its_bound_the_least_recently_used_entries_go(tmp_path: Path) -> None:
+    filling = Store(tmp_path, max_bytes=10**9)
+    for index in range(10):
+        filling.save("execution", f"k{index}", bytes(2000))
+        for path in entry_files(tmp_path):  # the entry just written is the only one with a recent time
+            if path.stat().st_mtime > 10**6:
+                os.utime(path, (index + 1, index + 1))
+    size = entry_files(tmp_path)[0].stat().st_size
+    assert filling.load("execution", "k0") is not None  # used again: now the most recent
+    bounded = Store(tmp_path, max_bytes=10 * size + size // 2)
+    bounded.save("execution", "k10", bytes(2000))  # 11 entries past a bound of 10.5: down to 8.4 entries' bytes
+    kept = {f"k{index}" for index in range(11) if bounded.load("execution", f"k{index}") is not None}
+    assert kept == {"k0", "k4", "k5", "k6", "k7", "k8", "k9", "k10"}
+    assert bounded.info().bytes <= bounded.max_bytes
+
+
+def test_a_value_over_a_tenth_of_the_bound_is_not_kept(tmp_path: Path) -> None:
+    store = Store(tmp_path, max_bytes=10_000)
+    store.save("execution", "big", bytes(2000))
+    store.save("execution", "small", bytes(100))
+    assert store.load("execution", "big") is None and store.load("execution", "small") == bytes(100)
+
+
+def hammer(root: str, max_bytes: int) -> tuple[list[str], int]:
+    """Save and load 30 keys many times over: every wrong value is named, and the loads that missed counted."""
+    store = Store(root, max_bytes=max_bytes)
+    wrong, missed = [], 0
+    for round_ in range(10):
+        for index in range(30):
+            key, value = f"key{index}", (f"key{index}", bytes(10_000 + index))
+            store.save("execution", key, value)
+            loaded = store.load("execution", key)
+            missed += loaded is None
+            if loaded is not None and loaded != value:
+                wrong.append(f"round {round_}: {key}")
+    return wrong, missed
+
+
+def test_concurrent_writers_never_expose_half_an_entry(tmp_path: Path) -> None:
+    """Three processes write the same keys at once. Within the bound, a value just saved always loads (another
+    writer's copy of it is whole too); past the bound, entries go but none is ever read wrong."""
+    for max_bytes, folder in ((10**8, tmp_path / "roomy"), (200_000, tmp_path / "tight")):
+        with ProcessPoolExecutor(max_workers=3) as pool:
+            results = list(pool.map(hammer, [str(folder)] * 3, [max_bytes] * 3))
+        assert [wrong for wrong, _ in results] == [[], [], []]
+        if max_bytes == 10**8:
+            assert [missed for _, missed in results] == [0, 0, 0]
+        assert not [path for path in entry_files(folder) if path.name.endswith(".tmp")]  # every write renamed
+    assert Store(tmp_path / "tight").info().bytes <= 200_000 + 3 * 11_000  # each writer evicts past the bound
+
+
+def test_info_counts_entries_by_kind_and_clear_removes_them(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    for key in "abc":
+        store.save("execution", key, key)
+    store.save("parse", "a", "a")
+    info = store.info()
+    assert info.entries == {"execution": 3, "parse": 1} and info.bytes > 0 and info.root == str(tmp_path)
+    assert store.clear() == 4
+    assert store.info().entries == {} and store.load("execution", "a") is None
+
+
+def make_db(path: Path, rows: list[tuple[int, str]]) -> Path:
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE TABLE t (id INTEGER, name TEXT)")
+        connection.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    connection.close()
+    return path
+
+
+def test_a_fingerprint_follows_the_content_not_the_file(tmp_path: Path) -> None:
+    first = make_db(tmp_path / "a.sqlite", [(1, "x")])
+    copy = tmp_path / "b.sqlite"
+    copy.write_bytes(first.read_bytes())
+    os.utime(copy, (1, 1))
+    assert database_fingerprint(str(first)) == database_fingerprint(str(copy)) is not None
+    with sqlite3.connect(copy) as connection:
+        connection.execute("UPDATE t SET name = 'y'")
+    connection.close()
+    assert database_fingerprint(str(copy)) != database_fingerprint(str(first))
+    assert database_fingerprint(str(tmp_path / "missing.sqlite")) is None
+
+
+def executions(cache_: ExpectedResults, adapter: ExecutionAdapter, sql: str, config: EvalConfig) -> Execution | None:
+    key = cache_.key(adapter, "sqlite", sql, config)
+    assert key is not None
+    return cache_.get(key)
+
+
+def test_a_changed_database_misses_exactly_its_entries(tmp_path: Path) -> None:
+    one, two = make_db(tmp_path / "one.sqlite", [(1, "x")]), make_db(tmp_path / "two.sqlite", [(2, "y")])
+    config, sql = EvalConfig(), "SELECT * FROM t"
+    adapters = [ExecutionAdapter(str(one)), ExecutionAdapter(str(two))]
+    writing = ExpectedResults(store=Store(tmp_path / "cache"))
+    for adapter in adapters:
+        key = writing.key(adapter, "sqlite", sql, config)
+        assert key is not None
+        writing.put(key, adapter.execute(sql, timeout_ms=1000, max_rows=100, max_bytes=10**6, max_cell_bytes=1000))
+    for adapter in adapters:
+        adapter.close()
+    with sqlite3.connect(one) as connection:
+        connection.execute("INSERT INTO t VALUES (3, 'z')")
+    connection.close()
+    adapters = [ExecutionAdapter(str(one)), ExecutionAdapter(str(two))]
+    reading = ExpectedResults(store=Store(tmp_path / "cache"))  # another run: nothing in memory
+    assert executions(reading, adapters[0], sql, config) is None
+    hit = executions(reading, adapters[1], sql, config)
+    assert hit is not None and hit.relation is not None and hit.relation.to_rows()["rows"] == [[2, "y"]]
+    assert executions(reading, adapters[1], sql, EvalConfig(max_result_rows=5)) is None  # other options miss
+    assert executions(reading, adapters[1], sql + " ", config) is None  # so does other text
+    for adapter in adapters:
+        adapter.close()
+
+
+def test_a_restored_execution_holds_what_was_kept(tmp_path: Path) -> None:
+    writing = ExpectedResults(store=Store(tmp_path))
+    rows = [(1, "a", None, 2.5, b"\x00"), (None, "b", 3, float("nan"), b"")]
+    kept = Execution(True, relation_from_rows(["x", "y", "z", "w", "v"], rows, truncated=True), None, 12.5, ["w1"])
+    writing.put("k", kept)
+    restored = ExpectedResults(store=Store(tmp_path)).get("k")
+    assert restored is not None and restored.relation is not None and kept.relation is not None
+    assert restored.relation.names == kept.relation.names and restored.relation.truncated
+    assert restored.relation.rows is not None  # rows, as the database gave them: compared as cheaply
+    assert restored.relation.frame.equals(kept.relation.frame)
+    assert (restored.success, restored.elapsed_ms, restored.warnings) == (True, 12.5, ["w1"])
+
+
+def test_failures_are_never_kept(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    results = ExpectedResults(store=store)
+    results.put("k", Execution(False, None, None, 1.0))
+    assert ExpectedResults(store=store).get("k") is None and store.info().entries == {}
+    assert not results.parse("SELECT (", "sqlite", 10_000, None).success
+    assert store.info().entries == {}
+
+
+def test_a_parse_is_read_back_as_it_was_computed(tmp_path: Path) -> None:
+    sql = "SELECT name FROM t WHERE id IN (SELECT id FROM t) ORDER BY name"
+    first = ExpectedResults(store=Store(tmp_path)).parse(sql, "sqlite", 10_000, None)
+    second = ExpectedResults(store=Store(tmp_path)).parse(sql, "sqlite", 10_000, None)
+    assert Store(tmp_path).info().entries == {"parse": 1}
+    assert second is not first and second.tree is not first.tree
+    assert (second.normalized_sql, second.tree, second.ast) == (first.normalized_sql, first.tree, first.ast)
+    assert ExpectedResults(store=Store(tmp_path)).parse(sql, "duckdb", 10_000, None) is not None
+    assert Store(tmp_path).info().entries == {"parse": 2}  # another dialect is another entry
