@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
+from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine import cache
 from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store, database_fingerprint
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import EvalConfig
+from sqlcmp_dagster.engine.parsing import ParseOutcome
+from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.version import REPORT_BEHAVIOUR_VERSION
 
@@ -203,3 +208,60 @@ def test_a_parse_is_read_back_as_it_was_computed(tmp_path: Path) -> None:
     assert (second.normalized_sql, second.tree, second.ast) == (first.normalized_sql, first.tree, first.ast)
     assert ExpectedResults(store=Store(tmp_path)).parse(sql, "duckdb", 10_000, None) is not None
     assert Store(tmp_path).info().entries == {"parse": 2}  # another dialect is another entry
+
+
+def untimed(value: object) -> object:
+    """A report's JSON without run_metadata and timings (the only parts a cached run may change)."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items()
+                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value
+
+
+def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(
+        tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bundled suite, cold then warm then with every entry damaged: the reports never change; a warm run
+    parses and executes no expected query (none that parsed and ran); a damaged entry is rebuilt."""
+    cases = load_suite(sample_suite_path()).cases
+    actual_texts = {case.actual_sql for case in cases}
+    gold_texts = {sql for case in cases for sql in case.expected_sql} - actual_texts
+    executed: Counter[str] = Counter()
+    parsed: Counter[str] = Counter()
+    execute, parse = ExecutionAdapter.execute, cache.parse
+
+    def counting_execute(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
+        if kwargs.get("parsed") is not None and self.database_file == str(sample_dir / f"{SAMPLE_DB_ID}.sqlite"):
+            executed[sql] += 1  # Layer 1's executions (not the fix search's, nor any on a neighbor database)
+        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
+
+    def counting_parse(sql: str, dialect: str, **kwargs: object) -> ParseOutcome:
+        parsed[sql] += 1
+        return parse(sql, dialect, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExecutionAdapter, "execute", counting_execute)
+    monkeypatch.setattr(cache, "parse", counting_parse)
+
+    def run(cache_dir: Path | None, workers: int = 1) -> list[object]:
+        executed.clear()
+        parsed.clear()
+        evaluator = Evaluator(db_dir=sample_dir, default_db=SAMPLE_DB_ID, cache_dir=cache_dir)
+        try:
+            return [untimed(r.model_dump(mode="json")) for r in evaluator.evaluate_all(cases, workers=workers)]
+        finally:
+            evaluator.close()
+
+    uncached = run(None)
+    gold_run = {sql for sql in gold_texts if executed[sql]}
+    assert gold_run  # the suite does execute expected queries
+    assert run(tmp_path / "cache") == uncached  # cold: fills the store
+    assert run(tmp_path / "cache") == uncached  # warm
+    assert not {sql for sql in gold_run if executed[sql]}
+    assert not {sql for sql in gold_run if parsed[sql]}
+    for path in entry_files(tmp_path / "cache"):
+        path.write_bytes(path.read_bytes()[:-7])
+    assert run(tmp_path / "cache") == uncached  # every entry damaged: ignored, computed again
+    assert {sql for sql in gold_run if executed[sql]} == gold_run
+    assert run(tmp_path / "cache", workers=2) == uncached  # rebuilt, and read by worker processes
+    assert run(tmp_path / "cache") == uncached and not {sql for sql in gold_run if executed[sql]}

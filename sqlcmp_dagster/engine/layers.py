@@ -8,16 +8,15 @@ case's own fault is (:data:`CASE_FAULTS`) and the timings every report ends with
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 import traceback
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from polars.exceptions import PanicException
 from sqlglot import exp
 
+from sqlcmp_dagster.engine.cache import ExpectedResults
 from sqlcmp_dagster.engine.diagnostics import Duplicates, diagnose, diagnose_pass
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResultTable
@@ -35,69 +34,19 @@ from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, qu
 from sqlcmp_dagster.engine.validation import Side, Validation, case_time_left, remaining_timeout, resolve_mode
 
 
-def parse_layer(request: CompareRequest, dialect: str) -> Validation:
-    """Layer 1, first half: parse and canonicalize every query of the case (nothing is executed)."""
+def parse_layer(request: CompareRequest, dialect: str, cache: ExpectedResults | None = None) -> Validation:
+    """Layer 1, first half: parse and canonicalize every query of the case (nothing is executed); with
+    ``cache``, an expected query's parse may come from it."""
     started = time.perf_counter()
     limit = request.config.max_sql_chars
     # Parsing counts against the case's budget and stops at its end; the expected queries (trusted) first, so
     # that a hostile actual query cannot spend their share.
     deadline = time.monotonic() + request.config.case_budget_ms() / 1000
-    expected = [Side(sql, parse(sql, dialect, max_chars=limit, deadline=deadline)) for sql in request.expected_sql]
+    expected = [Side(sql, cache.parse(sql, dialect, limit, deadline) if cache is not None
+                     else parse(sql, dialect, max_chars=limit, deadline=deadline)) for sql in request.expected_sql]
     actual = Side(request.actual_sql, parse(request.actual_sql, dialect, max_chars=limit, deadline=deadline))
     return Validation(request, dialect, _shown(request.db), actual, expected,
                       timings={"parse_ms": (time.perf_counter() - started) * 1000})
-
-
-class ExpectedResults:
-    """Executions of expected queries within one batch, so that N models answering the same questions execute
-    each expected query once, not N times.
-
-    Keyed by the database's fingerprint (resolved path, size, modification time and inode of the file), the
-    dialect, the SQL text and every option of the case's config. Only file databases (SQLite, DuckDB) are
-    cached: a server's content cannot be fingerprinted cheaply, so its queries always run. Only successful
-    executions are kept (a failure may be transient), bounded by the cells they hold (``capacity_cells``; least
-    recently used first out), so memory stays bounded whatever the suite; a result larger than a tenth of that
-    is not kept at all.
-    """
-
-    def __init__(self, capacity_cells: int = 5_000_000) -> None:
-        self.capacity_cells = capacity_cells
-        self._entries: OrderedDict[tuple[object, ...], Execution] = OrderedDict()
-        self._cells = 0
-
-    @staticmethod
-    def key(database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> tuple[object, ...] | None:
-        if database.dialect not in ("sqlite", "duckdb"):
-            return None
-        path = database.database_file
-        try:
-            stat = os.stat(path) if path else None
-        except OSError:
-            return None
-        if stat is None:
-            return None
-        return (path, stat.st_size, stat.st_mtime_ns, stat.st_ino, dialect, sql, config.config_hash())
-
-    def get(self, key: tuple[object, ...]) -> Execution | None:
-        hit = self._entries.get(key)
-        if hit is not None:
-            self._entries.move_to_end(key)
-        return hit
-
-    def put(self, key: tuple[object, ...], execution: Execution) -> None:
-        cells = _cells(execution)
-        if not execution.success or key in self._entries or cells > self.capacity_cells // 10:
-            return
-        self._entries[key] = execution
-        self._cells += cells
-        while self._cells > self.capacity_cells:
-            _, dropped = self._entries.popitem(last=False)
-            self._cells -= _cells(dropped)
-
-
-def _cells(execution: Execution) -> int:
-    relation = execution.relation
-    return 0 if relation is None else max(1, relation.height) * max(1, relation.width)
 
 
 def execute_layer(validation: Validation, database: ExecutionAdapter | None,
@@ -112,7 +61,7 @@ def execute_layer(validation: Validation, database: ExecutionAdapter | None,
         if side.parsed.success:
             given = validation.request.actual_result if side is validation.actual \
                 else validation.request.expected_result
-            key = ExpectedResults.key(database, validation.dialect, side.sql, config) \
+            key = cache.key(database, validation.dialect, side.sql, config) \
                 if cache is not None and database is not None and given is None and side is not validation.actual \
                 else None
             if key is not None and (hit := cache.get(key)) is not None:  # type: ignore[union-attr]
@@ -147,7 +96,8 @@ def _shown(db: str | None) -> str | None:
 def validate(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None = None,
              cache: ExpectedResults | None = None) -> Validation:
     """Layer 1: parse, then execute."""
-    return execute_layer(parse_layer(request, resolve_dialect(request, database)), database, database_error, cache)
+    return execute_layer(parse_layer(request, resolve_dialect(request, database), cache), database, database_error,
+                         cache)
 
 
 def structural_layer(validation: Validation) -> dict[int, StructuralComparison]:

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlcmp_dagster.engine.batch import Done, in_processes
+from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
 from sqlcmp_dagster.engine.judge import JudgeConfig, apply_judgment, judge_reports, prepare
-from sqlcmp_dagster.engine.layers import CASE_FAULTS, ExpectedResults, analyze, engine_fault_report, \
-    finish_timings, validate
+from sqlcmp_dagster.engine.layers import CASE_FAULTS, analyze, engine_fault_report, finish_timings, validate
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.relation import Relation
@@ -71,11 +71,16 @@ class Evaluator:
     A case's ``db`` is a URL, a SQLite path, or a db id resolved under ``db_dir``; ``default_db`` serves cases
     that name none. ``allow_privileged_role`` is the operator's opt-in (never a case's) to run cases on
     PostgreSQL under a privileged role (see :class:`~sqlcmp_dagster.engine.execution.ExecutionAdapter`).
+    ``cache_dir`` keeps the expected queries' parses and results there for the next batch (at most
+    ``cache_max_bytes``; :mod:`~sqlcmp_dagster.engine.cache`); without it they are kept for one batch only.
     """
 
     def __init__(self, *, db_dir: Path | str | None = None, default_db: str | None = None,
-                 judge: JudgeConfig | None = None, allow_privileged_role: bool = False) -> None:
+                 judge: JudgeConfig | None = None, allow_privileged_role: bool = False,
+                 cache_dir: Path | str | None = None, cache_max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.db_dir = Path(db_dir) if db_dir is not None else None
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.cache_max_bytes = cache_max_bytes
         self.default_db = default_db
         self.judge = judge
         self.allow_privileged_role = allow_privileged_role
@@ -98,8 +103,14 @@ class Evaluator:
         return compare(request, database, database_error=error, judge=self.judge)
 
     def begin_batch(self) -> None:
-        """Start the batch's expected-result cache (:class:`~sqlcmp_dagster.engine.layers.ExpectedResults`)."""
-        self._cache = ExpectedResults()
+        """Start the batch's expected-result cache (:meth:`batch_cache`)."""
+        self._cache = self.batch_cache()
+
+    def batch_cache(self) -> ExpectedResults:
+        """A new expected-result cache (:class:`~sqlcmp_dagster.engine.cache.ExpectedResults`), over the store
+        of ``cache_dir`` when there is one."""
+        store = Store(self.cache_dir, self.cache_max_bytes) if self.cache_dir is not None else None
+        return ExpectedResults(store=store)
 
     def deterministic(self, request: CompareRequest) -> Done:
         """Layers 1-4 and the report of one case, and the judge's prompt when a judge is configured."""
@@ -128,7 +139,7 @@ class Evaluator:
 
         ``workers`` > 1 runs the cases in that many processes (the engine's own work is Python that holds the
         GIL, so threads would not scale). Cases that share a database and expected SQL go to the same worker, so
-        the batch's expected-result cache (:class:`~sqlcmp_dagster.engine.layers.ExpectedResults`) serves them
+        the batch's expected-result cache (:class:`~sqlcmp_dagster.engine.cache.ExpectedResults`) serves them
         there. The advisory judge, when configured, then runs over the batch in this process with its own
         bounded concurrency and budget. The deterministic part runs with Python's garbage collector set for a
         batch (:func:`~sqlcmp_dagster.engine.collector.batch_collector`; a tenth of a Spider dev run was
