@@ -70,6 +70,7 @@ EXIT_STATUSES = {
 {_USAGE}""",
     "import": f"  0  the suite was written\n{_USAGE}",
     "spider-ex": f"  0  the table was written\n{_USAGE}",
+    "cache": f"  0  the cache was described or cleared\n{_USAGE}",
     "demo": f"  0  the sample was evaluated\n  1  a Dagster run failed (its logs are in the Dagster UI)\n{_USAGE}\n"
             "  130, 143  stopped by SIGINT, SIGTERM (the next demo runs the tick's cases again)",
 }
@@ -179,7 +180,17 @@ def _parser() -> argparse.ArgumentParser:
                        help="no progress (by default a bar with rate and ETA on a terminal, a line per tenth of "
                             "the cases otherwise)")
     _config_options(batch)
+    _cache_options(batch)
+    batch.add_argument("--no-cache", action="store_true",
+                       help="neither read nor fill the cache (expected queries are still run once per batch)")
+    batch.add_argument("--cache-max-mb", type=int, default=1024,
+                       help="bound of the cache folder in MB; the least recently used entries go (default 1024)")
     batch.set_defaults(handler=_evaluate)
+
+    kept = command("cache", "describe or clear the cache of expected queries' parses and results")
+    kept.add_argument("action", choices=("info", "clear"), help="info: its folder, entries and size; clear: empty it")
+    _cache_options(kept)
+    kept.set_defaults(handler=_cache)
 
     report = command("report", "summarize a reports file again, or export it as HTML or CSV")
     report.add_argument("reports", type=Path, help="reports JSONL (sqlcmp evaluate --out)")
@@ -248,6 +259,31 @@ def _parser() -> argparse.ArgumentParser:
                       help="folder of SQLite databases the suite's cases name (default: the bundled sample's)")
     demo.set_defaults(handler=_demo)
     return parser
+
+
+def _cache_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cache-dir", type=Path,
+                        help="the cache folder: expected queries' parses and results, kept for the next run "
+                             "(default: $SQLCMP_CACHE_DIR, else the user's cache folder, ~/.cache/sqlcmp on Linux)")
+
+
+def _cache_dir(args: argparse.Namespace) -> Path:
+    from sqlcmp_dagster.engine.cache import default_cache_dir
+
+    return args.cache_dir if args.cache_dir is not None else default_cache_dir()
+
+
+def _cache(args: argparse.Namespace) -> int:
+    from sqlcmp_dagster.engine.cache import Store
+
+    store = Store(_cache_dir(args))
+    if args.action == "clear":
+        _say(f"removed {store.clear()} entries from {store.root}")
+        return EXIT_PASS
+    info = store.info()
+    entries = ", ".join(f"{kind} {count}" for kind, count in info.entries.items()) or "none"
+    _say(f"folder: {info.root}", f"entries: {entries}", f"size: {info.bytes / 2**20:.1f} MB", sep="\n")
+    return EXIT_PASS
 
 
 class _Version(argparse.Action):
@@ -406,8 +442,12 @@ def _evaluate(args: argparse.Namespace) -> int:
     if not suite.cases:  # nothing to evaluate is not a success, whether the file is empty or every line broke
         raise UsageError(f"no cases in {args.suite}")
     _warn_missing_databases(suite.cases, args.db_dir, args.db)
+    if args.cache_max_mb < 1:
+        raise UsageError("--cache-max-mb must be at least 1")
     evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=_judge(args),
-                          allow_privileged_role=args.allow_privileged_role)
+                          allow_privileged_role=args.allow_privileged_role,
+                          cache_dir=None if args.no_cache else _cache_dir(args),
+                          cache_max_bytes=args.cache_max_mb << 20)
     with stop_signals() as signals:
         try:
             journal = Journal(args.out, resume=args.resume)

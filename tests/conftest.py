@@ -30,6 +30,16 @@ JUDGE_PASS = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalen
               "confidence": 0.8, "evidence_strength": "high", "ambiguous_case": False, "advisory_verdict": "pass"}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The cache folder of every ``sqlcmp evaluate`` the tests run (in this process or a child): one of the
+    session's own, never the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("cache")
+        patch.setenv("SQLCMP_CACHE_DIR", str(folder))
+        yield folder
+
+
 @pytest.fixture(scope="session")
 def sample_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("sample")

@@ -3,6 +3,7 @@ what the expected-result cache keeps across runs."""
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 from collections import Counter
@@ -13,6 +14,7 @@ import pytest
 
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
+from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import cache
 from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store, database_fingerprint
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -265,3 +267,28 @@ def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(
     assert {sql for sql in gold_run if executed[sql]} == gold_run
     assert run(tmp_path / "cache", workers=2) == uncached  # rebuilt, and read by worker processes
     assert run(tmp_path / "cache") == uncached and not {sql for sql in gold_run if executed[sql]}
+
+
+def test_evaluate_keeps_its_cache_where_told_and_cache_info_and_clear_read_it(
+        tmp_path: Path, sample_dir: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    suite = sample_suite_path()
+    default, chosen = tmp_path / "default", tmp_path / "chosen"
+    monkeypatch.setenv("SQLCMP_CACHE_DIR", str(default))
+
+    def evaluate(out: str, *options: str) -> list[object]:
+        main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(tmp_path / out), "--quiet", *options])
+        return [untimed(json.loads(line)) for line in (tmp_path / out).read_text(encoding="utf-8").splitlines()]
+
+    uncached = evaluate("none.jsonl", "--no-cache")
+    assert not default.exists()
+    assert evaluate("cold.jsonl") == uncached and Store(default).info().entries["execution"] > 0
+    assert evaluate("chosen.jsonl", "--cache-dir", str(chosen), "--cache-max-mb", "1") == uncached
+    assert evaluate("warm.jsonl", "--cache-dir", str(chosen)) == uncached
+    capsys.readouterr()
+    assert main(["cache", "info", "--cache-dir", str(chosen)]) == 0
+    info = capsys.readouterr().out
+    assert f"folder: {chosen}" in info and "execution " in info and "parse " in info
+    assert main(["cache", "clear"]) == 0
+    assert f"from {default}" in capsys.readouterr().out and Store(default).info().entries == {}
+    assert Store(chosen).info().entries != {}  # only the folder named was cleared
+    assert main(["evaluate", str(suite), "--out", str(tmp_path / "x.jsonl"), "--cache-max-mb", "0"]) == 2
