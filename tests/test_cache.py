@@ -10,17 +10,23 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import dagster as dg
+import polars as pl
 import pytest
 
+from sqlcmp_dagster.assets import LAYERS
+from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
+from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine import cache
 from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store, database_fingerprint
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome
 from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.version import REPORT_BEHAVIOUR_VERSION
 
@@ -292,3 +298,40 @@ def test_evaluate_keeps_its_cache_where_told_and_cache_info_and_clear_read_it(
     assert f"from {default}" in capsys.readouterr().out and Store(default).info().entries == {}
     assert Store(chosen).info().entries != {}  # only the folder named was cleared
     assert main(["evaluate", str(suite), "--out", str(tmp_path / "x.jsonl"), "--cache-max-mb", "0"]) == 2
+
+
+def test_dagster_re_materializing_cases_runs_no_unchanged_gold_query_again(
+        tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    gold = "SELECT name FROM products WHERE price > 17"
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text("".join(
+        json.dumps({"case_id": case_id, "expected_sql": gold, "actual_sql": actual, "db": SAMPLE_DB_ID}) + "\n"
+        for case_id, actual in (("a", gold.lower()), ("b", "SELECT name FROM products WHERE price > 18"))),
+        encoding="utf-8")
+    monkeypatch.setenv("SQLCMP_CACHE_DIR", str(tmp_path / "cache"))
+    executed: Counter[str] = Counter()
+    execute = ExecutionAdapter.execute
+
+    def counting_execute(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
+        if kwargs.get("parsed") is not None and self.database_file == str(sample_dir / f"{SAMPLE_DB_ID}.sqlite"):
+            executed[sql] += 1  # Layer 1's executions
+        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExecutionAdapter, "execute", counting_execute)
+    reports = []
+    for run in range(2):
+        (tmp_path / f"home{run}").mkdir()
+        with dg.instance_for_test(temp_dir=str(tmp_path / f"home{run}")) as instance:
+            defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir),
+                                     storage_dir=str(tmp_path / f"store{run}"))
+            instance.add_dynamic_partitions(cases_partitions.name, ["a", "b"])
+            result = dg.materialize(LAYERS, instance=instance, resources=defs.resources,
+                                    tags={"dagster/asset_partition_range_start": "a",
+                                          "dagster/asset_partition_range_end": "b"})
+            assert result.success
+        frames = [pl.read_parquet(p) for p in (tmp_path / f"store{run}" / "case_reports").glob("*.parquet")]
+        reports.append(sorted((untimed(r.model_dump(mode="json")) for f in frames for r in reports_from_frame(f)),
+                              key=str))
+        assert executed.pop(gold, 0) == (1 if run == 0 else 0)  # once for both cases, then never
+    assert reports[0] == reports[1] and len(reports[0]) == 2

@@ -28,7 +28,7 @@ def parsed_cases(context: dg.AssetExecutionContext, cases: CaseSuiteResource,
     def parse_case(row: dict[str, Any]) -> dict[str, Any]:
         request = database.with_defaults(by_id[row["case_id"]])
         adapter, _ = database.open(request)
-        validation = parse_layer(request, resolve_dialect(request, adapter))
+        validation = parse_layer(request, resolve_dialect(request, adapter), database.cache())
         text, frames = validation_record(validation)
         RECORDS.keep(text, frames, validation)  # the next layers in this process need not decode it
         return {"case_hash": case_version(by_id[row["case_id"]], database.fingerprint(request)),

@@ -7,6 +7,7 @@ from pathlib import Path
 import dagster as dg
 from pydantic import PrivateAttr
 
+from sqlcmp_dagster.engine.cache import ExpectedResults, default_cache_dir
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -17,7 +18,9 @@ class DatabaseResource(dg.ConfigurableResource):
 
     ``db_dir`` resolves a case's ``db`` id (``DIR/<id>/<id>.sqlite`` or ``DIR/<id>.sqlite``); ``url`` serves cases
     that name no database. ``query_timeout_ms`` and ``max_result_rows`` are defaults for cases whose own config
-    does not set them. Every field can come from the launchpad or an environment variable
+    does not set them. ``cache_dir`` is the gold side's cache, shared with ``sqlcmp evaluate`` (default: its
+    default folder; ``use_cache=False`` for none), so a gold query whose inputs did not change is neither parsed nor
+    executed again. Every field can come from the launchpad or an environment variable
     (``dg.EnvVar("SQLCMP_DB_DIR")``).
     """
 
@@ -25,14 +28,28 @@ class DatabaseResource(dg.ConfigurableResource):
     url: str | None = None
     query_timeout_ms: int | None = None
     max_result_rows: int | None = None
+    cache_dir: str | None = None
+    use_cache: bool = True
 
     _evaluator: Evaluator | None = PrivateAttr(default=None)
+    _cache: ExpectedResults | None = PrivateAttr(default=None)
 
     def open(self, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
         """The adapter for ``request`` (shared across the run's cases), or None and why it cannot be opened."""
+        return self._evaluating().open(request)
+
+    def cache(self) -> ExpectedResults:
+        """The expected queries' parses and results, for this process's steps (Layer 1's ``cache``)."""
+        if self._cache is None:
+            self._cache = self._evaluating().batch_cache()
+        return self._cache
+
+    def _evaluating(self) -> Evaluator:
         if self._evaluator is None:
-            self._evaluator = Evaluator(db_dir=Path(self.db_dir) if self.db_dir else None, default_db=self.url)
-        return self._evaluator.open(request)
+            cache_dir = (self.cache_dir or default_cache_dir()) if self.use_cache else None
+            self._evaluator = Evaluator(db_dir=Path(self.db_dir) if self.db_dir else None, default_db=self.url,
+                                        cache_dir=cache_dir)
+        return self._evaluator
 
     def with_defaults(self, request: CompareRequest) -> CompareRequest:
         """``request`` with this resource's timeout and row cap where the case's config leaves them unset."""
