@@ -283,6 +283,9 @@ def _cache(args: argparse.Namespace) -> int:
     info = store.info()
     entries = ", ".join(f"{kind} {count}" for kind, count in info.entries.items()) or "none"
     _say(f"folder: {info.root}", f"entries: {entries}", f"size: {info.bytes / 2**20:.1f} MB", sep="\n")
+    if not info.private:
+        _say("not used: other users may write to this folder (or it is not yours), and its entries would be "
+             "unpickled", file=sys.stderr)
     return EXIT_PASS
 
 

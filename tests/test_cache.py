@@ -44,6 +44,18 @@ def test_a_saved_value_loads_back_and_an_unknown_key_misses(tmp_path: Path) -> N
     assert (tmp_path.stat().st_mode & 0o777) == 0o700
 
 
+def test_a_folder_others_may_write_to_is_never_read(tmp_path: Path) -> None:
+    store = Store(tmp_path / "cache")
+    store.save("execution", "a", 1)
+    (tmp_path / "cache").chmod(0o777)
+    shared = Store(tmp_path / "cache")
+    assert shared.load("execution", "a") is None and not shared.info().private
+    shared.save("execution", "b", 2)
+    (tmp_path / "cache").chmod(0o700)
+    assert Store(tmp_path / "cache").load("execution", "a") == 1
+    assert Store(tmp_path / "cache").load("execution", "b") is None  # nothing was written there either
+
+
 @pytest.mark.parametrize("damage", ["truncate", "flip", "empty", "garbage"])
 def test_a_damaged_entry_is_ignored_deleted_and_rebuilt(tmp_path: Path, damage: str) -> None:
     store = Store(tmp_path)

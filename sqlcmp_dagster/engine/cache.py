@@ -74,6 +74,8 @@ class StoreInfo:
     max_bytes: int
     entries: dict[str, int]
     bytes: int
+    #: :meth:`Store.private`: whether the folder is used at all.
+    private: bool
 
 
 class Store:
@@ -85,9 +87,27 @@ class Store:
         self._entries = self.root / "entries"
         self._lock = FileLock(str(self.root / "evict.lock"))
         self._held: int | None = None  # bytes in the folder as this process last counted them, plus its writes
+        self._private: bool | None = None
+
+    def private(self) -> bool:
+        """Whether the folder is its user's alone (it is created so when missing). Entries are unpickled, which
+        may run code, so a folder someone else owns or may write to is neither read nor written: every lookup
+        misses there."""
+        if self._private is None:
+            try:
+                self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+                stat = self.root.stat()
+            except OSError:
+                self._private = False
+            else:
+                self._private = not hasattr(os, "getuid") or (stat.st_uid == os.getuid()
+                                                               and not stat.st_mode & 0o022)
+        return self._private
 
     def load(self, kind: str, key: str) -> Any | None:
         """The value saved under ``kind``/``key``, or None (never saved, evicted, or not verified: then deleted)."""
+        if not self.private():
+            return None
         path = self._path(kind, key)
         try:
             blob = path.read_bytes()
@@ -108,6 +128,8 @@ class Store:
     def save(self, kind: str, key: str, value: Any) -> None:
         """Keep ``value`` under ``kind``/``key`` (renamed into place whole); a value over a tenth of the bound, or
         one that cannot be pickled, is not kept."""
+        if not self.private():
+            return
         try:
             body = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
@@ -118,7 +140,6 @@ class Store:
         path = self._path(kind, key)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             temporary.write_bytes(blob)
             os.replace(temporary, path)
@@ -135,6 +156,7 @@ class Store:
     def evict(self) -> None:
         """Delete the least recently used entries (and stray temporary files) until the folder holds at most
         :data:`_EVICT_TO` of its bound."""
+        self.private()  # the lock file's folder
         with self._lock:
             files = sorted(self._files(), key=lambda file: file[2])
             held = sum(size for _, size, _ in files)
@@ -154,10 +176,11 @@ class Store:
             kind = path.relative_to(self._entries).parts[0]
             entries[kind] = entries.get(kind, 0) + 1
             total += size
-        return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total)
+        return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total, self.private())
 
     def clear(self) -> int:
         """Delete every entry; returns how many there were."""
+        self.private()  # the lock file's folder
         with self._lock:
             count = sum(1 for path, _, _ in self._files() if not path.name.startswith("."))
             shutil.rmtree(self._entries, ignore_errors=True)
