@@ -17,7 +17,8 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine import batch, pipeline
-from sqlcmp_dagster.engine.layers import ExpectedResults, validate
+from sqlcmp_dagster.engine.cache import ExpectedResults
+from sqlcmp_dagster.engine.layers import validate
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_METRICS
 from sqlcmp_dagster.engine.pipeline import Evaluator
