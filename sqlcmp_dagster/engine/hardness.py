@@ -30,16 +30,16 @@ HARDNESS_LEVELS: tuple[Hardness, ...] = ("easy", "medium", "hard", "extra")
 class _Conditions:
     """A WHERE, HAVING or ON condition as Spider's flat list sees it: its leaves and its connectors."""
 
-    leaves: list[exp.Expression]
+    leaves: list[exp.Expr]
     ors: int
     connectors: int
 
     @classmethod
-    def of(cls, condition: exp.Expression | None) -> _Conditions:
-        leaves: list[exp.Expression] = []
+    def of(cls, condition: exp.Expr | None) -> _Conditions:
+        leaves: list[exp.Expr] = []
         counts = [0, 0]
 
-        def walk(node: exp.Expression) -> None:
+        def walk(node: exp.Expr) -> None:
             node = node.unnest() if isinstance(node, exp.Paren) else node
             if isinstance(node, exp.Connector):
                 counts[0] += isinstance(node, exp.Or)
@@ -69,7 +69,7 @@ class _Conditions:
         return sum(len(_outermost_selects(leaf)) for leaf in self.leaves)
 
 
-def spider_hardness(tree: exp.Expression) -> Hardness:
+def spider_hardness(tree: exp.Expr) -> Hardness:
     """The hardness level of ``tree`` by the rules of Spider's official evaluator.
 
     >>> import sqlglot
@@ -95,7 +95,7 @@ def spider_hardness(tree: exp.Expression) -> Hardness:
     return "extra"
 
 
-def _counts(tree: exp.Expression) -> tuple[int, int, int]:
+def _counts(tree: exp.Expr) -> tuple[int, int, int]:
     """Spider's three counts for the outermost query: clause components, nested queries, other complexity."""
     tree = tree.unnest() if isinstance(tree, exp.Paren) else tree
     set_operation = isinstance(tree, exp.SetOperation)
@@ -127,7 +127,7 @@ def _counts(tree: exp.Expression) -> tuple[int, int, int]:
     return component1, component2, others
 
 
-def _select_aggregate(item: exp.Expression) -> bool:
+def _select_aggregate(item: exp.Expr) -> bool:
     """Whether a SELECT item starts with an aggregate (Spider records one aggregate per item, its first)."""
     item = item.this if isinstance(item, exp.Alias) else item
     while isinstance(item, exp.Binary) and not isinstance(item, exp.Connector):
@@ -135,7 +135,7 @@ def _select_aggregate(item: exp.Expression) -> bool:
     return isinstance(item, exp.AggFunc)
 
 
-def _operand_aggregates(value: exp.Expression) -> int:
+def _operand_aggregates(value: exp.Expr) -> int:
     """Aggregates among the (at most two) operands of an ORDER BY key, as Spider's value unit holds them."""
     value = value.unnest() if isinstance(value, exp.Paren) else value
     if isinstance(value, exp.Binary) and not isinstance(value, exp.Connector):
@@ -143,15 +143,15 @@ def _operand_aggregates(value: exp.Expression) -> int:
     return int(isinstance(value, exp.AggFunc))
 
 
-def _positive(leaf: exp.Expression) -> exp.Expression:
+def _positive(leaf: exp.Expr) -> exp.Expr:
     return leaf.this if isinstance(leaf, exp.Not) else leaf
 
 
-def _outermost_selects(node: exp.Expression) -> list[exp.Expression]:
+def _outermost_selects(node: exp.Expr) -> list[exp.Expr]:
     """The queries inside ``node`` that are not themselves inside another query within ``node``."""
-    found: list[exp.Expression] = []
+    found: list[exp.Expr] = []
 
-    def walk(current: exp.Expression) -> None:
+    def walk(current: exp.Expr) -> None:
         for child in current.iter_expressions():
             if isinstance(child, (exp.Select, exp.SetOperation)):
                 found.append(child)
