@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import sqlglot
 from sqlglot import exp
@@ -86,7 +86,8 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS, dea
 
 def _parse(sql: str, dialect: str, clock: _Clocked, canonical: bool = True) -> ParseOutcome:
     try:
-        statements = [s for s in clock.parse(sql, dialect) if s is not None]
+        # Expr is sqlglot's abstract base; every node its parser builds is an Expression: this drops the Nones
+        statements = [s for s in clock.parse(sql, dialect) if isinstance(s, exp.Expression)]
     except ParseError as error:
         return ParseOutcome(False, None, None, _parse_message(error))
     except SqlglotError as error:
@@ -147,7 +148,7 @@ def canonical_sql(ast: exp.Expression, dialect: str) -> str:
     return canonical_text(canonical_tree(ast, dialect), dialect)
 
 
-def canonical_text(tree: exp.Expression, dialect: str) -> str:
+def canonical_text(tree: exp.Expr, dialect: str | None) -> str:
     """``tree`` printed as the canonical text is: functions and keywords in lower case."""
     # The dialect's generator may rewrite what it prints (copy=True, the default): ``tree`` stays as it is.
     return lowercase_keywords(sql_text(tree, dialect, lower_functions=True, copy=True), dialect)
@@ -251,7 +252,7 @@ class _Clocked:
             raise
         return tokens
 
-    def parse(self, sql: str, dialect: str) -> list[exp.Expression | None]:
+    def parse(self, sql: str, dialect: str) -> list[exp.Expr | None]:
         if self.deadline is None:
             return dialect_of(dialect).parser().parse(tokens_of(sql, dialect), sql)
         self._tokens, self._sql, self._dialect = self.tokenize(sql, dialect), sql, dialect
@@ -260,9 +261,9 @@ class _Clocked:
     def parse_again(self) -> exp.Expression:
         """A tree of its own, equal to the first statement :meth:`parse` returned (with a deadline, and without
         the compiled build only): a second, clocked parse of the same tokens."""
-        return next(statement for statement in self._parsed() if statement is not None)
+        return next(statement for statement in self._parsed() if isinstance(statement, exp.Expression))
 
-    def _parsed(self) -> list[exp.Expression | None]:
+    def _parsed(self) -> list[exp.Expr | None]:
         self.check()
         engine = dialect_of(self._dialect)
         if _COMPILED:
@@ -270,9 +271,10 @@ class _Clocked:
         parser_class, _ = _clocked_classes(type(engine))
         parser = parser_class(dialect=engine)
         parser.sqlcmp_clock = self
-        return parser.parse(self._tokens, self._sql)
+        statements: list[exp.Expr | None] = parser.parse(self._tokens, self._sql)
+        return statements
 
-    def generate(self, tree: exp.Expression, dialect: str | None, *, canonical: bool = True,
+    def generate(self, tree: exp.Expr, dialect: str | None, *, canonical: bool = True,
                  copy: bool = False) -> str:
         """``tree``'s text in ``dialect``, canonical (functions and keywords in lower case, printed from a copy)
         or as sqlglot prints it (from a copy with ``copy``)."""
@@ -345,7 +347,7 @@ def query_text(sql: str, dialect: str | None) -> str:
     return sql[:last.end + 1] if last is not None else ""
 
 
-def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_functions: bool = False,
+def sql_text(node: exp.Expr, dialect: str | None = None, *, lower_functions: bool = False,
              copy: bool = False) -> str:
     """``node.sql(dialect=dialect, normalize_functions="lower" if lower_functions else None, copy=copy)``, by one
     generator per thread, dialect and setting: ``sql()`` builds a new generator for every call, 5 us of the 7
@@ -360,7 +362,7 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
     printer = printers.get((dialect, lower_functions))
     if printer is None:
         printer = printers[(dialect, lower_functions)] = dialect_of(dialect).generator(
-            **({"normalize_functions": "lower"} if lower_functions else {}))
+            normalize_functions="lower" if lower_functions else None)
     # The one state a print leaves behind: the names given to unnamed aliases (_t0, _t1, ...) go on counting,
     # where a new generator starts again at _t0 (a review's finding).
     printer._next_name = name_sequence("_t")
@@ -368,7 +370,7 @@ def sql_text(node: exp.Expression, dialect: str | None = None, *, lower_function
     return text
 
 
-def plain_text(node: exp.Expression) -> str:
+def plain_text(node: exp.Expr) -> str:
     """``node.sql()``: sqlglot's default dialect, with ``node`` left as it is. That dialect's generator rewrites
     some nodes as it prints them (a SQLite division into one by ``NULLIF(b, 0)``, again at each print), so a
     node is printed from a copy unless its print changes nothing in it (a column, literal or identifier: most
@@ -381,13 +383,13 @@ def plain_text(node: exp.Expression) -> str:
     return sql_text(node, copy=_changed_by_print(node))
 
 
-def _changed_by_print(node: exp.Expression) -> bool:
+def _changed_by_print(node: exp.Expr) -> bool:
     """Whether printing ``node`` in the default dialect may change it (anything but a column, literal or
     identifier): :func:`plain_text` and :func:`_text` print such a node from a copy."""
     return not isinstance(node, (exp.Column, exp.Literal, exp.Identifier))
 
 
-def _text(node: exp.Expression) -> str:
+def _text(node: exp.Expr) -> str:
     """:func:`plain_text`, clocked within a parse's deadline: the canonical rewrites print operands to order
     them, which is quadratic over deeply nested ``=``/``AND``/``OR``."""
     clock = _CLOCK.get()
@@ -399,8 +401,9 @@ def _text(node: exp.Expression) -> str:
 def _clocked_tokenizer() -> Any:
     """A subclass of sqlglot's (Python) tokenizer core that ticks its clock once per token made, and a function
     that turns a dialect's core into it."""
-    class ClockedTokenizerCore(TokenizerCore):  # type: ignore[misc]
+    class ClockedTokenizerCore(TokenizerCore):
         __slots__ = ("sqlcmp_clock",)
+        sqlcmp_clock: _Clocked
 
         def _add(self, token_type: TokenType, text: str | None = None) -> None:
             TokenizerCore._add(self, token_type, text)
@@ -478,7 +481,7 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
     'SELECT 1 WHERE a = 1 AND b = 2'
     """
 
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expr) -> exp.Expr:
         if isinstance(node, (exp.EQ, exp.NEQ)):
             left, right = node.this, node.expression
             if _operand_key(right) < _operand_key(left):
@@ -498,18 +501,18 @@ def sort_commutative(tree: exp.Expression) -> exp.Expression:
         tick()
         replacement = rewrite(node)
         if replacement is not node:
-            if node is tree:
-                tree = replacement
+            if node is tree:  # a replacement is of its node's class (EQ, NEQ, And, Or, Xor): an Expression
+                tree = cast(exp.Expression, replacement)
             else:
                 node.replace(replacement)
     return tree
 
 
-def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
+def _operand_key(operand: exp.Expr) -> tuple[bool, str]:
     return isinstance(operand, exp.Literal), _text(operand)
 
 
-def lowercase_keywords(sql: str, dialect: str) -> str:
+def lowercase_keywords(sql: str, dialect: str | None) -> str:
     """Lowercase every token of ``sql`` except identifiers and string literals.
 
     >>> lowercase_keywords('SELECT "Name" FROM t WHERE x = \\'ABC\\'', "sqlite")
