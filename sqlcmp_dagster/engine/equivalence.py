@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import TypeVar
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -69,6 +70,8 @@ _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
 #: Nodes :func:`in_lists` may copy for one query (each listed value gets a copy of the IN's left side); past
 #: it the query is not proven, so that a hostile list cannot make the rewrite quadratic in time and memory.
 MAX_COPIED_NODES = 10_000
+#: A tree a rule edits in place and hands back.
+_Tree = TypeVar("_Tree", bound=exp.Expr)
 #: Comparisons whose precedence among themselves sqlglot does not read as SQLite does (SQLite gives =, IN, IS,
 #: LIKE, GLOB and BETWEEN one level, left to right, and NOT a lower one; sqlglot binds = looser than the rest).
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Is, exp.Like, exp.ILike, exp.Glob, exp.In,
@@ -500,7 +503,7 @@ def _inner(join: exp.Join) -> bool:
         and all(key in ("this", "kind", "on") for key, value in join.args.items() if value)
 
 
-def default_ascending(tree: exp.Expression, edits: list[str] | None = None) -> exp.Expression:
+def default_ascending(tree: _Tree, edits: list[str] | None = None) -> _Tree:
     """``tree`` with every explicit ``ASC`` dropped, in place (sqlglot keeps ``desc=False`` for it and prints it);
     each one dropped is named in ``edits``.
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Collection, Iterator, Mapping
+from typing import cast
 
 from sqlglot import exp
 from sqlglot.tokens import TokenType
@@ -45,9 +46,9 @@ Catalog = Mapping[str, Collection[str]]
 #: Names SQLite resolves in every table without declaring them.
 _ROWID_NAMES = frozenset({"rowid", "oid", "_rowid_"})
 #: The comparisons and their converse (``a < b`` is ``b > a``) and negation (``NOT a < b`` is ``a >= b``).
-_CONVERSE: dict[type[exp.Expression], type[exp.Expression]] = {
+_CONVERSE: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LT, exp.LT: exp.GT, exp.GTE: exp.LTE, exp.LTE: exp.GTE, exp.EQ: exp.EQ, exp.NEQ: exp.NEQ}
-_NEGATION: dict[type[exp.Expression], type[exp.Expression]] = {
+_NEGATION: dict[type[exp.Expr], type[exp.Expr]] = {
     exp.GT: exp.LTE, exp.LTE: exp.GT, exp.LT: exp.GTE, exp.GTE: exp.LT, exp.EQ: exp.NEQ, exp.NEQ: exp.EQ}
 #: Where a condition's value is read only as true / not true.
 _CONDITION_HOLDERS = (exp.Where, exp.Having)
@@ -69,7 +70,7 @@ def read_catalog(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) 
     return None if tables is None else {name: sorted(columns) for name, columns in tables.items()}
 
 
-def equivalence_form(tree: exp.Expression, dialect: str, catalog: Catalog | None = None) -> exp.Expression:
+def equivalence_form(tree: exp.Expr, dialect: str, catalog: Catalog | None = None) -> exp.Expression:
     """A copy of the canonical ``tree`` with every rule applied, in an order where each rule sees the shapes the
     rules before it leave (NOTs pushed before ORs of equalities are gathered, parentheses dropped before chains
     are sorted).
@@ -95,11 +96,12 @@ def equivalence_form(tree: exp.Expression, dialect: str, catalog: Catalog | None
         tick(force=True)
         tree = rule(tree)
     tree = identifier_case(tree, dialect)
-    return sort_commutative(tree)
+    # each rule replaces a node by one of sqlglot's concrete nodes (Expr is their abstract base): an Expression
+    return sort_commutative(cast(exp.Expression, tree))
 
 
-def _rewrite_nodes(tree: exp.Expression, types: tuple[type[exp.Expression], ...],
-                   rewrite: Callable[[exp.Expression], exp.Expression]) -> exp.Expression:
+def _rewrite_nodes(tree: exp.Expr, types: tuple[type[exp.Expr], ...],
+                   rewrite: Callable[[exp.Expr], exp.Expr]) -> exp.Expr:
     """``tree`` with each node of ``types`` replaced by ``rewrite(node)``, bottom-up (children first)."""
     for node in reversed(list(tree.find_all(*types, bfs=False))):
         tick()
@@ -113,12 +115,12 @@ def _rewrite_nodes(tree: exp.Expression, types: tuple[type[exp.Expression], ...]
     return tree
 
 
-def _stable(node: exp.Expression | None) -> bool:
+def _stable(node: exp.Expr | None) -> bool:
     """Whether ``node`` (present) gives the same value each time it is evaluated on one row (:data:`_UNSTABLE`)."""
     return isinstance(node, exp.Expression) and node.find(*_UNSTABLE) is None
 
 
-def zero_offset(tree: exp.Expression) -> exp.Expression:
+def zero_offset(tree: exp.Expr) -> exp.Expr:
     """``OFFSET 0`` dropped: it skips no row.
 
     >>> import sqlglot
@@ -133,7 +135,7 @@ def zero_offset(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def order_by_outputs(tree: exp.Expression) -> exp.Expression:
+def order_by_outputs(tree: exp.Expr) -> exp.Expr:
     """``ORDER BY 2`` and ``ORDER BY name_alias`` of a SELECT written as the projected expression they name
     (SQLite, DuckDB and PostgreSQL all read a bare integer as a result column's position and a bare name as a
     result column's alias before a table's column). A projected literal or window is left named by position.
@@ -147,13 +149,13 @@ def order_by_outputs(tree: exp.Expression) -> exp.Expression:
         if order is None:
             continue
         projected = select.expressions
-        aliases: dict[str, exp.Expression] = {}
+        aliases: dict[str, exp.Expr] = {}
         for e in projected:  # a name given twice reads the first
             if isinstance(e, exp.Alias) and e.alias:
                 aliases.setdefault(e.alias.lower(), e.this)
         for ordered in order.expressions:
             key = ordered.this
-            target: exp.Expression | None = None
+            target: exp.Expr | None = None
             if isinstance(key, exp.Literal) and key.is_int and 0 < int(key.this) <= len(projected):
                 target = projected[int(key.this) - 1].unalias()
             elif isinstance(key, exp.Column) and not key.table and key.name.lower() in aliases:
@@ -164,7 +166,7 @@ def order_by_outputs(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def between_bounds(tree: exp.Expression) -> exp.Expression:
+def between_bounds(tree: exp.Expr) -> exp.Expr:
     """``x BETWEEN a AND b`` written as ``x >= a AND x <= b`` (the three dialects define it so), where ``x``
     is evaluated alike twice (:func:`_stable`); ``NOT BETWEEN`` follows by :func:`push_negations`.
 
@@ -172,7 +174,7 @@ def between_bounds(tree: exp.Expression) -> exp.Expression:
     >>> between_bounds(sqlglot.parse_one("SELECT a FROM t WHERE a BETWEEN 1 AND 5 AND b = 2")).sql()
     'SELECT a FROM t WHERE (a >= 1 AND a <= 5) AND b = 2'
     """
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expr) -> exp.Expr:
         if node.args.get("symmetric") or not all(_stable(node.args.get(k)) for k in ("this", "low", "high")):
             return node
         value = node.this
@@ -182,7 +184,7 @@ def between_bounds(tree: exp.Expression) -> exp.Expression:
     return _rewrite_nodes(tree, (exp.Between,), rewrite)
 
 
-def orient_comparisons(tree: exp.Expression, *, columns_collate: bool = False) -> exp.Expression:
+def orient_comparisons(tree: exp.Expr, *, columns_collate: bool = False) -> exp.Expr:
     """A comparison with a literal on its left written with the literal on its right (``30 < age`` is
     ``age > 30``), and one of two non-literals with the operand of smaller text first (its converse otherwise),
     unless ``columns_collate`` and both operands may carry a collation (:func:`_collates`): SQLite compares two
@@ -192,7 +194,7 @@ def orient_comparisons(tree: exp.Expression, *, columns_collate: bool = False) -
     >>> orient_comparisons(sqlglot.parse_one("SELECT a FROM t WHERE 30 < age AND b >= a")).sql()
     'SELECT a FROM t WHERE age > 30 AND a <= b'
     """
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expr) -> exp.Expr:
         left, right = node.this, node.expression
         if (not columns_collate or not (_collates(left) and _collates(right))) \
                 and _operand_key(right) < _operand_key(left):
@@ -202,7 +204,7 @@ def orient_comparisons(tree: exp.Expression, *, columns_collate: bool = False) -
     return _rewrite_nodes(tree, tuple(_CONVERSE), rewrite)
 
 
-def _collates(operand: exp.Expression) -> bool:
+def _collates(operand: exp.Expr) -> bool:
     """Whether a SQLite operand may carry a collation: a column or a COLLATE (through parentheses and CASTs), or
     a scalar subquery whose value does. A literal, a function's or an operator's value is compared as BINARY.
 
@@ -220,12 +222,12 @@ def _collates(operand: exp.Expression) -> bool:
     return isinstance(operand, (exp.Column, exp.Collate))
 
 
-def _operand_key(operand: exp.Expression) -> tuple[bool, str]:
+def _operand_key(operand: exp.Expr) -> tuple[bool, str]:
     """Literals after everything else, then the text."""
     return isinstance(operand, exp.Literal), plain_text(operand)
 
 
-def push_negations(tree: exp.Expression) -> exp.Expression:
+def push_negations(tree: exp.Expr) -> exp.Expr:
     """In a condition (a WHERE, HAVING or ON condition, through AND, OR and parentheses), ``NOT`` pushed through comparisons (``NOT a > b`` is
     ``a <= b``: both are unknown where either side is NULL), through AND and OR by De Morgan's laws (which hold
     in three-valued logic), and ``NOT NOT p`` as ``p`` (only read as true or not true). ``NOT x IN (...)``,
@@ -235,21 +237,22 @@ def push_negations(tree: exp.Expression) -> exp.Expression:
     >>> push_negations(sqlglot.parse_one("SELECT a FROM t WHERE NOT (a > 1 OR NOT b = 2)")).sql()
     'SELECT a FROM t WHERE (a <= 1 AND b = 2)'
     """
-    def negated(node: exp.Expression) -> exp.Expression | None:
+    def negated(node: exp.Expr) -> exp.Expr | None:
         inner = node.this
         while isinstance(inner, exp.Paren):
             inner = inner.this
         if type(inner) in _NEGATION:
             return _NEGATION[type(inner)](this=inner.this, expression=inner.expression)
         if isinstance(inner, exp.Not):
-            return inner.this
+            operand: exp.Expr = inner.this
+            return operand
         if isinstance(inner, exp.Connector):
             dual = exp.Or if isinstance(inner, exp.And) else exp.And
             return exp.paren(dual(this=exp.not_(inner.this, copy=False), expression=exp.not_(inner.expression,
                                                                                               copy=False)), copy=False)
         return None
 
-    def pushed(condition: exp.Expression) -> exp.Expression:
+    def pushed(condition: exp.Expr) -> exp.Expr:
         """``condition`` (read as true or not true) with its NOTs pushed, outermost first."""
         while isinstance(condition, exp.Not):
             tick()
@@ -272,7 +275,7 @@ def push_negations(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def flatten_connectives(tree: exp.Expression) -> exp.Expression:
+def flatten_connectives(tree: exp.Expr) -> exp.Expr:
     """Parentheses dropped where they group nothing: around an AND inside an AND chain (and an OR inside an OR
     chain), around a comparison (or IN, LIKE, IS, ...) that is an operand of AND or OR, around a whole WHERE,
     HAVING or ON condition, and around a column or literal. AND and OR are
@@ -283,8 +286,9 @@ def flatten_connectives(tree: exp.Expression) -> exp.Expression:
     >>> flatten_connectives(sqlglot.parse_one("SELECT a FROM t WHERE ((a = 1 AND (b = 2)) AND (c = 3 OR d = 4))")).sql()
     'SELECT a FROM t WHERE a = 1 AND b = 2 AND (c = 3 OR d = 4)'
     """
-    def rewrite(node: exp.Expression) -> exp.Expression:
-        inner, parent = node.this, node.parent
+    def rewrite(node: exp.Expr) -> exp.Expr:
+        inner: exp.Expr = node.this
+        parent = node.parent
         if isinstance(inner, (exp.Column, exp.Literal, exp.Paren)) \
                 or isinstance(parent, _CONDITION_HOLDERS) \
                 or (isinstance(inner, exp.Predicate) and isinstance(parent, exp.Connector)) \
@@ -301,7 +305,7 @@ def flatten_connectives(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def _chain(kind: type[exp.Expression], operands: list[exp.Expression]) -> exp.Expression:
+def _chain(kind: type[exp.Expr], operands: list[exp.Expr]) -> exp.Expr:
     """``operands`` joined by ``kind`` (AND or OR), left-deep."""
     combined = operands[0]
     for operand in operands[1:]:
@@ -309,7 +313,7 @@ def _chain(kind: type[exp.Expression], operands: list[exp.Expression]) -> exp.Ex
     return combined
 
 
-def gather_in_lists(tree: exp.Expression) -> exp.Expression:
+def gather_in_lists(tree: exp.Expr) -> exp.Expr:
     """In an OR chain, the equalities and IN lists of literals on one column gathered into one ``IN`` list of
     its distinct values in the order of their text (``x = 1 OR x IN (3, 2)`` is ``x IN (1, 2, 3)``: SQL defines
     the list as that disjunction); in an AND chain, the dual: ``x <> 1 AND x NOT IN (2)`` is
@@ -322,7 +326,7 @@ def gather_in_lists(tree: exp.Expression) -> exp.Expression:
     >>> gather_in_lists(sqlglot.parse_one("SELECT a FROM t WHERE b <> 2 AND NOT b IN (1) AND c IN (5)")).sql()
     'SELECT a FROM t WHERE NOT b IN (1, 2) AND c = 5'
     """
-    def listed(operand: exp.Expression, negated: bool) -> tuple[exp.Expression, list[exp.Literal]] | None:
+    def listed(operand: exp.Expr, negated: bool) -> tuple[exp.Expr, list[exp.Literal]] | None:
         """The column and literals ``operand`` compares, when it is one of the forms gathered."""
         if negated:
             if isinstance(operand, exp.NEQ):
@@ -340,7 +344,7 @@ def gather_in_lists(tree: exp.Expression) -> exp.Expression:
             return operand.this, list(operand.expressions)
         return None
 
-    def gathered(column: exp.Expression, values: list[exp.Literal], negated: bool) -> exp.Expression:
+    def gathered(column: exp.Expr, values: list[exp.Literal], negated: bool) -> exp.Expr:
         unique = {_operand_key(v)[1] + ("'" if v.is_string else ""): v for v in values}
         ordered = [unique[k] for k in sorted(unique, key=lambda k: (unique[k].is_string, plain_text(unique[k])))]
         if len(ordered) == 1:
@@ -372,7 +376,7 @@ def gather_in_lists(tree: exp.Expression) -> exp.Expression:
             found = listed(operand, negated)
             if found is not None:
                 groups.setdefault(plain_text(found[0]), []).append(position)
-        replaced: dict[int, exp.Expression | None] = {}
+        replaced: dict[int, exp.Expr | None] = {}
         for positions in groups.values():
             pieces = [listed(operands[p], negated) for p in positions]
             values = [v for piece in pieces if piece is not None for v in piece[1]]
@@ -388,7 +392,7 @@ def gather_in_lists(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def scalar_subquery_in(tree: exp.Expression) -> exp.Expression:
+def scalar_subquery_in(tree: exp.Expr) -> exp.Expr:
     """``x IN (SELECT max(y) FROM ...)`` written as ``x = (SELECT max(y) FROM ...)``: a SELECT of one aggregate
     without GROUP BY, HAVING, LIMIT or OFFSET returns exactly one row, against which IN and ``=`` agree (NULL
     included); ``NOT IN`` becomes ``<>`` by :func:`push_negations`, which runs after.
@@ -397,7 +401,7 @@ def scalar_subquery_in(tree: exp.Expression) -> exp.Expression:
     >>> scalar_subquery_in(sqlglot.parse_one("SELECT a FROM t WHERE b IN (SELECT max(b) FROM t)")).sql()
     'SELECT a FROM t WHERE b = (SELECT MAX(b) FROM t)'
     """
-    def rewrite(node: exp.Expression) -> exp.Expression:
+    def rewrite(node: exp.Expr) -> exp.Expr:
         query = node.args.get("query")
         inner = query.this if isinstance(query, exp.Subquery) else None
         if not isinstance(inner, exp.Select) or node.expressions or len(inner.expressions) != 1 \
@@ -409,7 +413,7 @@ def scalar_subquery_in(tree: exp.Expression) -> exp.Expression:
     return _rewrite_nodes(tree, (exp.In,), rewrite)
 
 
-def distinct_for_group(tree: exp.Expression) -> exp.Expression:
+def distinct_for_group(tree: exp.Expr) -> exp.Expr:
     """``SELECT a, b ... GROUP BY a, b`` without an aggregate, HAVING or window written as ``SELECT DISTINCT
     a, b ...``: one row per distinct pair either way (NULLs in one group as DISTINCT takes them as one), where
     the keys are exactly the projected expressions and every ORDER BY key is one of them.
@@ -435,7 +439,7 @@ def distinct_for_group(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def inline_single_ctes(tree: exp.Expression) -> exp.Expression:
+def inline_single_ctes(tree: exp.Expr) -> exp.Expr:
     """A non-recursive CTE that the query reads once, and whose name nothing else in the query takes, written
     as a derived table of that name where it is read: the rows are the same (each engine may inline it so). One
     with a column list (SQLite has no column list for a derived table) or a MATERIALIZED hint is kept.
@@ -470,7 +474,7 @@ def inline_single_ctes(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def inner_join_order(tree: exp.Expression) -> exp.Expression:
+def inner_join_order(tree: exp.Expr) -> exp.Expr:
     """A SELECT whose joins are all inner (``JOIN ... ON``, comma and CROSS joins) written with its sources in
     the order of their text, each joined ``ON`` the conditions (its own ONs' and its WHERE's conjuncts) that
     qualify columns of it and of sources before it, all of two sources at least; the other conjuncts stay in
@@ -498,8 +502,8 @@ def inner_join_order(tree: exp.Expression) -> exp.Expression:
         where = select.args.get("where")
         conjuncts = [part for condition in [*conditions, *([where.this] if where is not None else [])]
                      for part in _conjuncts(condition)]
-        ons: list[list[exp.Expression]] = [[] for _ in sources]
-        rest: list[exp.Expression] = []
+        ons: list[list[exp.Expr]] = [[] for _ in sources]
+        rest: list[exp.Expr] = []
         for conjunct in conjuncts:
             qualifiers = {c.table.lower() for c in conjunct.find_all(exp.Column)}
             if conjunct.find(*_UNSTABLE) is None and len(qualifiers) >= 2 and qualifiers <= set(names) \
@@ -520,7 +524,7 @@ def _inner(join: exp.Join) -> bool:
         and all(key in ("this", "kind", "on") for key, value in join.args.items() if value)
 
 
-def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
+def _conjuncts(condition: exp.Expr) -> list[exp.Expr]:
     """The operands of ``condition``'s AND chain, through parentheses."""
     inner = condition.unnest()
     if isinstance(inner, exp.And):
@@ -528,7 +532,7 @@ def _conjuncts(condition: exp.Expression) -> list[exp.Expression]:
     return [inner]
 
 
-def qualify_columns(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
+def qualify_columns(tree: exp.Expr, catalog: Catalog) -> exp.Expr:
     """In a SELECT of two sources or more, all base tables of ``catalog``, each unqualified column that exactly
     one of them has, and that no alias of the query names, qualified with that source's name (``name`` is
     ``singer.name`` in ``FROM singer JOIN concert``); the canonical form already drops the qualifier of a SELECT
@@ -555,7 +559,7 @@ def qualify_columns(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
     return tree
 
 
-def double_quoted_strings(tree: exp.Expression, catalog: Catalog) -> exp.Expression:
+def double_quoted_strings(tree: exp.Expr, catalog: Catalog) -> exp.Expr:
     """SQLite: an unqualified double-quoted name that no column in its scope has (the tables its SELECT and
     the SELECTs around it read), that no alias of the query takes and that is no row id, written as the string
     literal SQLite reads it as; one that names a column stays a column, in lower case (SQLite matches names
@@ -600,14 +604,14 @@ def _scope_names(column: exp.Column, catalog: Catalog) -> set[str] | None:
     return names
 
 
-def _enclosing_selects(node: exp.Expression) -> Iterator[exp.Select]:
+def _enclosing_selects(node: exp.Expr) -> Iterator[exp.Select]:
     select = node.find_ancestor(exp.Select)
     while select is not None:
         yield select
         select = select.find_ancestor(exp.Select)
 
 
-def identifier_case(tree: exp.Expression, dialect: str) -> exp.Expression:
+def identifier_case(tree: exp.Expr, dialect: str) -> exp.Expr:
     """Quoted identifiers written as the dialect matches them: SQLite and DuckDB match names without regard to
     (ASCII) case, quoted or not, so a quoted name is lower-cased; PostgreSQL folds unquoted names to lower case
     and keeps quoted ones, so a quoted name already in lower case is the unquoted one. A name is unquoted where
