@@ -83,7 +83,7 @@ class StructuralComparison:
         return sorted(names, key=lambda name: -CLAUSE_WEIGHTS[name])
 
 
-def fragment(node: exp.Expression) -> str:
+def fragment(node: exp.Expr) -> str:
     """Canonical text of one clause fragment (:func:`~sqlcmp_dagster.engine.parsing.plain_text`: the default
     dialect, the subtree copied first only where printing could change it, which a column never does).
 
