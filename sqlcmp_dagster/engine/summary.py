@@ -15,11 +15,11 @@ from typing import Any
 
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
-from sqlcmp_dagster.engine.models import Report
+from sqlcmp_dagster.engine.models import Report, Severity
 from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_COUNTEREXAMPLE, failed_by_counterexample, robustness
 from sqlcmp_dagster.engine.published_metrics import render_table, summarize_published
 
-SEVERITIES = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
+SEVERITIES: tuple[Severity, ...] = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
 
 
 def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, Any]:
