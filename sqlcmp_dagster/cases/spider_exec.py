@@ -35,7 +35,7 @@ from typing import Any
 import sqlglot
 
 from sqlcmp_dagster.engine.comparison import Tolerance
-from sqlcmp_dagster.engine.models import CompareRequest, Report
+from sqlcmp_dagster.engine.models import CompareRequest, Report, ResolvedMode
 from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_deadline, sqlite_read_only
 from sqlcmp_dagster.engine.spider_execution import (
     Rows,
@@ -122,7 +122,7 @@ def explain_difference(connection: sqlite3.Connection, request: CompareRequest, 
         return "order_rule"
     if ours and top_level and official_match(connection, gold, predicted, keep_distinct=True, ordered=False):
         return "ties"
-    mode = report.run_metadata.get("comparison_mode") or "order-insensitive"
+    mode: ResolvedMode = report.run_metadata.get("comparison_mode") or "order-insensitive"
     config = request.config
     if (official and not ours and (mode == "exact" or config.require_column_order_match)
             and not official_match(connection, gold, predicted, permute_columns=False)):
