@@ -15,7 +15,6 @@ from dataclasses import dataclass
 import dagster as dg
 
 from sqlcmp_dagster.assets import LAYERS, evaluation_summary
-from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.assets.sensors import case_sensor
 from sqlcmp_dagster.engine.atomic import running
 
@@ -46,16 +45,18 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
     fail_dead_runs(instance)
     with dg.build_sensor_context(instance=instance, cursor=cursor, resources=defs.resources or {}) as context:
         result = case_sensor(context)
+    # case_sensor returns a SensorResult; called through its definition it is typed as any sensor's outcome
+    assert isinstance(result, dg.SensorResult), f"case_sensor returned {type(result).__name__}"
     added: list[str] = []
     deleted: list[str] = []
-    for request in result.dynamic_partitions_requests or []:
-        if isinstance(request, dg.AddDynamicPartitionsRequest):
-            instance.add_dynamic_partitions(cases_partitions.name, list(request.partition_keys))
-            added += request.partition_keys
+    for change in result.dynamic_partitions_requests or []:
+        if isinstance(change, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(change.partitions_def_name, list(change.partition_keys))
+            added += change.partition_keys
         else:
-            for key in request.partition_keys:
-                instance.delete_dynamic_partition(cases_partitions.name, key)
-            deleted += request.partition_keys
+            for key in change.partition_keys:
+                instance.delete_dynamic_partition(change.partitions_def_name, key)
+            deleted += change.partition_keys
     resources = defs.resources or {}
     runs = []
     for request in result.run_requests or []:
