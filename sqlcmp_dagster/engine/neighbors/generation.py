@@ -176,4 +176,4 @@ def applies(index: int, tables: list[str], found: Hints) -> bool:
         return False
     if ladder_nulls in profile.joined and not (found.group_columns and found.aggregated):
         return False
-    return found.aggregated or not (null_counted in profile.joined or null_all_but_one in profile.rules)
+    return bool(found.aggregated) or not (null_counted in profile.joined or null_all_but_one in profile.rules)

@@ -141,7 +141,7 @@ def features(tree: exp.Expression, nodes: _Nodes | None = None) -> dict[str, lis
     """
     nodes = nodes if nodes is not None else _Nodes(tree)
 
-    def text(node: exp.Expression) -> str:  # without table qualifiers: aliases differ between any two authors
+    def text(node: exp.Expr) -> str:  # without table qualifiers: aliases differ between any two authors
         # transform() made the copy printed here: the generator need not copy it again
         return sql_text(node.transform(lambda n: exp.column(n.name) if isinstance(n, exp.Column) else n),
                         "sqlite").lower()
@@ -215,9 +215,10 @@ def _table_of(column: exp.Column, schema: Schema | None) -> tuple[str, str] | No
     return (owners[0], name) if len(owners) == 1 else None
 
 
-def _between(node: exp.Expression, top: exp.Expression) -> list[exp.Expression]:
+def _between(node: exp.Expr, top: exp.Expr) -> list[exp.Expr]:
     """The ancestors of ``node`` strictly below ``top`` (a literal inside a subquery is not this comparison's)."""
-    chain, parent = [], node.parent
+    chain: list[exp.Expr] = []
+    parent = node.parent
     while parent is not None and parent is not top:
         chain.append(parent)
         parent = parent.parent

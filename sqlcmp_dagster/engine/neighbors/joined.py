@@ -185,7 +185,7 @@ def group_sizes(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng
     # is a key by itself has groups of one row.
     many = [(t, c) for pair in pairs_in_scope(schema, tables, found) for t, c in pair
             if (position_of(schema.tables[t], c),) not in schema.tables[t].unique_sets and rows.get(t)]
-    candidates = [(t, position_of(schema.tables[t], c)) for t, c in many] or [
+    candidates = [(t, p) for t, c in many if (p := position_of(schema.tables[t], c)) is not None] or [
         (name, i) for name in tables if rows.get(name) for i, c in enumerate(schema.tables[name].columns)
         if c.name.lower() in found.group_columns and (i,) not in schema.tables[name].unique_sets]
     if not candidates or not found.group_sizes:

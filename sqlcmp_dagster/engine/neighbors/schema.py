@@ -363,7 +363,7 @@ def _describe(connection: sqlite3.Connection, name: str, ddl: str) -> Table:
     for row in connection.execute(f"PRAGMA foreign_key_list({name_sql})").fetchall():
         grouped.setdefault(row[0], []).append(row)
     table.foreign_keys = [ForeignKey(tuple(positions.get(r[3].lower(), -1) for r in rows), rows[0][2],
-                                     tuple(r[4] or "" for r in rows))  # type: ignore[arg-type]
+                                     tuple(r[4] or "" for r in rows))  # type: ignore[misc]  # names until resolved below
                           for rows in grouped.values()]
     return table
 

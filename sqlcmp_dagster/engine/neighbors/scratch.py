@@ -232,6 +232,7 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
             rejected += taken.count(False)
             continue
         insert = spec.insert_sql
+        refusals: tuple[type[BaseException], ...] = (*writer.rejections, OverflowError)
         for position, row in enumerate(rows.get(table, [])):
             if (table, position) in refused:
                 continue
@@ -240,7 +241,7 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
                 continue
             try:
                 cursor = writer.execute(insert, row)
-            except (*writer.rejections, OverflowError):
+            except refusals:
                 rejected += 1
                 continue
             kept.append(row)

@@ -125,7 +125,7 @@ class _Search:
 
     def timeout_ms(self) -> int:
         """A query's timeout on a neighbor: the case's, cut to the time left in the budget."""
-        return max(1, min(self.config.query_timeout_ms, self.remaining_ms()))
+        return max(1, min(int(self.config.query_timeout_ms), self.remaining_ms()))
 
     def execute(self, side: Side, derived: tuple[str, ParseOutcome | None] | None = None) -> Relation | None:
         """Run ``side`` (or a query ``derived`` from it: its text and the gate's parse of it, None to have the
