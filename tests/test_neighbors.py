@@ -22,12 +22,12 @@ from sqlglot import exp
 from conftest import plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import equivalence, execution
+from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.equivalence import proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
-from sqlcmp_dagster.engine.neighbors import schema as neighbor_schema, scratch as neighbor_scratch, \
-    search as neighbor_search_module
+from sqlcmp_dagster.engine.neighbors import search as neighbor_search_module
 from sqlcmp_dagster.engine.neighbors.classes import CLASSES
 from sqlcmp_dagster.engine.neighbors.schema import Rows, read_schema
 from sqlcmp_dagster.engine.neighbors.scratch import Neighborhood, neighborhood, scratch
@@ -1038,16 +1038,17 @@ def test_kept_neighborhoods_are_bounded_by_their_memory_their_schema_and_the_pro
         read, write = os.pipe()
         child = os.fork()
         if child == 0:  # pragma: no cover - the child reports through the pipe
-            os.write(write, str(len(neighbor_scratch._IDLE)).encode())
+            os.write(write, str(len(current().idle_neighborhoods.entries)).encode())
             os._exit(0)
         os.waitpid(child, 0)
-        assert os.read(read, 16) == b"0" and len(neighbor_scratch._IDLE) >= 1
+        assert os.read(read, 16) == b"0" and len(current().idle_neighborhoods.entries) >= 1
     finally:
         database.close()
-    (held,) = [entry for key, entry in neighbor_scratch._IDLE.items() if key == (id(schema), tuple(tables))]
+    (held,) = [entry for key, entry in current().idle_neighborhoods.entries.items()
+               if key == (id(schema), tuple(tables))]
     schema_ref = held[0]
     del schema
-    neighbor_schema._CACHE.clear()
+    reset()  # the schema cache lets go of it too
     gc.collect()
     assert schema_ref() is None  # the kept neighborhood did not keep the schema and its samples alive
 

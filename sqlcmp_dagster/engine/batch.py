@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Protocol
 
 from sqlcmp_dagster.engine.collector import tune_worker
+from sqlcmp_dagster.engine.context import current
 from sqlcmp_dagster.engine.judge import PendingJudgment
 from sqlcmp_dagster.engine.layers import finish_timings
 from sqlcmp_dagster.engine.models import CompareRequest, Report
@@ -39,21 +40,18 @@ class CaseRunner(Protocol):
         """One case's report and the judge's prompt; never raises for anything the case contains."""
 
 
-#: The runner of a worker process (set by the pool's initializer).
-_WORKER: CaseRunner | None = None
-
-
 def _start_worker(runner: CaseRunner, owner: int) -> None:
-    global _WORKER
+    """The pool's initializer: the worker process's runner goes into its engine context."""
     follow_owner(owner)
     tune_worker()
     runner.begin_batch()  # one cache per worker, for the whole batch
-    _WORKER = runner
+    current().runner = runner
 
 
 def _work(chunk: list[tuple[int, CompareRequest]]) -> list[tuple[int, Done]]:
-    assert _WORKER is not None, "a worker process starts with its runner"
-    return [(index, _WORKER.deterministic(case)) for index, case in chunk]
+    runner: CaseRunner | None = current().runner
+    assert runner is not None, "a worker process starts with its runner"
+    return [(index, runner.deterministic(case)) for index, case in chunk]
 
 
 def chunks(cases: Sequence[CompareRequest], workers: int) -> list[list[tuple[int, CompareRequest]]]:

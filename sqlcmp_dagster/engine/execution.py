@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlcmp_dagster.engine.context import current
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
 from sqlcmp_dagster.engine.plans import Plan, plan_of
@@ -450,19 +451,16 @@ def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
 
 
-_DIGESTS: dict[tuple[str, int, int], str] = {}
-_DIGEST_LOCK = threading.Lock()
-
-
 def _file_digest(path: Path) -> str:
+    """The first 16 hex digits of the file's SHA-256, kept in the engine context per file version."""
     stat = path.stat()
-    key = (str(path), stat.st_size, stat.st_mtime_ns)
-    with _DIGEST_LOCK:
-        if key not in _DIGESTS:
+    key, digests = (str(path), stat.st_size, stat.st_mtime_ns), current().file_digests
+    with digests.lock:
+        if key not in digests.entries:
             digest = hashlib.sha256()
             with path.open("rb") as handle:
                 for block in iter(lambda: handle.read(1 << 20), b""):
                     digest.update(block)
-            _DIGESTS[key] = digest.hexdigest()[:16]
-        return _DIGESTS[key]
+            digests.entries[key] = digest.hexdigest()[:16]
+        return digests.entries[key]
 

@@ -8,9 +8,7 @@ to formatting; they never change what a query computes.
 from __future__ import annotations
 
 import functools
-import logging
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,15 +24,8 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.tokenizer_core import Token, TokenizerCore
 from sqlglot.tokens import SQLGLOTC_INSTALLED, TokenType
 
+from sqlcmp_dagster.engine.context import current
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_SQL_CHARS
-
-# sqlglot logs a warning that quotes the text it parses (``'<sql>' contains unsupported syntax. Falling back to
-# parsing as a 'Command'``) and, when printing, what a dialect does not support: the text is a hostile query's,
-# escape sequences included, and Python's last-resort handler writes it to stderr as it is. What it says reaches
-# the report as the parse's outcome or the gate's refusal; its warnings are silenced here unless whoever uses
-# this module set sqlglot's level already.
-if logging.getLogger("sqlglot").level == logging.NOTSET:
-    logging.getLogger("sqlglot").setLevel(logging.ERROR)
 
 #: What sqlglot returns for text that is an expression but no statement (``SELEC * FORM t`` is ``SELEC * AS t``).
 _BARE_EXPRESSIONS = (exp.Condition, exp.Alias, exp.Star, exp.Tuple, exp.Identifier)
@@ -74,6 +65,7 @@ def parse(sql: str, dialect: str, *, max_chars: int = DEFAULT_MAX_SQL_CHARS, dea
     if len(sql) > max_chars:
         return ParseOutcome(False, None, None, f"query too long: {len(sql):,} characters exceed "
                                                f"max_sql_chars={max_chars:,}")
+    current()  # the engine's first parse prepares the process (sqlglot's logger quieted: see engine.context)
     clock = _Clocked(deadline)
     running = _CLOCK.set(clock if deadline is not None else None)
     try:
@@ -317,15 +309,11 @@ def dialect_of(name: str | None) -> sqlglot.Dialect:
     return sqlglot.Dialect.get_or_raise(name)
 
 
-#: This thread's generators (:func:`sql_text`) and tokenizers (:func:`tokens_of`).
-_PER_THREAD = threading.local()
-
-
 def tokens_of(sql: str, dialect: str | None) -> list[Token]:
     """``dialect_of(dialect).tokenize(sql)``, by one tokenizer per thread and dialect: sqlglot builds a tokenizer
     and its core for every call otherwise (10 us of the 20-40 a Spider query's tokens cost). A tokenizer resets
     its state when it starts and hands back a list of its own, so reuse changes nothing it returns."""
-    tokenizers: dict[str | None, Any] = _PER_THREAD.__dict__.setdefault("tokenizers", {})
+    tokenizers: dict[str | None, Any] = current().per_thread.__dict__.setdefault("tokenizers", {})
     tokenizer = tokenizers.get(dialect)
     if tokenizer is None:
         tokenizer = tokenizers[dialect] = dialect_of(dialect).tokenizer()
@@ -358,7 +346,7 @@ def sql_text(node: exp.Expr, dialect: str | None = None, *, lower_functions: boo
     >>> sql_text(sqlglot.parse_one("SELECT COUNT(x) FROM t"), "sqlite", lower_functions=True)
     'SELECT count(x) FROM t'
     """
-    printers: dict[tuple[str | None, bool], Any] = _PER_THREAD.__dict__.setdefault("printers", {})
+    printers: dict[tuple[str | None, bool], Any] = current().per_thread.__dict__.setdefault("printers", {})
     printer = printers.get((dialect, lower_functions))
     if printer is None:
         printer = printers[(dialect, lower_functions)] = dialect_of(dialect).generator(

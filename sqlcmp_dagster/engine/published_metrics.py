@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine import bird_metrics
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
+from sqlcmp_dagster.engine.context import Guarded, current, keep_recent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report
@@ -139,13 +140,28 @@ def _sqlite_schema(path: Path) -> SpiderSchema | None:
         stat = path.stat()
     except OSError:
         return None
-    return _schema_of(str(path), stat.st_size, stat.st_mtime_ns)
+    key, kept = (str(path), stat.st_size, stat.st_mtime_ns), _spider_schemas()
+    with kept.lock:
+        if key in kept.entries:
+            kept.entries.move_to_end(key)
+            return kept.entries[key]
+    schema = _schema_of(path)
+    keep_recent(kept, key, schema, _SCHEMAS_KEPT)
+    return schema
 
 
-@lru_cache(maxsize=64)
-def _schema_of(path: str, size: int, modified_ns: int) -> SpiderSchema | None:
+#: Spider schemas kept in the engine context, the least recently used dropped first (:func:`_sqlite_schema`).
+_SCHEMAS_KEPT = 64
+
+
+def _spider_schemas() -> Guarded[OrderedDict[tuple[str, int, int], SpiderSchema | None]]:
+    """The engine context's Spider schemas, typed."""
+    return current().spider_schemas
+
+
+def _schema_of(path: Path) -> SpiderSchema | None:
     try:
-        connection = sqlite_read_only(Path(path))
+        connection = sqlite_read_only(path)
     except sqlite3.Error:
         return None
     try:

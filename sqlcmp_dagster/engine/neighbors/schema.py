@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlcmp_dagster.engine.context import Guarded, current
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.relation import Relation
 
@@ -36,8 +36,7 @@ _DEFERRED = re.compile(r"\bDEFERRED\b", re.IGNORECASE)
 _ROLLBACK = re.compile(r"\bROLLBACK\b", re.IGNORECASE)
 #: Engines whose neighbors can be built in memory here.
 SCRATCH_DIALECTS = ("sqlite", "duckdb")
-_CACHE: dict[tuple[str, str, int], Schema] = {}
-_CACHE_LOCK = threading.Lock()
+#: Schemas kept in the engine context, the oldest dropped first (:func:`read_schema`).
 _CACHE_SIZE = 64
 
 
@@ -201,19 +200,24 @@ class Schema:
 def read_schema(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
     """The schema, cached per database content with the rows :func:`sample` reads into it (at most
     ``sample_rows`` per table); a string says why it could not be read."""
-    key = (database.identifier, database.fingerprint(), sample_rows)
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
+    key, kept = (database.identifier, database.fingerprint(), sample_rows), _schemas()
+    with kept.lock:
+        if key in kept.entries:
+            return kept.entries[key]
     schema = _read_duckdb(database, sample_rows, timeout_ms) if database.dialect == "duckdb" \
         else _read(database, sample_rows, timeout_ms)
     if isinstance(schema, str):  # not kept: a read cut by a case's short budget may work for the next case
         return schema
-    with _CACHE_LOCK:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        _CACHE[key] = schema
+    with kept.lock:
+        if len(kept.entries) >= _CACHE_SIZE:
+            kept.entries.pop(next(iter(kept.entries)))
+        kept.entries[key] = schema
     return schema
+
+
+def _schemas() -> Guarded[dict[tuple[str, str, int], Schema]]:
+    """The engine context's schemas, typed."""
+    return current().schemas
 
 
 def _read(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:

@@ -11,9 +11,7 @@ over connections opened once for the search rather than once per neighbor and pe
 from __future__ import annotations
 
 import itertools
-import os
 import sqlite3
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -22,6 +20,7 @@ from dataclasses import dataclass, field
 from operator import length_hint
 from typing import Any
 
+from sqlcmp_dagster.engine.context import Guarded, current
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES
 from sqlcmp_dagster.engine.neighbors.schema import Rows, Schema, Table, memory_writer, quoted, scratch_name, stored_rows
@@ -62,6 +61,12 @@ class Neighborhood:
     #: SQLite: the writer's ``PRAGMA foreign_keys``, None until set.
     keys_enforced: bool | None = None
 
+    def close(self) -> None:
+        """Close both connections."""
+        self.adapter.close()
+        if self.writer is not None:
+            self.writer.close()
+
 
 @contextmanager
 def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, tables: list[str] | None = None) \
@@ -97,31 +102,32 @@ def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, table
         if ended and key is not None and schema is not None and _holds_little(place):
             _keep_idle(key, schema, place)
         else:
-            _close(place)
+            place.close()
         if process is not None:
             database.return_duckdb_process(process)
 
 
 _Key = tuple[int, tuple[str, ...]]
-#: Idle SQLite neighborhoods by (id of their schema, tables), each with a weak reference to that schema: an
-#: entry whose schema is gone (and whose id may name another) is closed, not taken.
-_IDLE: OrderedDict[_Key, tuple[weakref.ref[Schema], Neighborhood]] = OrderedDict()
-_IDLE_LOCK = threading.Lock()
 #: At most this many idle neighborhoods per process (two connections and the emptied tables each).
 _IDLE_KEPT = 16
 #: A neighborhood whose emptied database holds more free pages than this is closed rather than kept.
 _IDLE_MAX_FREE_BYTES = 1 << 20
-#: What a forked child inherited: held, never used nor closed (SQLite's connections must not cross a fork).
-_INHERITED: list[object] = []
+
+
+def _idle() -> Guarded[OrderedDict[_Key, tuple[weakref.ref[Schema], Neighborhood]]]:
+    """The engine context's idle SQLite neighborhoods, each with a weak reference to its schema: an entry whose
+    schema is gone (and whose id may name another) is closed, not taken. A forked child starts with none."""
+    return current().idle_neighborhoods
 
 
 def _idle_place(key: _Key, schema: Schema | None) -> Neighborhood | None:
-    with _IDLE_LOCK:
-        kept = _IDLE.pop(key, None)
+    idle = _idle()
+    with idle.lock:
+        kept = idle.entries.pop(key, None)
     if kept is None:
         return None
     if kept[0]() is not schema:
-        _close(kept[1])
+        kept[1].close()
         return None
     return kept[1]
 
@@ -129,14 +135,15 @@ def _idle_place(key: _Key, schema: Schema | None) -> Neighborhood | None:
 def _keep_idle(key: _Key, schema: Schema, place: Neighborhood) -> None:
     """Keep ``place`` for the next search with ``key`` (one per key: a second, from a search that ran beside the
     first in another thread, is closed), closing the least recently kept beyond :data:`_IDLE_KEPT`."""
-    with _IDLE_LOCK:
-        if key in _IDLE:
+    idle = _idle()
+    with idle.lock:
+        if key in idle.entries:
             evicted = [place]
         else:
-            _IDLE[key] = (weakref.ref(schema), place)
-            evicted = [_IDLE.popitem(last=False)[1][1] for _ in range(max(0, len(_IDLE) - _IDLE_KEPT))]
+            idle.entries[key] = (weakref.ref(schema), place)
+            evicted = [idle.entries.popitem(last=False)[1][1] for _ in range(max(0, len(idle.entries) - _IDLE_KEPT))]
     for old in evicted:
-        _close(old)
+        old.close()
 
 
 def _holds_little(place: Neighborhood) -> bool:
@@ -146,22 +153,6 @@ def _holds_little(place: Neighborhood) -> bool:
     (free,) = place.writer.execute("PRAGMA freelist_count").fetchone()
     (size,) = place.writer.execute("PRAGMA page_size").fetchone()
     return bool(free * size <= _IDLE_MAX_FREE_BYTES)
-
-
-def _close(place: Neighborhood) -> None:
-    place.adapter.close()
-    if place.writer is not None:
-        place.writer.close()
-
-
-def _forget_idle() -> None:
-    """In a forked child: no idle neighborhood, and a new lock (another thread may have held it at the fork)."""
-    global _IDLE, _IDLE_LOCK
-    _INHERITED.append(_IDLE)
-    _IDLE, _IDLE_LOCK = OrderedDict(), threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_idle)
 
 
 @contextmanager

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 import unicodedata
-import threading
-from collections import OrderedDict
 
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
+from sqlcmp_dagster.engine.context import current, keep_recent
 from sqlcmp_dagster.engine.parsing import ParseOutcome, tokens_of
 
 #: Statements that may be executed: queries and set operations over queries, nothing else.
@@ -196,31 +195,25 @@ def _denied_node(node: exp.Expr, dialect: str) -> str | None:
 
 #: The statement gate's answers kept, per parsed query (see :func:`gate_reason`).
 _GATE_ANSWERS_KEPT = 256
-_gate_answers: OrderedDict[tuple[int, str, str], tuple[ParseOutcome, str | None]] = OrderedDict()
-_gate_lock = threading.Lock()
 
 
 def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
     """Why ``sql``, parsed as ``outcome``, must not run on ``dialect``: :func:`unsafe_reason` of the parse, then
     :func:`lexical_hazard` of the text; None when it may run. Walked once per parsed query: the neighbor
     search runs one parsed query on each neighbor database, and the walk cost a tenth of a Spider run. Answers
-    are kept by the parsed query's identity and text for the last :data:`_GATE_ANSWERS_KEPT` queries; each entry
-    holds its ``ParseOutcome`` (a frozen record), so the identity cannot be reused by another query while the
-    answer is kept."""
-    key = (id(outcome), dialect, sql)
-    with _gate_lock:
-        kept = _gate_answers.get(key)
+    are kept in the engine context by the parsed query's identity and text for the last
+    :data:`_GATE_ANSWERS_KEPT` queries; each entry holds its ``ParseOutcome`` (a frozen record), so the identity
+    cannot be reused by another query while the answer is kept."""
+    key, answers = (id(outcome), dialect, sql), current().gate_answers
+    with answers.lock:
+        kept = answers.entries.get(key)
         if kept is not None and kept[0] is outcome:
-            _gate_answers.move_to_end(key)
+            answers.entries.move_to_end(key)
             return kept[1]
     # the tree's refusal first (it names a statement or call); a tree that passes is trusted only once the text
     # is known to be read by sqlglot as the engine reads it
     reason = unsafe_reason(outcome, dialect, sql) or lexical_hazard(sql, dialect)
-    with _gate_lock:
-        _gate_answers[key] = (outcome, reason)
-        _gate_answers.move_to_end(key)
-        while len(_gate_answers) > _GATE_ANSWERS_KEPT:
-            _gate_answers.popitem(last=False)
+    keep_recent(answers, key, (outcome, reason), _GATE_ANSWERS_KEPT)
     return reason
 
 
