@@ -19,6 +19,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from sqlcmp_dagster.engine.context import current as engine_context
 from sqlcmp_dagster.engine.workers import start_server
 from sqlcmp_dagster.escaping import terminal_json, terminal_text
 
@@ -111,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = sys.argv[1:] if argv is None else argv  # for the line that says how to resume
     if getattr(args, "workers", 1) > 1:
         start_server()  # it imports the engine for the workers on one core while this process does on the other
+    engine_context()  # made now: sqlglot's logger is quiet before a suite's queries are read (see engine.context)
     try:
         code = int(args.handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe is reported here, not as a traceback at exit
