@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import json
 import os
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -346,8 +347,17 @@ def judge_reports(pending: list[PendingJudgment], config: JudgeConfig, *, cache:
 
 
 def _litellm() -> Any:
-    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    """litellm, imported at the judge's first call with its bundled price list: its import fetches the list
+    from the network unless ``LITELLM_LOCAL_MODEL_COST_MAP`` says otherwise, so the variable is set (where the
+    user did not set it) for that import only, and the process's environment is left as it was."""
+    local = "litellm" not in sys.modules and "LITELLM_LOCAL_MODEL_COST_MAP" not in os.environ
+    if local:
+        os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+    try:
+        import litellm
+    finally:
+        if local:
+            os.environ.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)
 
     litellm.suppress_debug_info = True  # its help banner would otherwise go to stdout, into JSON output
     return litellm
