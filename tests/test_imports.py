@@ -31,8 +31,6 @@ KNOWN_CYCLE_EDGES: set[tuple[str, str]] = set()
 
 #: Private names used across modules today, as (using module, owning module, name).
 KNOWN_PRIVATE_USES: set[tuple[str, str, str]] = {
-    # issue 34: the neighbor tests patch the proof's printer.
-    ("tests.test_neighbors", f"{ENGINE}.equivalence", "_proof_text"),
     # issue 36: the Dagster storage tests call and patch the Parquet store's helpers.
     ("tests.test_dagster", "sqlcmp_dagster.resources.storage", "_read_all"),
     ("tests.test_object_store", "sqlcmp_dagster.resources.storage", "_BATCH"),

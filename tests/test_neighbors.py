@@ -654,9 +654,9 @@ def test_the_rewrites_prove_nothing_where_they_change_nothing(company_tables: di
     compared (equal canonical trees are a proof of their own): the answer is no, and nothing is printed. Where
     one rewrite changes one tree, both are printed and compared."""
     printed: list[str] = []
-    proof_text = equivalence._proof_text
-    monkeypatch.setattr(equivalence, "_proof_text", lambda tree, dialect, **sort: printed.append(dialect) or
-                        proof_text(tree, dialect, **sort))
+    original = equivalence.proof_text
+    monkeypatch.setattr(equivalence, "proof_text", lambda tree, dialect, **sort: printed.append(dialect) or
+                        original(tree, dialect, **sort))
     same = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name", "sqlite").tree
     ascending = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name ASC", "sqlite").tree
     assert same is not None and ascending is not None

@@ -128,7 +128,7 @@ def proven_equivalent(actual: exp.Expression, expected: exp.Expression, dialect:
                 and all(map(permutable_projection, rewritten))
             if not edits and not columns_sorted:  # the texts would be the canonical texts: nothing is proven
                 return False
-            texts = [_proof_text(tree, dialect, columns_sorted=columns_sorted) for tree in rewritten]
+            texts = [proof_text(tree, dialect, columns_sorted=columns_sorted) for tree in rewritten]
     except (RewriteCut, _NotProven, SqlglotError, RecursionError):
         return False
     return texts[0] == texts[1]
@@ -289,7 +289,7 @@ def chains_comparisons(tree: exp.Expression) -> bool:
         or any(isinstance(node.this, exp.Not) for node in tree.find_all(exp.Neg, exp.BitwiseNot))
 
 
-def _proof_text(tree: exp.Expression, dialect: str, *, columns_sorted: bool = False) -> str:
+def proof_text(tree: exp.Expression, dialect: str, *, columns_sorted: bool = False) -> str:
     """The text a proof compares: ``tree`` (the proof's own copy) with its commutative operands in order (and,
     with ``columns_sorted``, its result columns in the order of their text), printed as the canonical text is but
     with keywords as sqlglot prints them (upper case on both sides: the texts are compared, never shown, and
