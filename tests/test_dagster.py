@@ -16,7 +16,7 @@ import polars as pl
 import pytest
 
 from conftest import JUDGE_PASS
-from sqlcmp_dagster.assets import LAYERS
+from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
 from sqlcmp_dagster.assets.common import case_reports_key, cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
@@ -340,3 +340,52 @@ def test_a_step_freezes_the_heap_it_started_with_and_only_its_own_freeze() -> No
         assert gc.get_freeze_count() == theirs
     finally:
         gc.unfreeze()
+
+
+def test_a_behaviour_bump_re_runs_every_case_once_and_an_unchanged_version_nothing(
+        tmp_path: Path, sample_dir: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report-behaviour version is part of every case's data version (the case sensor's cursor) and of each
+    layer's code version: a bump requests every case partition again, in one run, and the summary's automation
+    follows once; without a bump neither the sensor nor the automation requests anything."""
+    from sqlcmp_dagster.engine import version
+
+    folder = tmp_path / "cases"
+    _write_cases(folder, 6)
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    graph = defs.resolve_asset_graph()
+    assert {graph.get(a.key).code_version for a in LAYERS} == {version.ENGINE_VERSION}
+    summary_only = dg.AssetSelection.assets(evaluation_summary)
+
+    def automation(cursor: Any) -> Any:
+        return dg.evaluate_automation_conditions(defs=defs, instance=instance, asset_selection=summary_only,
+                                                 cursor=cursor)
+
+    automated = automation(None)  # the automation's first tick: the point its "since" counts from
+    first = sensor_tick(defs, instance, None)
+    assert len(first.added) == 6 and [r.success for r in first.runs] == [True]
+    automated = automation(automated.cursor)
+    assert automated.total_requested == 1
+    assert materialize_summary(defs, instance).success
+    before = {a.key.path[-1]: _materialized_partitions(instance, a.key.path[-1]) for a in LAYERS}
+
+    unchanged = sensor_tick(defs, instance, first.cursor)
+    assert (unchanged.added, unchanged.deleted, unchanged.runs) == ([], [], [])
+    automated = automation(automated.cursor)
+    assert automated.total_requested == 0
+
+    monkeypatch.setattr(version, "ENGINE_VERSION",
+                        f"{version.PACKAGE_VERSION}+behaviour.{version.REPORT_BEHAVIOUR_VERSION + 1}")
+    bumped = sensor_tick(defs, instance, unchanged.cursor)
+    assert (bumped.added, bumped.deleted, [r.success for r in bumped.runs]) == ([], [], [True])
+    assert json.loads(bumped.cursor or "{}").keys() == json.loads(first.cursor or "{}").keys()
+    assert all(json.loads(bumped.cursor or "{}")[k] != v for k, v in json.loads(first.cursor or "{}").items())
+    for asset in LAYERS:  # every case exactly once more, in every layer
+        name = asset.key.path[-1]
+        assert _materialized_partitions(instance, name) == before[name] + Counter(before[name].keys()), name
+    automated = automation(automated.cursor)
+    assert automated.total_requested == 1
+    assert materialize_summary(defs, instance).success
+
+    settled = sensor_tick(defs, instance, bumped.cursor)
+    assert settled.runs == []
+    assert automation(automated.cursor).total_requested == 0
