@@ -31,6 +31,11 @@ local instance's history.
 The same batching runs on PostgreSQL in :mod:`sqlcmp_dagster.event_log_postgres` (:class:`BatchedEvents` is
 what the two share).
 
+Both storages lean on Dagster's private storage internals (methods they override or call, its tables, two
+environment variables), which may change in any release. They are tested with the releases in
+:data:`TESTED_DAGSTER`, the range ``pyproject.toml`` installs; under any other release, building one gives
+Dagster's stock storage instead, with one warning per process (:func:`tested_dagster`): slower, never wrong.
+
 Use it in ``$DAGSTER_HOME/dagster.yaml`` (``sqlcmp demo`` writes this; ``LOCAL_INSTANCE`` is the same as
 overrides for ``dg.instance_for_test``)::
 
@@ -44,21 +49,28 @@ overrides for ``dg.instance_for_test``)::
 from __future__ import annotations
 
 import os
+import warnings
 from datetime import datetime, timezone
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import dagster as dg
 import sqlalchemy as sa
-from dagster import DagsterEventType
+from dagster import DagsterEventType, EventLogEntry, serialize_value
+# No public names: the storage internals this module builds on (fenced by TESTED_DAGSTER).
 from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-from dagster._serdes import serialize_value
-from dagster._core.event_api import EventLogEntry
 from dagster._core.storage.event_log import SqliteEventLogStorage
 from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 from sqlalchemy.engine import Connection, Engine
+
+#: The Dagster releases the batched storages are tested with: ``pyproject.toml`` requires the same range of
+#: dagster and dagster-webserver (and the matching 0.x range of dagster-postgres and dagster-celery).
+TESTED_DAGSTER = SpecifierSet(">=1.13.27,<1.14")
 
 #: Event types written as one batch: the ones Dagster batches (a step's partition materializations or
 #: observations); any other batch goes through the per-event path.
@@ -172,7 +184,11 @@ class BatchedSqliteEventLogStorage(BatchedEvents, SqliteEventLogStorage):
         super().__init__(base_dir, inst_data=inst_data)
 
     @classmethod
-    def from_config_value(cls, inst_data: Any, config_value: Any) -> BatchedSqliteEventLogStorage:
+    def from_config_value(  # type: ignore[override]  # Dagster's own class under an untested release
+            cls, inst_data: Any, config_value: Any) -> SqliteEventLogStorage:
+        """The batched storage, or Dagster's stock one under a Dagster release it was not tested with."""
+        if not tested_dagster():
+            return SqliteEventLogStorage(inst_data=inst_data, **config_value)
         return cls(inst_data=inst_data, **config_value)
 
     @contextmanager
@@ -280,9 +296,33 @@ def enable_event_batches() -> None:
     """Let Dagster hand the event log a step's partition events as batches (unless the environment already
     chose a size), and record one planned event per asset per run instead of one per partition.
 
-    Both are read by Dagster from the environment of the process that runs the steps. The second has a
-    cost: a run that fails does not mark its planned partitions as failed (the failed step's own event
+    Both are read by Dagster from the environment of the process that runs the steps; neither is set under a
+    release outside :data:`TESTED_DAGSTER`. The second has a cost: a run that fails does not mark its planned partitions as failed (the failed step's own event
     still says which run and step failed).
     """
+    if not tested_dagster():  # both are Dagster's private switches
+        return
     os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE)
     os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
+
+
+#: The untested Dagster releases this process has warned about (once each).
+_WARNED: set[str] = set()
+
+
+def tested_dagster() -> bool:
+    """Whether the running Dagster release is in :data:`TESTED_DAGSTER`; warns once per process when not.
+
+    Read at each call (not at import) from ``dagster.__version__``: the storages are built when an instance is,
+    and a test fakes the release there."""
+    running = dg.__version__
+    try:
+        tested = TESTED_DAGSTER.contains(Version(running), prereleases=True)
+    except InvalidVersion:
+        tested = False
+    if not tested and running not in _WARNED:
+        _WARNED.add(running)
+        warnings.warn(f"Dagster {running} is not a release sqlcmp's batched event log storages were tested with "
+                      f"({TESTED_DAGSTER}): using Dagster's stock event log storage instead (the same events, "
+                      "written one at a time)", RuntimeWarning, stacklevel=2)
+    return tested

@@ -25,13 +25,14 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from dagster._core.event_api import EventLogEntry
+from dagster import EventLogEntry
+# No public name: the storage's table (fenced by TESTED_DAGSTER, as the base storage's internals are).
 from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Connection
 
-from sqlcmp_dagster.event_log import BatchedEvents
+from sqlcmp_dagster.event_log import BatchedEvents, tested_dagster
 
 #: Connections a process may open beyond the one its storage keeps (the event watcher's thread, a step's
 #: threads); an idle one is closed when returned.
@@ -73,7 +74,12 @@ class BatchedPostgresEventLogStorage(BatchedEvents, PostgresEventLogStorage):
         self._engine.dispose()
 
     @classmethod
-    def from_config_value(cls, inst_data: Any, config_value: Any) -> BatchedPostgresEventLogStorage:
+    def from_config_value(  # type: ignore[override]  # Dagster's own class under an untested release
+            cls, inst_data: Any, config_value: Any) -> PostgresEventLogStorage:
+        """The batched storage, or Dagster's stock one under a Dagster release it was not tested with
+        (:func:`~sqlcmp_dagster.event_log.tested_dagster`)."""
+        if not tested_dagster():
+            return PostgresEventLogStorage.from_config_value(inst_data, config_value)
         return cls(inst_data=inst_data, postgres_url=pg_url_from_config(config_value),
                    should_autocreate_tables=config_value.get("should_autocreate_tables", True),
                    token_provider=get_token_provider_from_config(config_value))

@@ -2,6 +2,9 @@
 Dagster's per-event path stores, with a step's partition materializations and a run's per-partition check results
 written as batches instead of one event at a time. PostgreSQL is the CI's real server on loopback."""
 
+import os
+import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -180,3 +183,136 @@ def test_postgres_event_log_keeps_one_connection_per_process(fresh_pg_database: 
     assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
     assert backend() == first
     storage.dispose()
+
+
+def test_an_untested_dagster_release_gets_the_stock_storage_with_one_warning(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: tuple[Overrides, type]) -> None:
+    """Under a Dagster release outside TESTED_DAGSTER the instance builds Dagster's own event log storage (which
+    stores the same events), warning once however many instances the process builds, and the private switches
+    of the event batches are left alone."""
+    from sqlcmp_dagster.event_log import BatchedEvents
+
+    overrides, storage_class = backend
+    monkeypatch.setattr(dg, "__version__", f"1.14.0rc{len(storage_class.__name__)}")  # one of its own per backend
+    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
+    monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        enable_event_batches()
+        first = _materialize(tmp_path / "first", overrides(tmp_path / "first", True))
+        second = _materialize(tmp_path / "second", overrides(tmp_path / "second", True))
+    ours = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert len(ours) == 1 and re.match(r"Dagster 1\.14\.0rc\d+ is not a release .* tested with", ours[0]), ours
+    for result in (first, second):
+        stock = result["storage"]
+        assert stock in storage_class.__bases__ and not issubclass(stock, BatchedEvents)  # Dagster's own
+        assert result["materialized"] == set(KEYS)
+    assert "DAGSTER_EVENT_BATCH_SIZE" not in os.environ
+
+
+def test_the_tested_release_gets_the_batched_storage_without_a_warning(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert _materialize(tmp_path / "home", local_instance(str(tmp_path / "runs")))["storage"] is \
+            BatchedSqliteEventLogStorage
+
+
+#: What the batched storages expect of Dagster's private storage internals: per class, each method they
+#: override or call with its parameters (as ``inspect.signature`` lists them). A Dagster release that changes
+#: one fails here, before a deployment meets it.
+DAGSTER_METHODS = {
+    "sqlite": {
+        "__init__": ["self", "base_dir", "inst_data"], "from_config_value": ["inst_data", "config_value"],
+        "_connect": ["self", "shard"], "has_table": ["self", "table_name"], "_initdb": ["self", "engine",
+                                                                                      "for_index_shard"],
+        "conn_string_for_shard": ["self", "shard_name"], "run_connection": ["self", "run_id"],
+    },
+    "postgres": {
+        "__init__": ["self", "postgres_url", "should_autocreate_tables", "inst_data", "token_provider"],
+        "from_config_value": ["inst_data", "config_value"], "_connect": ["self"],
+    },
+    "both": {
+        "wipe": ["self"], "dispose": ["self"], "store_event": ["self", "event"],
+        "store_event_batch": ["self", "events"], "store_asset_check_event": ["self", "event", "event_id"],
+        "_store_asset_check_evaluation_planned": ["self", "event", "event_id"],
+        "index_transaction": ["self"], "index_connection": ["self"], "_event_to_row": ["self", "event"],
+        "_event_insert_timestamp": ["self", "event"], "_store_asset_event_tags": ["self", "conn", "events",
+                                                                                   "event_ids"],
+        "_store_asset_event": ["self", "conn", "event", "event_id"],
+    },
+}
+#: The columns of Dagster's tables the batched storages read or write.
+DAGSTER_COLUMNS = {
+    "event_logs": {"id", "run_id", "event", "dagster_event_type", "timestamp", "step_key", "asset_key",
+                   "partition"},
+    "asset_check_executions": {"asset_key", "check_name", "partition", "run_id", "execution_status",
+                               "evaluation_event", "evaluation_event_timestamp", "evaluation_event_storage_id",
+                               "materialization_event_storage_id"},
+}
+
+
+def test_the_dagster_internals_the_storages_build_on_still_exist(tmp_path: Path) -> None:
+    import inspect
+    from importlib.util import find_spec
+
+    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
+    from dagster._core.storage.event_log import SqliteEventLogStorage
+    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
+
+    pytest.importorskip("dagster_postgres")
+    from dagster_postgres.event_log import PostgresEventLogStorage
+    from dagster_postgres.utils import create_pg_engine
+
+    stock = {"sqlite": [SqliteEventLogStorage], "postgres": [PostgresEventLogStorage],
+             "both": [SqliteEventLogStorage, PostgresEventLogStorage]}
+    for group, methods in DAGSTER_METHODS.items():
+        for cls in stock[group]:
+            for name, parameters in methods.items():
+                assert callable(getattr(cls, name, None)), f"{cls.__name__}.{name} is gone"
+                assert list(inspect.signature(getattr(cls, name)).parameters) == parameters, f"{cls.__name__}.{name}"
+    assert list(inspect.signature(create_pg_engine).parameters) == ["postgres_url", "token_provider",
+                                                                    "engine_kwargs"]
+    for table, columns in ((SqlEventLogStorageTable, DAGSTER_COLUMNS["event_logs"]),
+                           (AssetCheckExecutionsTable, DAGSTER_COLUMNS["asset_check_executions"])):
+        assert columns <= set(table.c.keys()), table.name
+    assert {"PLANNED", "SUCCEEDED", "FAILED"} <= {status.value for status in AssetCheckExecutionRecordStatus}
+    storage = SqliteEventLogStorage(str(tmp_path / "runs"))  # the attributes the SQLite storage's _connect uses
+    assert hasattr(storage, "_db_lock") and isinstance(storage._initialized_dbs, set)
+    storage.dispose()
+    # the environment switches enable_event_batches sets are still read by Dagster
+    source = "".join(path.read_text(encoding="utf-8", errors="replace")
+                     for path in Path(find_spec("dagster").origin).parent.rglob("*.py"))  # type: ignore[arg-type]
+    for variable in ("DAGSTER_EVENT_BATCH_SIZE", "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"):
+        assert f'"{variable}"' in source, variable
+
+
+def test_pyproject_requires_the_tested_dagster_range() -> None:
+    """pyproject.toml's base dependencies hold dagster and dagster-webserver to TESTED_DAGSTER, and
+    dagster-postgres and dagster-celery to the matching 0.x releases (Dagster numbers them 1.x minus 1 in the
+    major, plus 16 in the minor: :func:`library_release`)."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+
+    from sqlcmp_dagster.event_log import TESTED_DAGSTER
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    base = {requirement.name: requirement.specifier
+            for requirement in map(Requirement, project["project"]["dependencies"])}
+    libraries = SpecifierSet(",".join(f"{spec.operator}{library_release(spec.version)}" for spec in TESTED_DAGSTER))
+    assert (base["dagster"], base["dagster-webserver"]) == (TESTED_DAGSTER, TESTED_DAGSTER)
+    assert (base["dagster-postgres"], base["dagster-celery"]) == (libraries, libraries)
+    extras = [Requirement(r).name for group in project["project"]["optional-dependencies"].values() for r in group]
+    assert not {"dagster", "dagster-webserver", "dagster-postgres", "dagster-celery"} & set(extras)
+
+
+def library_release(version: str) -> str:
+    """The release of Dagster's libraries (dagster-postgres, dagster-celery) made with Dagster ``version``.
+
+    >>> library_release("1.13.27"), library_release("1.14")
+    ('0.29.27', '0.30')
+    """
+    major, minor, *rest = version.split(".")
+    assert major == "1", version
+    return ".".join(["0", str(int(minor) + 16), *rest])
