@@ -287,8 +287,10 @@ def _wal_normal_sync(connection: Any, _record: Any) -> None:
 
 
 def local_instance(base_dir: str) -> dict[str, Any]:
-    """The ``dagster.yaml`` settings of a local instance whose event log lives under ``base_dir``."""
-    return {"event_log_storage": {"module": __name__, "class": BatchedSqliteEventLogStorage.__name__,
+    """The ``dagster.yaml`` settings of a local instance whose event log lives under ``base_dir``: a throwaway
+    instance (the demo's), so no telemetry and no community modal (Dagster's ``nux``) over the first page."""
+    return {"telemetry": {"enabled": False}, "nux": {"enabled": False},
+            "event_log_storage": {"module": __name__, "class": BatchedSqliteEventLogStorage.__name__,
                                   "config": {"base_dir": base_dir}}}
 
 

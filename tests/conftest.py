@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -167,6 +172,40 @@ def service(variable: str) -> str:
             pytest.fail(f"{variable} is not set: run .ci/services.sh")
         pytest.skip(f"{variable} not set (run .ci/services.sh to start the service)")
     return value
+
+
+@contextmanager
+def dagster_webserver(home: Path, **env: str) -> Iterator[str]:
+    """``dagster-webserver`` on a free loopback port over the project's workspace.yaml, with ``DAGSTER_HOME`` at
+    ``home`` and ``env`` added to the environment; yields its base URL and stops it after."""
+    root = Path(__file__).resolve().parents[1]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    command = [str(Path(sys.executable).with_name("dagster-webserver")), "-h", "127.0.0.1", "-p", str(port),
+               "-w", str(root / "workspace.yaml")]
+    process = subprocess.Popen(command, cwd=root, env={**os.environ, "DAGSTER_HOME": str(home), **env},
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"dagster-webserver exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                urllib.request.urlopen(base + "/server_info", timeout=2).read()
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("dagster-webserver did not answer within 120 s")
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def spider_data_dir() -> Path:

@@ -92,12 +92,13 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     value = summary.output_for_node("evaluation_summary")
     assert (value["cases"], value["passed"], value["invalid_cases"]) == (34, 11, 1)
     metadata = summary.get_asset_materialization_events()[0].materialization.metadata
-    assert "█" in metadata["severity"].value and metadata["pass_rate"].value == pytest.approx(11 / 33)
+    assert "█" in metadata["severity"].value and metadata["pass_rate_%"].value == round(100 * 11 / 33, 2)
     for name in ROBUST_FIGURES:  # numbers beside pass_rate, so the Plots tab draws their trend
-        assert isinstance(metadata[name], (dg.IntMetadataValue, dg.FloatMetadataValue)), name
+        key = f"{name}_%" if name.endswith("_rate") else name
+        assert isinstance(metadata[key], (dg.IntMetadataValue, dg.FloatMetadataValue)), name
     assert (metadata["robust_passes"].value, metadata["passes_with_counterexample"].value) == (
         value["robust_passes"], value["passes_with_counterexample"])
-    assert metadata["robust_pass_rate"].value == pytest.approx(value["robust_pass_rate"])
+    assert metadata["robust_pass_rate_%"].value == pytest.approx(100 * value["robust_pass_rate"], abs=0.005)
     assert metadata["passes_not_searched"].value == value["passes_not_searched"]
     assert metadata["robustness"].value == robust_line(value)  # the rate in words, with the passes not searched
 

@@ -5,11 +5,7 @@ with ``SQLCMP_REQUIRE_SERVICES=1`` (as in CI) a missing service fails these test
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,53 +13,22 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from conftest import service
+from conftest import dagster_webserver, service
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.local import sensor_tick
 
-ROOT = Path(__file__).resolve().parents[1]
 LAYER_EDGES = {("parsed_cases", "executions"), ("executions", "structural_diffs"),
                ("executions", "result_comparisons"), ("result_comparisons", "diagnostics"),
                ("diagnostics", "judgments"), ("judgments", "case_reports"), ("case_reports", "evaluation_summary")}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def webserver(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> Iterator[str]:
     home = tmp_path_factory.mktemp("dagster_home")
-    port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "SQLCMP_STORAGE_DIR": str(home / "store"),
-           "SQLCMP_DB_DIR": str(sample_dir)}
-    command = [str(Path(sys.executable).with_name("dagster-webserver")), "-h", "127.0.0.1", "-p", str(port),
-               "-w", str(ROOT / "workspace.yaml")]
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"dagster-webserver exited: {process.stderr.read().decode()[-2000:]}")
-            try:
-                urllib.request.urlopen(base + "/server_info", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            pytest.fail("dagster-webserver did not answer within 120 s")
+    with dagster_webserver(home, SQLCMP_STORAGE_DIR=str(home / "store"), SQLCMP_DB_DIR=str(sample_dir)) as base:
         yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
 def test_graphql_lists_every_asset_with_its_lineage(webserver: str) -> None:

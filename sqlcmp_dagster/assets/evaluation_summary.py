@@ -3,15 +3,18 @@ per-database breakdown."""
 
 import json
 from typing import Any
+from urllib.parse import quote
 
 import dagster as dg
 import polars as pl
 
 from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
+from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.published_metrics import overall_figures, render_table
 from sqlcmp_dagster.engine.records import reports_from_frame
-from sqlcmp_dagster.engine.summary import robust_line, summarize
+from sqlcmp_dagster.engine.summary import SEVERITIES, likely_source_label, robust_line, summarize
 from sqlcmp_dagster.escaping import markdown_cell
+from sqlcmp_dagster.reporting.cases import outcome
 
 #: The robust figures of a summary (``engine.neighbor_report.robustness``), shown as numeric metadata.
 ROBUST_FIGURES = ("robust_pass_rate", "robust_passes", "passes_with_counterexample", "neighbor_searches",
@@ -26,10 +29,12 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
     reports = reports_from_frame(case_reports)
     summary = summarize(reports)
     context.add_output_metadata({
-        "pass_rate": dg.MetadataValue.float(summary["pass_rate"] if summary["pass_rate"] is not None
-                                            else float("nan")),
-        # the neighbor search's figures beside the pass rate, each a number for the Plots tab
-        **{name: number(summary[name]) for name in ROBUST_FIGURES},
+        # rates as percentages (a key ending in _%), each a number for the Plots tab
+        f"pass_rate{PERCENT}": percent(summary["pass_rate"]),
+        # the failing and invalid cases, each a link to its partition, before the counts
+        "failing_cases": dg.MetadataValue.md(failures_table(reports)),
+        # the neighbor search's figures beside the pass rate
+        **dict(figure(name, summary[name]) for name in ROBUST_FIGURES),
         # the same in words: the passes not searched and why, "n/a: did not run (...)" for a NaN rate
         **({"robustness": dg.MetadataValue.text(line)} if (line := robust_line(summary)) else {}),
         "cases": summary["cases"],
@@ -45,19 +50,77 @@ def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataF
         "mean_overall_score": dg.MetadataValue.float(summary["mean_overall_score"] if summary["mean_overall_score"]
                                                      is not None else float("nan")),
         # one number per hardness level and difficulty label, so the Plots tab shows each one's trend across runs
-        **{name: dg.MetadataValue.float(rate if rate is not None else float("nan"))
-           for name, rate in level_rates(summary).items()},
+        **{f"{name}{PERCENT}": percent(rate) for name, rate in level_rates(summary).items()},
         "per_hardness": dg.MetadataValue.md(database_table(summary["per_hardness"], "hardness")),
         **({"per_difficulty": dg.MetadataValue.md(database_table(summary["per_difficulty"], "difficulty"))}
            if summary["per_difficulty"] else {}),
         "per_database": dg.MetadataValue.md(database_table(summary["per_database"])),
-        # Spider EM and BIRD's EX, Soft-F1 and R-VES: a number each, and the paper's table per level
-        **{name: number(value) for name, value in overall_figures(summary["published_metrics"]).items()},
+        # Spider EM and BIRD's EX, Soft-F1 and R-VES: a percentage each, and the paper's table per level
+        **{f"{name}{PERCENT}": percent(value) for name, value in overall_figures(summary["published_metrics"]).items()},
         **({"published_metrics": dg.MetadataValue.md(render_table(summary["published_metrics"]))}
            if summary["published_metrics"] else {}),
         "summary": dg.MetadataValue.json(json.loads(json.dumps(summary))),
     })
     return summary
+
+
+#: The suffix of a rate's metadata key: its value is a percentage.
+PERCENT = "_%"
+#: The most failing and invalid cases :func:`failures_table` lists; it counts the others below them.
+LISTED_FAILURES = 200
+#: Where the Dagster UI shows one partition of case_reports: its verdict, severity and headline (the
+#: materialization's metadata) and its case_verdict check. Relative to the UI's root.
+PARTITION_PAGE = "/assets/case_reports?view=partitions&partition={}"
+
+
+def percent(rate: float | None) -> dg.MetadataValue:
+    """A rate (0 to 1) as a percentage with two decimals; no rate (no case to count) plots as NaN: a gap.
+
+    >>> percent(11 / 33).value, percent(None).value != percent(None).value
+    (33.33, True)
+    """
+    return dg.MetadataValue.float(float("nan") if rate is None else round(rate * 100, 2))
+
+
+def figure(name: str, value: float | int | None) -> tuple[str, dg.MetadataValue]:
+    """A summary figure's metadata key and value: a rate (``*_rate``) as a percentage under ``<name>_%``.
+
+    >>> figure("robust_pass_rate", 0.5), figure("robust_passes", 3)[1].value
+    (('robust_pass_rate_%', FloatMetadataValue(value=50.0)), 3)
+    """
+    return (f"{name}{PERCENT}", percent(value)) if name.endswith("_rate") else (name, number(value))
+
+
+def failures_table(reports: list[Report], limit: int = LISTED_FAILURES) -> str:
+    """The failing and invalid cases as a Markdown table, the most severe failures first and the invalid cases
+    last: id (a link to its partition's page), outcome, severity, likely source and headline (the first
+    explanation). Case text is escaped as a table cell, and the id in the link's address is percent-encoded,
+    so no case can break the table or the link. At most ``limit`` rows; a line counts the others.
+
+    >>> import types
+    >>> bad = types.SimpleNamespace(case_id="c|1", deterministic_verdict="fail", validity={}, severity="major issue",
+    ...                             explanations=["wrong rows"], diagnostic_scores={"likely_source_clause": "join"},
+    ...                             blocked_reason=None, evidence={}, metrics={})
+    >>> print(failures_table([bad]))  # doctest: +NORMALIZE_WHITESPACE
+    | case | outcome | severity | likely source | headline |
+    |---|---|---|---|---|
+    | [c\\|1](/assets/case_reports?view=partitions&partition=c%7C1) | fail | major issue | join | wrong rows |
+    """
+    rank = {severity: index for index, severity in enumerate(reversed(SEVERITIES))}
+    listed = sorted((r for r in reports if outcome(r) != "pass"),
+                    key=lambda r: (outcome(r) == "invalid", rank.get(r.severity, len(rank)), r.case_id))
+    if not listed:
+        return "No failing or invalid case."
+    lines = ["| case | outcome | severity | likely source | headline |", "|---|---|---|---|---|"]
+    for report in listed[:limit]:
+        source = likely_source_label(report) if outcome(report) == "fail" else ""
+        headline = report.explanations[0] if report.explanations else ""
+        lines.append(f"| [{markdown_cell(report.case_id)}]({PARTITION_PAGE.format(quote(report.case_id, safe=''))}) "
+                     f"| {outcome(report)} | {report.severity} | {markdown_cell(source)} | "
+                     f"{markdown_cell(headline[:200])} |")
+    if len(listed) > limit:
+        lines.append(f"\n{len(listed) - limit} more: case_reports, Checks, case_verdict, Partitions lists them all.")
+    return "\n".join(lines)
 
 
 def number(value: float | int | None) -> dg.MetadataValue:

@@ -59,13 +59,11 @@ def demo_command(args: argparse.Namespace) -> int:
 
     instance_config = home / "dagster.yaml"
     if not instance_config.exists():
-        # a throwaway local instance: no telemetry (and no banner asking about it), and an event log that
-        # writes a step's per-case events in one transaction (sqlcmp_dagster.event_log)
+        # a throwaway local instance: no telemetry (and no banner asking about it), no community modal, and an
+        # event log that writes a step's per-case events in one transaction (sqlcmp_dagster.event_log)
         import yaml
 
-        instance_config.write_text(yaml.safe_dump({"telemetry": {"enabled": False},
-                                                   **local_instance(str(home / "history" / "runs"))}),
-                                   encoding="utf-8")
+        instance_config.write_text(yaml.safe_dump(local_instance(str(home / "history" / "runs"))), encoding="utf-8")
 
     warnings.filterwarnings("ignore", category=dg.BetaWarning)
     warnings.filterwarnings("ignore", category=dg.PreviewWarning)
