@@ -30,7 +30,7 @@ from dagster import EventLogEntry
 from dagster._core.storage.event_log.schema import SqlEventLogStorageTable
 from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
 from sqlcmp_dagster.event_log import BatchedEvents, tested_dagster
 
@@ -39,6 +39,26 @@ from sqlcmp_dagster.event_log import BatchedEvents, tested_dagster
 _OVERFLOW = 4
 #: A kept connection older than this is replaced (a server or proxy may drop idle connections).
 _RECYCLE_SECONDS = 3600
+#: The engine (pool) of each database this process stores events in, with the process that made it.
+_ENGINES: dict[str, tuple[int, Engine]] = {}
+
+
+def process_engine(postgres_url: str, token_provider: Any) -> Engine:
+    """The one engine of this process for ``postgres_url``: its pool keeps one server connection, however many
+    storages the process builds. dagster-celery builds an instance (and so a storage) for every task and never
+    disposes it; with an engine per storage, each worker process kept a connection per task it had run, and a
+    Spider-size run exhausted PostgreSQL's connection slots. A forked child drops the engine it inherited without
+    closing its connections (they are the parent's) and makes its own."""
+    pid = os.getpid()
+    owner, engine = _ENGINES.get(postgres_url, (None, None))
+    if engine is not None and owner == pid:
+        return engine
+    if engine is not None:
+        engine.dispose(close=False)
+    engine = create_pg_engine(postgres_url, token_provider, isolation_level="AUTOCOMMIT", pool_size=1,
+                              max_overflow=_OVERFLOW, pool_recycle=_RECYCLE_SECONDS, pool_pre_ping=True)
+    _ENGINES[postgres_url] = (pid, engine)
+    return engine
 
 class BatchedPostgresEventLogStorage(BatchedEvents, PostgresEventLogStorage):
     """PostgreSQL event log storage (``dagster-postgres``) that also stores a run's per-partition check results
@@ -52,24 +72,20 @@ class BatchedPostgresEventLogStorage(BatchedEvents, PostgresEventLogStorage):
     def __init__(self, postgres_url: str, should_autocreate_tables: bool = True, inst_data: Any = None,
                  token_provider: Any = None) -> None:
         self._init_batches()
-        self._engine_pid = os.getpid()
+        self._tokens = token_provider
         super().__init__(postgres_url, should_autocreate_tables=should_autocreate_tables, inst_data=inst_data,
                          token_provider=token_provider)
         self._engine.dispose()
-        self._engine = create_pg_engine(self.postgres_url, token_provider, isolation_level="AUTOCOMMIT",
-                                        pool_size=1, max_overflow=_OVERFLOW, pool_recycle=_RECYCLE_SECONDS,
-                                        pool_pre_ping=True)
+        self._engine = process_engine(self.postgres_url, token_provider)
 
     def _connect(self) -> AbstractContextManager[Connection]:
-        """A connection from the storage's pool (Dagster's storage opens a new server connection for every
-        statement: 647 in a 1,034-case run, 9 ms each here). A forked child drops the connections it inherited
-        without closing them, which would close its parent's, and opens its own."""
-        if self._engine_pid != os.getpid():
-            self._engine.dispose(close=False)
-            self._engine_pid = os.getpid()
+        """A connection from the process's pool (Dagster's storage opens a new server connection for every
+        statement: 647 in a 1,034-case run, 9 ms each here)."""
+        self._engine = process_engine(self.postgres_url, self._tokens)
         return super()._connect()
 
     def dispose(self) -> None:
+        """Close the process's pooled connection: it reopens when a storage of this process next needs one."""
         super().dispose()
         self._engine.dispose()
 

@@ -4,6 +4,7 @@ written as batches instead of one event at a time. PostgreSQL is the CI's real s
 
 import os
 import re
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -185,6 +186,40 @@ def test_postgres_event_log_keeps_one_connection_per_process(fresh_pg_database: 
     storage.dispose()
 
 
+def test_postgres_connections_do_not_grow_with_storages_never_disposed(fresh_pg_database: Callable[[], str]) -> None:
+    """dagster-celery builds an instance, and so an event log storage, for every task and never disposes it: more
+    such storages in one process than the server has connection slots still hold one connection between them."""
+    import sqlalchemy as sa
+
+    pytest.importorskip("dagster_postgres")
+    from sqlcmp_dagster.event_log_postgres import BatchedPostgresEventLogStorage
+
+    url = fresh_pg_database()
+    admin = sa.create_engine(url, poolclass=sa.pool.NullPool)
+
+    def connections() -> int:
+        with admin.connect() as conn:
+            return conn.execute(sa.text("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                                        "AND pid <> pg_backend_pid()")).scalar_one()
+
+    with admin.connect() as conn:
+        slots = int(conn.execute(sa.text("SHOW max_connections")).scalar_one())
+    storages = []
+    for task in range(slots + 5):
+        storage = BatchedPostgresEventLogStorage(url, should_autocreate_tables=task == 0)
+        assert storage.get_logs_for_run(f"task-{task}") == []  # a statement, as a task's events are
+        storages.append(storage)
+    assert connections() <= 1
+    storages[0].dispose()
+    deadline = time.monotonic() + 10  # a closed connection's server process takes a moment to leave the view
+    while connections() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert connections() == 0
+    assert storages[-1].get_logs_for_run("after") == []  # the others reopen it when they need it
+    storages[-1].dispose()
+    admin.dispose()
+
+
 def test_an_untested_dagster_release_gets_the_stock_storage_with_one_warning(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: tuple[Overrides, type]) -> None:
     """Under a Dagster release outside TESTED_DAGSTER the instance builds Dagster's own event log storage (which
@@ -276,6 +311,8 @@ def test_the_dagster_internals_the_storages_build_on_still_exist(tmp_path: Path)
                            (AssetCheckExecutionsTable, DAGSTER_COLUMNS["asset_check_executions"])):
         assert columns <= set(table.c.keys()), table.name
     assert {"PLANNED", "SUCCEEDED", "FAILED"} <= {status.value for status in AssetCheckExecutionRecordStatus}
+    # the engine the PostgreSQL storage's statements go through, which the batched one replaces
+    assert "self._engine" in inspect.getsource(PostgresEventLogStorage._connect)
     storage = SqliteEventLogStorage(str(tmp_path / "runs"))  # the attributes the SQLite storage's _connect uses
     assert hasattr(storage, "_db_lock") and isinstance(storage._initialized_dbs, set)
     storage.dispose()
