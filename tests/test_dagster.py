@@ -20,6 +20,8 @@ from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
 from sqlcmp_dagster.assets.common import case_reports_key, cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
+from sqlcmp_dagster.assets.sensors import LAUNCH_GRACE_SECONDS, MAX_ATTEMPTS, REQUEST_TAG, CursorState, \
+    changed_case_runs
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suites
 from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
@@ -378,8 +380,9 @@ def test_a_behaviour_bump_re_runs_every_case_once_and_an_unchanged_version_nothi
                         f"{version.PACKAGE_VERSION}+behaviour.{version.REPORT_BEHAVIOUR_VERSION + 1}")
     bumped = sensor_tick(defs, instance, unchanged.cursor)
     assert (bumped.added, bumped.deleted, [r.success for r in bumped.runs]) == ([], [], [True])
-    assert json.loads(bumped.cursor or "{}").keys() == json.loads(first.cursor or "{}").keys()
-    assert all(json.loads(bumped.cursor or "{}")[k] != v for k, v in json.loads(first.cursor or "{}").items())
+    done = CursorState.read(unchanged.cursor).done  # the versions the first run finished
+    (request,) = CursorState.read(bumped.cursor).pending.values()
+    assert request["cases"].keys() == done.keys() and all(request["cases"][k] != v for k, v in done.items())
     for asset in LAYERS:  # every case exactly once more, in every layer
         name = asset.key.path[-1]
         assert _materialized_partitions(instance, name) == before[name] + Counter(before[name].keys()), name
@@ -390,3 +393,54 @@ def test_a_behaviour_bump_re_runs_every_case_once_and_an_unchanged_version_nothi
     settled = sensor_tick(defs, instance, bumped.cursor)
     assert settled.runs == []
     assert automation(automated.cursor).total_requested == 0
+
+
+def test_a_failed_run_s_cases_are_requested_again_and_a_success_settles_them(
+        tmp_path: Path, sample_dir: Path, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The case sensor's cursor follows the runs: the cases of a run that failed are requested again on the next
+    tick (its runs carry the request's tag), and once a run of them succeeds nothing is requested."""
+    module = importlib.import_module("sqlcmp_dagster.assets.structural_diffs")
+    folder = tmp_path / "cases"
+    _write_cases(folder, 3)
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    with monkeypatch.context() as broken:  # a contract that fails: the run fails, as a lost worker's would
+        broken.setattr(module, "structural_layer", lambda validation: {0: _distance_out_of_range()})
+        failed = sensor_tick(defs, instance, None)
+        assert [run.success for run in failed.runs] == [False]
+    retried = sensor_tick(defs, instance, failed.cursor)
+    assert [run.success for run in retried.runs] == [True]
+    assert retried.runs[0].dagster_run.tags[REQUEST_TAG] == failed.runs[0].dagster_run.tags[REQUEST_TAG]
+    assert _materialized_partitions(instance, "case_reports") == Counter({"c00": 1, "c01": 1, "c02": 1})
+    assert sensor_tick(defs, instance, retried.cursor).runs == []
+
+
+def test_the_sensor_waits_for_running_requests_and_gives_up_after_repeated_failures(
+        tmp_path: Path, sample_dir: Path) -> None:
+    """A request with a run still going is not requested again; one whose runs all failed is, until
+    MAX_ATTEMPTS of them failed, when its cases count as done (until they change) with a warning; one that has
+    no run at all is requested again after LAUNCH_GRACE_SECONDS."""
+    from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+
+    folder = tmp_path / "cases"
+    _write_cases(folder, 2)
+    resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(sample_dir))
+    warned: list[str] = []
+
+    def tick(cursor: str | None, statuses: list[dg.DagsterRunStatus], now: float) -> dg.SensorResult:
+        return changed_case_runs(*resources, ["c00", "c01"], cursor, lambda ids: {i: statuses for i in ids},
+                                 warned.append, now=now)
+
+    first = tick(None, [], 0)
+    assert len(first.run_requests or []) == 1
+    request = (first.run_requests or [])[0].tags[REQUEST_TAG]
+    status = dg.DagsterRunStatus
+    assert not tick(first.cursor, [status.STARTED], 1).run_requests  # still running
+    assert not tick(first.cursor, [], LAUNCH_GRACE_SECONDS - 1).run_requests  # not launched yet
+    assert [r.tags[REQUEST_TAG] for r in tick(first.cursor, [], LAUNCH_GRACE_SECONDS + 1).run_requests or []] == \
+        [request]  # never launched: lost
+    again = tick(first.cursor, [status.FAILURE] * (MAX_ATTEMPTS - 1), 2)
+    assert [r.tags[REQUEST_TAG] for r in again.run_requests or []] == [request] and warned == []
+    given_up = tick(again.cursor, [status.FAILURE] * MAX_ATTEMPTS, 3)
+    assert not given_up.run_requests
+    assert len(warned) == 1 and f"{MAX_ATTEMPTS} runs of 2 case(s) (c00, c01) failed" in warned[0]
+    assert not tick(given_up.cursor, [], 4).run_requests  # settled: not requested until the cases change

@@ -289,7 +289,7 @@ def test_sensor_splits_a_first_load_into_runs_of_the_backfill_policy_size(
     (cases / "suite.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     keys = [json.loads(line)["case_id"] for line in lines]
     result = sensors.changed_case_runs(CaseSuiteResource(folder=str(cases)), DatabaseResource(db_dir=str(sample_dir)),
-                                       [], None)
+                                       [], None, lambda ids: {})
     spans = [(r.tags.get(sensors.RANGE_START), r.tags.get(sensors.RANGE_END), r.partition_key)
              for r in result.run_requests or []]
     assert spans == [(keys[0], keys[2], None), (keys[3], keys[5], None), (None, None, keys[6])]
@@ -325,7 +325,7 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
     (cases / "suite.jsonl").write_text("{oops\n" + "".join(line + "\n" for line in good + bad), encoding="utf-8")
     warnings: list[str] = []
     result = sensors.changed_case_runs(CaseSuiteResource(folder=str(cases)), DatabaseResource(db_dir=str(sample_dir)),
-                                       ["a", "b"], None, warnings.append)
+                                       ["a", "b"], None, lambda ids: {}, warnings.append)
     assert not any(isinstance(r, dg.DeleteDynamicPartitionsRequest) for r in result.dynamic_partitions_requests or [])
     assert not result.dynamic_partitions_requests  # a and b exist; the NUL id is not added
     assert [w.split(": ", 1)[0] for w in warnings] == \
