@@ -31,8 +31,12 @@ def default_storage_dir() -> str:
 
 #: evaluation_summary follows the case reports without a switch to find: its eager automation condition is
 #: evaluated by this sensor, which runs from the start (Dagster's default automation sensor would be off).
+#: A failed summary run is retried this many times by Dagster's run retries (the instance enables them:
+#: ``sqlcmp_dagster.event_log.DAEMON_SETTINGS``); eager automation alone would wait for the next case change.
+SUMMARY_RETRIES = 2
 summary_sensor = dg.AutomationConditionSensorDefinition(
     "evaluation_summary_follows_cases", target=[evaluation_summary],
+    run_tags={"dagster/max_retries": str(SUMMARY_RETRIES)},
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Recomputes evaluation_summary after case reports change (its eager automation condition).")
 

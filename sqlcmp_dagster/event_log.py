@@ -286,10 +286,17 @@ def _wal_normal_sync(connection: Any, _record: Any) -> None:
     connection.execute("PRAGMA synchronous=NORMAL")
 
 
+#: The daemon settings every instance of sqlcmp's gets: run monitoring, which fails a run past its
+#: ``dagster/max_runtime`` (the case sensor sets it from ``SQLCMP_RUN_MAX_SECONDS``; a lost worker's run stays
+#: STARTED otherwise), and run retries for the runs that ask for them by their ``dagster/max_retries`` tag (the
+#: summary's: the case sensor requests failed runs' cases again itself).
+DAEMON_SETTINGS: dict[str, Any] = {"run_monitoring": {"enabled": True}, "run_retries": {"enabled": True}}
+
+
 def local_instance(base_dir: str) -> dict[str, Any]:
     """The ``dagster.yaml`` settings of a local instance whose event log lives under ``base_dir``: a throwaway
     instance (the demo's), so no telemetry and no community modal (Dagster's ``nux``) over the first page."""
-    return {"telemetry": {"enabled": False}, "nux": {"enabled": False},
+    return {"telemetry": {"enabled": False}, "nux": {"enabled": False}, **DAEMON_SETTINGS,
             "event_log_storage": {"module": __name__, "class": BatchedSqliteEventLogStorage.__name__,
                                   "config": {"base_dir": base_dir}}}
 

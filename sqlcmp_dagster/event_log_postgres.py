@@ -32,7 +32,7 @@ from dagster_postgres.event_log import PostgresEventLogStorage
 from dagster_postgres.utils import create_pg_engine, get_token_provider_from_config, pg_url_from_config
 from sqlalchemy.engine import Connection, Engine
 
-from sqlcmp_dagster.event_log import BatchedEvents, tested_dagster
+from sqlcmp_dagster.event_log import DAEMON_SETTINGS, BatchedEvents, tested_dagster
 
 #: Connections a process may open beyond the one its storage keeps (the event watcher's thread, a step's
 #: threads); an idle one is closed when returned.
@@ -112,9 +112,10 @@ class BatchedPostgresEventLogStorage(BatchedEvents, PostgresEventLogStorage):
 
 def postgres_instance(postgres_url: str) -> dict[str, Any]:
     """The ``dagster.yaml`` settings of an instance whose run, event-log and schedule storage are the PostgreSQL
-    database ``postgres_url``, with this module's event log."""
+    database ``postgres_url``, with this module's event log, and the daemon's run monitoring and retries
+    (:data:`~sqlcmp_dagster.event_log.DAEMON_SETTINGS`)."""
     config = {"postgres_url": postgres_url}
-    return {"run_storage": {"module": "dagster_postgres.run_storage", "class": "PostgresRunStorage",
+    return {**DAEMON_SETTINGS, "run_storage": {"module": "dagster_postgres.run_storage", "class": "PostgresRunStorage",
                             "config": config},
             "event_log_storage": {"module": __name__, "class": BatchedPostgresEventLogStorage.__name__,
                                   "config": config},

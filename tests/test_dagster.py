@@ -444,3 +444,27 @@ def test_the_sensor_waits_for_running_requests_and_gives_up_after_repeated_failu
     assert not given_up.run_requests
     assert len(warned) == 1 and f"{MAX_ATTEMPTS} runs of 2 case(s) (c00, c01) failed" in warned[0]
     assert not tick(given_up.cursor, [], 4).run_requests  # settled: not requested until the cases change
+
+
+def test_failed_summary_runs_are_retried_and_runs_past_their_time_limit_fail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summary's automation asks Dagster to retry a failed run (its eager condition would otherwise wait for
+    the next case change); the instance settings sqlcmp writes turn on the daemon's run retries and run
+    monitoring, which fails a case run past SQLCMP_RUN_MAX_SECONDS so that its cases are requested again."""
+    from sqlcmp_dagster.definitions import SUMMARY_RETRIES, summary_sensor
+    from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+
+    assert summary_sensor.run_tags["dagster/max_retries"] == str(SUMMARY_RETRIES) and SUMMARY_RETRIES >= 1
+    with dg.instance_for_test(temp_dir=str(tmp_path), overrides=local_instance(str(tmp_path / "runs"))) as local:
+        assert local.run_retries_enabled and local.run_monitoring_enabled
+        assert not local.telemetry_enabled and not local.nux_enabled
+    folder = tmp_path / "cases"
+    _write_cases(folder, 1)
+    monkeypatch.setenv("SQLCMP_RUN_MAX_SECONDS", "900")
+    result = changed_case_runs(CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(tmp_path)), [],
+                               None, lambda ids: {})
+    assert [r.tags["dagster/max_runtime"] for r in result.run_requests or []] == ["900"]
+    monkeypatch.setenv("SQLCMP_RUN_MAX_SECONDS", "soon")
+    with pytest.raises(ValueError, match="SQLCMP_RUN_MAX_SECONDS must be a whole number of seconds"):
+        changed_case_runs(CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(tmp_path)), [], None,
+                          lambda ids: {})
