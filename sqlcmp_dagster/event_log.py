@@ -306,8 +306,8 @@ def enable_event_batches() -> None:
     chose a size), and record one planned event per asset per run instead of one per partition.
 
     Both are read by Dagster from the environment of the process that runs the steps; neither is set under a
-    release outside :data:`TESTED_DAGSTER`. The second has a cost: a run that fails does not mark its planned partitions as failed (the failed step's own event
-    still says which run and step failed).
+    release outside :data:`TESTED_DAGSTER`. The second has a cost: a run that fails does not mark its planned
+    partitions as failed (the failed step's own event still says which run and step failed).
     """
     if not tested_dagster():  # both are Dagster's private switches
         return

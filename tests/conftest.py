@@ -191,7 +191,8 @@ def dagster_webserver(home: Path, **env: str) -> Iterator[str]:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if process.poll() is not None:
-                pytest.fail(f"dagster-webserver exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                error = process.stderr.read().decode() if process.stderr else ""
+                pytest.fail(f"dagster-webserver exited: {error[-2000:]}")
             try:
                 urllib.request.urlopen(base + "/server_info", timeout=2).read()
                 break

@@ -104,7 +104,8 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
 class CursorState:
     """The case sensor's cursor: ``done``, each case's data version that a run finished, and ``pending``, the
     requests whose runs have not all ended, each with its cases' versions and when it was made (its failed runs
-    are counted from the runs that carry its id). A cursor written before requests were followed (case id -> version) reads as all done."""
+    are counted from the runs that carry its id). A cursor written before requests were followed (case id ->
+    version) reads as all done."""
 
     def __init__(self, done: dict[str, str], pending: dict[str, dict[str, Any]]) -> None:
         self.done = done
