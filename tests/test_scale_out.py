@@ -331,3 +331,77 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
     assert [w.split(": ", 1)[0] for w in warnings] == \
         ["suite line skipped"] * 2 + ["case 'nul\\x00id' is not evaluated in Dagster"]
     assert "invalid JSON" in warnings[0] and "case_id is empty" in warnings[1]
+
+
+def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, sample_dir: Path,
+                                                               dagster_home: Path, broker: str) -> None:
+    """docs/dagster.md's deployment with SQLCMP_RUN_MAX_SECONDS: the Celery worker running a step is killed
+    (SIGKILL) in the middle of it (a case whose queries take seconds), so its run waits on a task nobody runs; the
+    daemon's run monitoring fails the run past its time limit, the case sensor requests its cases again, and
+    every case ends with its report."""
+    pytest.importorskip("dagster_celery")
+    config = yaml.safe_load((dagster_home / "dagster.yaml").read_text(encoding="utf-8"))
+    config["run_monitoring"] = {"enabled": True, "poll_interval_seconds": 5}  # a test's patience
+    (dagster_home / "dagster.yaml").write_text(yaml.safe_dump(config), encoding="utf-8")
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    slow = {"case_id": "slow", "db": "shop", "expected_sql": SLOW_SQL, "actual_sql": SLOW_SQL,
+            "config": UNHURRIED}
+    lines = [json.dumps(slow), *sample_suite_path().read_text(encoding="utf-8").splitlines()[:7]]
+    (cases / "suite.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    case_ids = [json.loads(line)["case_id"] for line in lines]
+    store = str(tmp_path / "store")
+    env = _environment(dagster_home, cases, sample_dir, store, SQLCMP_EXECUTOR="celery",
+                       SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN="4", SQLCMP_RUN_MAX_SECONDS="300")
+    processes = Processes(tmp_path, env)
+    try:
+        migrated = subprocess.run([str(BIN / "dagster"), "instance", "migrate"], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, timeout=300)
+        assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
+        for name in ("sqlcmp-w1", "sqlcmp-w2"):
+            processes.start(name, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
+                            "-y", str(dagster_home / "celery.yaml"), "-n", name, "--", "--concurrency=1")
+        started = subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:] + processes.logs()
+        processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
+            _kill_the_worker_of(instance, processes, "slow", "executions")
+            deadline = time.monotonic() + 1500
+            while not set(case_ids) <= set(_reported_case_ids(store)):
+                assert time.monotonic() < deadline, (
+                    f"cases never reported: {sorted(set(case_ids) - set(_reported_case_ids(store)))}: "
+                    f"{[(r.run_id[:8], r.status.value) for r in instance.get_runs()]}\n{processes.logs()}")
+                time.sleep(5)
+            runs = instance.get_runs(filters=dg.RunsFilter(tags={RANGE_START: "slow"}))
+            statuses = sorted(run.status.value for run in runs)
+            assert statuses == ["FAILURE", "SUCCESS"], statuses  # the stuck run failed, and its cases ran again
+    finally:
+        processes.stop()
+
+
+#: A query that runs for seconds on SQLite: the step that executes it is still running when its worker is killed.
+SLOW_SQL = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 10000000) "
+            "SELECT count(*) AS c FROM r")
+
+
+def _kill_the_worker_of(instance: dg.DagsterInstance, processes: Processes, first_case: str, step: str) -> None:
+    """SIGKILL the worker that took ``step`` of the run starting at ``first_case`` as soon as the run logs it
+    (each Celery task logs the worker running it when it starts)."""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        for run in instance.get_runs(filters=dg.RunsFilter(tags={RANGE_START: first_case})):
+            for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
+                metadata = event.dagster_event.engine_event_data.metadata
+                if "Celery worker" in metadata and metadata["step_keys"].value == step:
+                    name = str(metadata["Celery worker"].value).split("@")[0]
+                    process = next(p for p, log in processes.started if log.name == f"{name}.log")
+                    os.killpg(process.pid, signal.SIGKILL)
+                    return
+        time.sleep(0.5)
+    pytest.fail(f"no worker took {step} of the run starting at {first_case}\n{processes.logs()}")
+
+
+def _reported_case_ids(store: str) -> list[str]:
+    """The case ids with a report in the local store ``store``."""
+    return read_asset(store, "case_reports")["case_id"].to_list()
