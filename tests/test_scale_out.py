@@ -373,7 +373,11 @@ def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, s
                     f"cases never reported: {sorted(set(case_ids) - set(_reported_case_ids(store)))}: "
                     f"{[(r.run_id[:8], r.status.value) for r in instance.get_runs()]}\n{processes.logs()}")
                 time.sleep(5)
-            runs = instance.get_runs(filters=dg.RunsFilter(tags={RANGE_START: "slow"}))
+            while True:  # the retry's run ends a moment after its last case is stored
+                runs = instance.get_runs(filters=dg.RunsFilter(tags={RANGE_START: "slow"}))
+                if all(run.status in DONE for run in runs) or time.monotonic() > deadline:
+                    break
+                time.sleep(2)
             statuses = sorted(run.status.value for run in runs)
             assert statuses == ["FAILURE", "SUCCESS"], statuses  # the stuck run failed, and its cases ran again
     finally:
