@@ -205,11 +205,11 @@ class BatchedSqliteEventLogStorage(BatchedEvents, SqliteEventLogStorage):
 
     def _engine(self, shard: str) -> Engine:
         if self._engines_pid != os.getpid():  # a forked child must not use (nor close) its parent's connections
-            for engine in self._engines.values():
-                engine.dispose(close=False)
+            for kept in self._engines.values():
+                kept.dispose(close=False)
             self._engines.clear()
             self._engines_pid = os.getpid()
-        engine = self._engines.pop(shard, None)
+        engine: Engine | None = self._engines.pop(shard, None)
         if engine is None:
             engine = sa.create_engine(self.conn_string_for_shard(shard), pool_size=1, max_overflow=2,
                                       connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS})

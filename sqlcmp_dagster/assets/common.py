@@ -30,7 +30,9 @@ from sqlcmp_dagster.engine.version import ENGINE_VERSION
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 
 #: One partition per case id, added and removed by the case sensor as suite files change.
-cases_partitions = dg.DynamicPartitionsDefinition(name="cases")
+#: The name of the case partitions (one per case id).
+CASES_PARTITIONS = "cases"
+cases_partitions = dg.DynamicPartitionsDefinition(name=CASES_PARTITIONS)
 #: IO manager key of the per-partition Parquet store.
 CASE_STORE = "case_store"
 case_reports_key = dg.AssetKey("case_reports")
@@ -89,8 +91,8 @@ def partition_targets(context: dg.AssetExecutionContext, asset_key: dg.AssetKey,
     return targets
 
 
-def layer_asset(name: str, description: str,
-                case_checks: tuple[CaseCheck, ...] = ()) -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
+def layer_asset(name: str, description: str, case_checks: tuple[CaseCheck, ...] = ()) \
+        -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
     """Declare a layer asset: case-partitioned, backfilled under ``LAYER_BACKFILL_POLICY``, stored per case,
     and blocked on its contract check (the frame the function returns is validated before downstream layers
     may run).
@@ -160,7 +162,7 @@ def per_case(frame: pl.DataFrame, compute: Callable[[dict[str, Any]], dict[str, 
             out = {}
         rows.append({**{k: None for k in schema}, **out, "case_id": row["case_id"], "fault": fault,
                      "layer_ms": (time.perf_counter() - started) * 1000})
-    full = {"case_id": pl.Utf8, **schema, "fault": pl.Utf8, "layer_ms": pl.Float64}
+    full: dict[str, pl.DataType] = {"case_id": pl.Utf8(), **schema, "fault": pl.Utf8(), "layer_ms": pl.Float64()}
     return pl.DataFrame(rows, schema=full, orient="row") if rows else pl.DataFrame(schema=full)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
-from sqlcmp_dagster.assets.common import LAYER_ASSETS, RANGE_END, RANGE_START, cases_partitions
+from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, RANGE_END, RANGE_START
 
 #: On-demand: pick partitions (cases) in the launchpad, or a range of them.
 evaluation_job = dg.define_asset_job("evaluation_job", selection=list(LAYER_ASSETS),
@@ -17,7 +17,7 @@ summary_job = dg.define_asset_job("summary_job", selection=["evaluation_summary"
              default_status=dg.DefaultScheduleStatus.STOPPED,
              description="Every night, all cases through every layer in one run.")
 def nightly_evaluation(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-    keys = context.instance.get_dynamic_partitions(cases_partitions.name)
+    keys = context.instance.get_dynamic_partitions(CASES_PARTITIONS)
     if not keys:
         return dg.SkipReason("no cases yet: the case sensor adds them")
     return dg.RunRequest(run_key=None, tags={RANGE_START: keys[0], RANGE_END: keys[-1]})

@@ -11,8 +11,8 @@ from typing import Any
 
 import dagster as dg
 
-from sqlcmp_dagster.assets.common import LAYER_ASSETS, LAYER_BACKFILL_POLICY, RANGE_END, RANGE_START, \
-    cases_partitions
+from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, LAYER_BACKFILL_POLICY, RANGE_END, \
+    RANGE_START, cases_partitions
 from sqlcmp_dagster.assets.jobs import evaluation_job
 from sqlcmp_dagster.cases.suite import Suite, case_version
 from sqlcmp_dagster.escaping import terminal_text
@@ -90,7 +90,7 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
             request_id = state.request(chunk, clock)
             runs.append(_run_request(list(chunk), request_id))
     state.forget(set(versions))
-    requests = []
+    requests: list[dg.AddDynamicPartitionsRequest | dg.DeleteDynamicPartitionsRequest] = []
     if added:
         requests.append(cases_partitions.build_add_request(added))
     if deleted:
@@ -244,6 +244,6 @@ def _run_request(block: list[str], request_id: str) -> dg.RunRequest:
 def case_sensor(context: dg.SensorEvaluationContext, cases: CaseSuiteResource,
                 database: DatabaseResource, case_store: PartitionedParquetIOManager) -> dg.SensorResult:
     instance = context.instance
-    existing = instance.get_dynamic_partitions(cases_partitions.name)
+    existing = instance.get_dynamic_partitions(CASES_PARTITIONS)
     return changed_case_runs(cases, database, existing, context.cursor,
                              lambda ids: request_outcomes(instance, ids), context.log.warning, case_store)

@@ -20,7 +20,8 @@ from sqlcmp_dagster.engine.summary import SEVERITIES
 
 _BLOCKED = ["parse_failure", "execution_failure"]
 _VERDICTS = ["pass", "fail"]
-_UNIT = {"min_value": 0, "max_value": 1}
+#: The unit interval, as pandera's in_range takes it.
+_UNIT_MIN, _UNIT_MAX = 0, 1
 
 
 def _column(dtype: pl.DataType | type[pl.DataType], *checks: pa.Check, nullable: bool = True) -> pa.Column:
@@ -33,6 +34,11 @@ def _every(expression: Callable[[pl.Expr], pl.Expr], name: str) -> pa.Check:
         pl.col(data.key).is_null() | expression(pl.col(data.key)).fill_null(True)), name=name, error=name)
 
 
+def _field_in_unit(name: str) -> Callable[[pl.Expr], pl.Expr]:
+    """A struct column's field ``name`` in [0, 1]."""
+    return lambda column: column.struct.field(name).is_between(_UNIT_MIN, _UNIT_MAX)
+
+
 def _rule(name: str, description: str, holds: pl.Expr) -> pa.Check:
     """A dataframe-level rule: ``holds`` is true (or null: not applicable) on every row."""
     return pa.Check(lambda data: data.lazyframe.select(holds.fill_null(True)), name=name,
@@ -40,7 +46,7 @@ def _rule(name: str, description: str, holds: pl.Expr) -> pa.Check:
 
 
 def _in_unit() -> pa.Column:
-    return _column(pl.Float64, pa.Check.in_range(**_UNIT))
+    return _column(pl.Float64, pa.Check.in_range(_UNIT_MIN, _UNIT_MAX))
 
 
 #: Columns every layer table has: the case (one row each) and, for a case the layer could not process, the
@@ -139,12 +145,11 @@ _REPORT_COLUMNS: dict[str, pa.Column] = {
     **{name: _column(dtype) for name, dtype in REPORT.items()},
     "deterministic_verdict": _column(pl.Utf8, pa.Check.isin(_VERDICTS), nullable=False),
     "ai_advisory_verdict": _column(pl.Utf8, pa.Check.isin(_VERDICTS)),
-    "overall_score": _column(pl.Float64, pa.Check.in_range(**_UNIT), nullable=False),
+    "overall_score": _column(pl.Float64, pa.Check.in_range(_UNIT_MIN, _UNIT_MAX), nullable=False),
     "structure_score": _in_unit(),
     "result_score": _in_unit(),
     "diagnostic_scores": _column(REPORT["diagnostic_scores"], *[
-        _every(lambda c, name=name: c.struct.field(name).is_between(0, 1), f"{name}_in_unit_range")
-        for name in (*SCORES, "confidence")],
+        _every(_field_in_unit(name), f"{name}_in_unit_range") for name in (*SCORES, "confidence")],
         _every(lambda c: c.struct.field("likely_source_clause").is_in(get_args(SourceClause)), "source_clause"),
         _every(lambda c: c.struct.field("evidence_strength").is_in(get_args(EvidenceStrength)), "evidence_strength")),
     "severity": _column(pl.Utf8, pa.Check.isin(list(SEVERITIES)), nullable=False),

@@ -30,7 +30,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import dagster as dg
 import polars as pl
@@ -126,7 +126,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             self._written_run = run_id
         self._written[asset] = frame
 
-    def _recall(self, run_id: str | None, asset: tuple[str, ...], keys: list[str]) -> pl.DataFrame | None:
+    def _recall(self, run_id: str | None, asset: tuple[str, ...], keys: Sequence[str]) -> pl.DataFrame | None:
         """The frame this run stored for ``asset``, restricted to ``keys`` in their order; None unless it
         holds every one of them."""
         frame = self._written.get(asset) if run_id is not None and run_id == self._written_run else None
@@ -152,7 +152,7 @@ def _run_of(context: dg.InputContext) -> str | None:
         return None
 
 
-def asset_folder(base_path: str, asset: list[str] | str, storage_options: dict[str, Any] | None = None) -> UPath:
+def asset_folder(base_path: str, asset: Sequence[str] | str, storage_options: dict[str, Any] | None = None) -> UPath:
     """Where ``asset``'s objects live under the store ``base_path`` (a URL or a local path)."""
     parts = [asset] if isinstance(asset, str) else list(asset)
     return UPath(base_path, **(storage_options or {})).joinpath(*parts)
@@ -415,6 +415,7 @@ def _concat(contents: Iterable[bytes | Exception]) -> pl.DataFrame:
     if not buffers:
         return pl.DataFrame(schema={"case_id": pl.Utf8})
     try:
-        return pl.scan_parquet([io.BytesIO(data) for data in buffers], missing_columns="insert").collect()
+        sources: list[IO[bytes]] = [io.BytesIO(data) for data in buffers]
+        return pl.scan_parquet(sources, missing_columns="insert").collect()
     except (pl.exceptions.PolarsError, TypeError):  # TypeError: a polars without ``missing_columns``
         return pl.concat([pl.read_parquet(io.BytesIO(data)) for data in buffers], how="diagonal_relaxed")
