@@ -111,7 +111,7 @@ def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[lis
     common = importlib.import_module("sqlcmp_dagster.assets.common")
     reads: list[str] = []
     decodes: list[str] = []
-    read_all, decode = storage._read_all, common.validation_from_record
+    read_all, decode = storage.read_objects, common.validation_from_record
 
     def read(folder, paths):  # noqa: ANN001, ANN202
         reads.append(folder.name)
@@ -121,7 +121,7 @@ def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[lis
         decodes.append(text)
         return decode(text, frames)
 
-    monkeypatch.setattr(storage, "_read_all", read)
+    monkeypatch.setattr(storage, "read_objects", read)
     monkeypatch.setattr(common, "validation_from_record", decoded)
     common.RECORDS.clear()  # another test may have decoded the same records in this process
     return reads, decodes

@@ -20,7 +20,7 @@ from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.local import sensor_tick
-from sqlcmp_dagster.resources.storage import _BATCH, _next_name, _store_batch, _stored_rows, read_asset
+from sqlcmp_dagster.resources.storage import BATCH_PREFIX, next_batch_name, store_batch, stored_rows, read_asset
 
 LAYERS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics", "judgments",
           "case_reports")
@@ -123,14 +123,14 @@ def test_a_local_step_stores_one_object_and_each_case_stays_in_exactly_one(tmp_p
     out of the old one, so the folder read as a table (``*.parquet``) holds each case once, with its newest
     row; an object left with no case is removed."""
     folder = tmp_path / "store" / "diagnostics"
-    _store_batch(folder, pl.DataFrame({"case_id": ["a", "b", "c"], "run": [1, 1, 1]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "b", "c"], "run": [1, 1, 1]}))
     assert len(list(folder.glob("*.parquet"))) == 1
-    _store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert len(list(folder.glob("*.parquet"))) == 2
     assert dict(table.select("case_id", "run").iter_rows()) == {"a": 1, "b": 2, "c": 1}
     assert table.height == 3
-    _store_batch(folder, pl.DataFrame({"case_id": ["a", "c"], "run": [3, 3]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "c"], "run": [3, 3]}))
     assert len(list(folder.glob("*.parquet"))) == 2  # the first object held nothing more and is gone
     table = read_asset(str(tmp_path / "store"), "diagnostics")
     assert dict(table.select("case_id", "run").iter_rows()) == {"a": 3, "b": 2, "c": 3}
@@ -144,26 +144,26 @@ def test_a_local_store_of_cases_own_objects_is_read_and_taken_over(tmp_path: Pat
     for case in ("a", "b"):
         pl.DataFrame({"case_id": [case], "run": [0]}).write_parquet(folder / f"{case}.parquet")
     assert _cases(read_asset(str(tmp_path / "store"), "case_reports")) == ["a", "b"]
-    _store_batch(folder, pl.DataFrame({"case_id": ["b", "c"], "run": [1, 1]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["b", "c"], "run": [1, 1]}))
     assert (folder / "a.parquet").is_file() and not (folder / "b.parquet").exists()
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert dict(table.select("case_id", "run").iter_rows()) == {"a": 0, "b": 1, "c": 1} and table.height == 3
-    assert _cases(_stored_rows(folder, {"a", "c"})) == ["a", "c"]
+    assert _cases(stored_rows(folder, {"a", "c"})) == ["a", "c"]
 
 
 def test_a_write_that_stopped_halfway_is_repaired_by_the_next_and_read_meanwhile(tmp_path: Path) -> None:
     """A write that stopped after its new object and before rewriting the old one leaves a case in two objects:
     readers take the newer row, and the next write of the folder, of any case, removes the older one."""
     folder = tmp_path / "store" / "executions"
-    _store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
     [old] = folder.glob("*.parquet")
     kept = old.read_bytes()
-    _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
     old.write_bytes(kept)  # as if the second write had stopped before rewriting it
     assert pl.scan_parquet(folder / "*.parquet").collect().height == 3
-    assert dict(_stored_rows(folder, None).select("case_id", "run").iter_rows()) == {"a": 2, "b": 1}
-    assert dict(_stored_rows(folder, {"a"}).select("case_id", "run").iter_rows()) == {"a": 2}
-    _store_batch(folder, pl.DataFrame({"case_id": ["c"], "run": [3]}))
+    assert dict(stored_rows(folder, None).select("case_id", "run").iter_rows()) == {"a": 2, "b": 1}
+    assert dict(stored_rows(folder, {"a"}).select("case_id", "run").iter_rows()) == {"a": 2}
+    store_batch(folder, pl.DataFrame({"case_id": ["c"], "run": [3]}))
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert dict(table.select("case_id", "run").iter_rows()) == {"a": 2, "b": 1, "c": 3} and table.height == 3
 
@@ -172,10 +172,10 @@ def test_an_object_is_named_after_the_newest_even_when_the_clock_is_behind(tmp_p
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """The newest row wins by the objects' order, which a clock set back does not invert."""
     folder = tmp_path / "store" / "judgments"
-    _store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "b"], "run": [1, 1]}))
     clock = time.time_ns() - 3_600 * 10**9
     monkeypatch.setattr(time, "time_ns", lambda: clock)
-    _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [2]}))
     names = sorted(p.name for p in folder.glob("*.parquet"))
     assert pl.read_parquet(folder / names[-1])["run"].to_list() == [2]
     assert dict(read_asset(str(tmp_path / "store"), "judgments").select("case_id", "run").iter_rows()) == \
@@ -185,9 +185,9 @@ def test_an_object_is_named_after_the_newest_even_when_the_clock_is_behind(tmp_p
 def test_one_case_runs_do_not_pile_up_objects(tmp_path: Path) -> None:
     """A store fed one case at a time is merged into one object past a bound; no row is lost or doubled."""
     folder = tmp_path / "store" / "diagnostics"
-    _store_batch(folder, pl.DataFrame({"case_id": [f"c{i}" for i in range(30)], "run": [0] * 30}))
+    store_batch(folder, pl.DataFrame({"case_id": [f"c{i}" for i in range(30)], "run": [0] * 30}))
     for i in range(40):
-        _store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "run": [i]}))
+        store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "run": [i]}))
     assert len(list(folder.glob("*.parquet"))) <= 17
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert table.height == 70 and table["case_id"].n_unique() == 70
@@ -198,11 +198,11 @@ def test_merging_leaves_objects_of_other_columns_as_they_are(tmp_path: Path) -> 
     would be unified with theirs); every write still succeeds and each case keeps its own types."""
     folder = tmp_path / "store" / "diagnostics"
     for i in range(3):
-        _store_batch(folder, pl.DataFrame({"case_id": [f"old{i}"], "x": [["a"]]}))  # another version's type
+        store_batch(folder, pl.DataFrame({"case_id": [f"old{i}"], "x": [["a"]]}))  # another version's type
     for i in range(20):
-        _store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "x": [i]}))
-    assert _stored_rows(folder, {"n0"}).schema["x"] == pl.Int64
-    assert _stored_rows(folder, {"old0"}).schema["x"] == pl.List(pl.Utf8)
+        store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "x": [i]}))
+    assert stored_rows(folder, {"n0"}).schema["x"] == pl.Int64
+    assert stored_rows(folder, {"old0"}).schema["x"] == pl.List(pl.Utf8)
     assert len(list(folder.glob("*.parquet"))) <= 17 + 3
     stored = [case for path in folder.glob("*.parquet")
               for case in pl.read_parquet(path, columns=["case_id"])["case_id"]]
@@ -211,19 +211,19 @@ def test_merging_leaves_objects_of_other_columns_as_they_are(tmp_path: Path) -> 
 
 def test_a_name_without_a_stamp_is_passed_over_when_the_next_is_named() -> None:
     """A stray name among the objects (a copy someone made) neither breaks the naming nor orders it."""
-    names = [Path(f"{_BATCH}copy.parquet"), Path(f"{_BATCH}{2 * 10**19:020d}.parquet")]
-    assert _next_name(names) == f"{_BATCH}{2 * 10**19 + 1:020d}.parquet"
+    names = [Path(f"{BATCH_PREFIX}copy.parquet"), Path(f"{BATCH_PREFIX}{2 * 10**19:020d}.parquet")]
+    assert next_batch_name(names) == f"{BATCH_PREFIX}{2 * 10**19 + 1:020d}.parquet"
 
 
 def test_an_unreadable_object_is_named(tmp_path: Path) -> None:
     folder = tmp_path / "store" / "case_reports"
-    _store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [1]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["a"], "run": [1]}))
     [stored] = folder.glob("*.parquet")
     stored.write_bytes(b"")
     with pytest.raises(ValueError, match=f"{stored.name}: not a readable Parquet object"):
         read_asset(str(tmp_path / "store"), "case_reports")
     with pytest.raises(ValueError, match=f"{stored.name}: not a readable Parquet object"):
-        _store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
+        store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
 
 
 def test_a_reader_during_writes_sees_every_case_once(tmp_path: Path) -> None:
@@ -233,13 +233,13 @@ def test_a_reader_during_writes_sees_every_case_once(tmp_path: Path) -> None:
 
     folder = tmp_path / "store" / "structural_diffs"
     cases = [f"c{i}" for i in range(20)]
-    _store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
+    store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
     done = threading.Event()
 
     def write() -> None:
         for round_ in range(1, 3):
             for case in cases:
-                _store_batch(folder, pl.DataFrame({"case_id": [case], "run": [round_]}))
+                store_batch(folder, pl.DataFrame({"case_id": [case], "run": [round_]}))
                 time.sleep(0.02)  # as steps do, between their writes: the reader's turn
         done.set()
 
@@ -248,7 +248,7 @@ def test_a_reader_during_writes_sees_every_case_once(tmp_path: Path) -> None:
     reads = 0
     while not done.is_set() or reads == 0:
         assert sorted(read_asset(str(tmp_path / "store"), "structural_diffs")["case_id"]) == sorted(cases)
-        assert _cases(_stored_rows(folder, {"c3", "c17"})) == ["c17", "c3"]
+        assert _cases(stored_rows(folder, {"c3", "c17"})) == ["c17", "c3"]
         reads += 1
         time.sleep(0.02)
     writer.join()
@@ -259,7 +259,7 @@ def _store_in_child(folder: str, cases: list[str], run: int, ready: Any, go: Any
     ready.set()
     go.wait(60)
     for case in cases:  # one step per case, many turns on the lock
-        _store_batch(Path(folder), pl.DataFrame({"case_id": [case], "run": [run]}))
+        store_batch(Path(folder), pl.DataFrame({"case_id": [case], "run": [run]}))
 
 
 def test_writers_in_two_processes_take_turns(tmp_path: Path) -> None:
@@ -270,7 +270,7 @@ def test_writers_in_two_processes_take_turns(tmp_path: Path) -> None:
 
     folder = tmp_path / "store" / "judgments"
     cases = [f"c{i}" for i in range(100)]
-    _store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
+    store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
     context = multiprocessing.get_context("spawn")
     go = context.Event()
     ready = [context.Event() for _ in range(2)]

@@ -2,7 +2,7 @@
 exactly one object of its asset's folder, so that ``<asset>/*.parquet`` reads as the asset's table.
 
 On a local disk a step stores one object for all its cases and removes their rows from older objects (see
-:func:`_store_batch`): re-materializing a case rewrites the object it was in, without it, and adds one; writers
+:func:`store_batch`): re-materializing a case rewrites the object it was in, without it, and adds one; writers
 and this module's readers of a folder take turns on a lock file. On an object store, where writers cannot take
 turns, each (asset, case) is an object of its own, so re-materializing a case rewrites only its own objects.
 Readers take both layouts (a local store written before holds cases' own objects).
@@ -68,7 +68,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         if missing := expected - written:
             raise ValueError(f"{context.asset_key.to_user_string()}: no row for cases {sorted(missing)[:5]}")
         if _local(folder):
-            _store_batch(Path(folder.path), obj)
+            store_batch(Path(folder.path), obj)
         else:
             _write_all(folder, {folder / f"{_file_name(str(case_id))}.parquet": part
                                 for (case_id,), part in obj.group_by("case_id", maintain_order=True)})
@@ -84,11 +84,11 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             return kept
         keys = context.asset_partition_keys
         if _local(folder):
-            frame = _stored_rows(Path(folder.path), set(keys))
+            frame = stored_rows(Path(folder.path), set(keys))
             missing = sorted(set(keys) - set(frame["case_id"].to_list()))
         else:
             paths = {key: folder / f"{_file_name(key)}.parquet" for key in keys}
-            contents = _read_all(folder, list(paths.values()))
+            contents = read_objects(folder, list(paths.values()))
             missing = [key for key, path in paths.items() if isinstance(contents[path], FileNotFoundError)]
             frame = _concat([] if missing else contents.values())
         if missing:
@@ -163,8 +163,8 @@ def read_asset(base_path: str, asset: str, storage_options: dict[str, Any] | Non
     a process outside Dagster reads (``engine.records.reports_from_frame`` turns report rows into reports)."""
     folder = asset_folder(base_path, asset, storage_options)
     if _local(folder):
-        return _stored_rows(Path(folder.path), None)
-    return _concat(_read_all(folder, sorted(folder.glob("*.parquet"))).values())
+        return stored_rows(Path(folder.path), None)
+    return _concat(read_objects(folder, sorted(folder.glob("*.parquet"))).values())
 
 
 def _file_name(case_id: str) -> str:
@@ -204,14 +204,14 @@ def _heal_folder(folder: Path, removed: set[str]) -> set[str]:
 #: Name prefix of a local store's objects that hold a step's cases, followed by a 20-digit stamp that orders
 #: them (a case's own object is named by :func:`_file_name`, which cannot start a name so: it escapes a
 #: character as ``~<hex digits>~``).
-_BATCH = "~batch-"
-_STAMP = re.compile(rf"{re.escape(_BATCH)}(\d{{20}})")
+BATCH_PREFIX = "~batch-"
+_STAMP = re.compile(rf"{re.escape(BATCH_PREFIX)}(\d{{20}})")
 #: Objects of steps' cases a local asset folder may hold before a write merges them into one: every write and
 #: read looks at each object, and a store fed by one-case runs would otherwise gain an object per run.
 _MAX_BATCHES = 16
 
 
-def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
+def store_batch(folder: Path, frame: pl.DataFrame) -> None:
     """Store a step's rows on a local disk: one new object for all its cases, after which no other object holds
     a row of them.
 
@@ -225,17 +225,17 @@ def _store_batch(folder: Path, frame: pl.DataFrame) -> None:
     """
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(folder / ".lock"):
-        batches = sorted(folder.glob(f"{_BATCH}*.parquet"))
-        newest = folder / _next_name(batches)
+        batches = sorted(folder.glob(f"{BATCH_PREFIX}*.parquet"))
+        newest = folder / next_batch_name(batches)
         _put(newest, frame)
         _settle(folder, batches, newest, set(frame["case_id"].to_list()))
 
 
-def _next_name(batches: list[Path]) -> str:
+def next_batch_name(batches: list[Path]) -> str:
     """A name that sorts after every one of ``batches``: the clock's time, or one past the newest stamp when the
     clock is behind it (a name without a stamp, e.g. a copy someone made, is passed over)."""
     stamps = [int(match[1]) for path in batches if (match := _STAMP.match(path.name))]
-    return f"{_BATCH}{max([time.time_ns(), *(stamp + 1 for stamp in stamps)]):020d}.parquet"
+    return f"{BATCH_PREFIX}{max([time.time_ns(), *(stamp + 1 for stamp in stamps)]):020d}.parquet"
 
 
 def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[str]) -> None:
@@ -261,7 +261,7 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
         else:
             kept.append(path)
         seen |= held
-    own = {p.name: p for p in folder.glob("*.parquet") if not p.name.startswith(_BATCH)}
+    own = {p.name: p for p in folder.glob("*.parquet") if not p.name.startswith(BATCH_PREFIX)}
     for case in seen if own else ():
         if (own_object := own.get(f"{_file_name(case)}.parquet")) is not None:
             own_object.unlink()
@@ -269,7 +269,7 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
         schema = _schema(newest)
         alike = [path for path in reversed(kept) if _schema(path) == schema]
         if len(alike) > 1:
-            _put(folder / _next_name(kept), pl.concat([_read(p) for p in alike]))
+            _put(folder / next_batch_name(kept), pl.concat([_read(p) for p in alike]))
             for path in alike:
                 path.unlink()
 
@@ -306,7 +306,7 @@ def _readable(path: Path, read: Callable[[Path], _Read]) -> _Read:
 
 @contextmanager
 def _turn(folder: Path) -> Iterator[None]:
-    """The folder's lock, held while this module reads it (see :func:`_store_batch`); a folder this process may
+    """The folder's lock, held while this module reads it (see :func:`store_batch`); a folder this process may
     not write to (a read-only copy of a store, which no one writes through it either) is read without it."""
     if not os.access(folder, os.W_OK):
         yield
@@ -315,9 +315,9 @@ def _turn(folder: Path) -> Iterator[None]:
         yield
 
 
-def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
+def stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
     """The stored rows of a local store's asset folder, of the cases in ``keys`` (all with None), read in the
-    folder's turn (see :func:`_store_batch`): objects of steps' cases, newest first, then cases' own objects.
+    folder's turn (see :func:`store_batch`): objects of steps' cases, newest first, then cases' own objects.
     A case found in two objects (left by a write that stopped halfway, until the next write settles it) is
     taken from the newer."""
     if not folder.is_dir():
@@ -325,7 +325,7 @@ def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
     frames: list[pl.DataFrame] = []
     taken: set[str] = set()
     with _turn(folder):
-        for path in sorted(folder.glob(f"{_BATCH}*.parquet"), reverse=True):
+        for path in sorted(folder.glob(f"{BATCH_PREFIX}*.parquet"), reverse=True):
             frame = _read(path)
             held = set(frame["case_id"].to_list())
             wanted = (held if keys is None else held & keys) - taken
@@ -337,7 +337,7 @@ def _stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
         if keys is None:
             skipped = {f"{_file_name(case)}.parquet" for case in taken}
             own = sorted(p for p in folder.glob("*.parquet")
-                         if not p.name.startswith(_BATCH) and p.name not in skipped)
+                         if not p.name.startswith(BATCH_PREFIX) and p.name not in skipped)
         else:
             own = [folder / f"{_file_name(key)}.parquet" for key in sorted(keys - taken)]
         contents = [path.read_bytes() for path in own if path.is_file()]
@@ -389,7 +389,7 @@ def _write_all(folder: UPath, objects: dict[UPath, pl.DataFrame]) -> None:
     folder.fs.pipe({path.path: data for path, data in encoded.items()})
 
 
-def _read_all(folder: UPath, paths: list[UPath]) -> dict[UPath, bytes | Exception]:
+def read_objects(folder: UPath, paths: list[UPath]) -> dict[UPath, bytes | Exception]:
     """The content of every path on an object store, or the error reading it (``FileNotFoundError`` for a
     missing one), fetched concurrently by fsspec's ``cat`` (one GET each instead of an existence check and a
     GET, one after another)."""
