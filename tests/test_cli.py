@@ -143,7 +143,8 @@ def test_demo_runs_the_bundled_sample(tmp_path: Path, sample_dir: Path, monkeypa
     copy = next(c for c in commands if c[0] == "cp")
     assert Path(copy[1]).is_file() and copy[1].endswith("suite.jsonl") and f"suite: {copy[1]}" in out
     assert [c[1:4] for c in commands if "demo" in c] == [["demo", "--suite", "my_suite.jsonl"]]
-    assert next(c for c in commands if "dev" in c)[-3:] == ["dev", "-m", "sqlcmp_dagster.definitions"]
+    ui = next(c for c in commands if "dev" in c)  # Dagster's recommended command (dagster-dg-cli is a dependency)
+    assert Path(ui[0]).name == "dg" and ui[-3:] == ["dev", "-m", "sqlcmp_dagster.definitions"], ui
     assert f"SQLCMP_CASES_DIR={tmp_path / 'demo' / 'cases'} SQLCMP_DB_DIR={sample_dir} " in out
 
 

@@ -324,7 +324,7 @@ def test_the_dagster_internals_the_storages_build_on_still_exist(tmp_path: Path)
 
 
 def test_pyproject_requires_the_tested_dagster_range() -> None:
-    """pyproject.toml's base dependencies hold dagster and dagster-webserver to TESTED_DAGSTER, and
+    """pyproject.toml's base dependencies hold dagster, dagster-webserver and dagster-dg-cli to TESTED_DAGSTER, and
     dagster-postgres and dagster-celery to the matching 0.x releases (Dagster numbers them 1.x minus 1 in the
     major, plus 16 in the minor: :func:`library_release`)."""
     import tomllib
@@ -338,7 +338,7 @@ def test_pyproject_requires_the_tested_dagster_range() -> None:
     base = {requirement.name: requirement.specifier
             for requirement in map(Requirement, project["project"]["dependencies"])}
     libraries = SpecifierSet(",".join(f"{spec.operator}{library_release(spec.version)}" for spec in TESTED_DAGSTER))
-    assert (base["dagster"], base["dagster-webserver"]) == (TESTED_DAGSTER, TESTED_DAGSTER)
+    assert (base["dagster"], base["dagster-webserver"], base["dagster-dg-cli"]) == (TESTED_DAGSTER,) * 3
     assert (base["dagster-postgres"], base["dagster-celery"]) == (libraries, libraries)
     extras = [Requirement(r).name for group in project["project"]["optional-dependencies"].values() for r in group]
     assert not {"dagster", "dagster-webserver", "dagster-postgres", "dagster-celery"} & set(extras)
