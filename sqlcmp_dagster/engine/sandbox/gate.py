@@ -283,11 +283,9 @@ def engine_segments(sql: str, dialect: str) -> tuple[list[tuple[int, int]], list
         if hazard is not None or match is None:
             return segments, comments, hazard
         opener = match.group()
-        if opener.startswith("$") and match.start() > 0 and _IDENT_CHAR.match(sql[match.start() - 1]):
-            position = match.start() + 1  # inside an identifier (PostgreSQL: ``a$b``): no dollar quote
-            continue
-        if opener in ("e'", "E'") and match.start() > 0 and _IDENT_CHAR.match(sql[match.start() - 1]):
-            position = match.start() + 1  # the E ends an identifier: a plain string follows
+        if opener[0] in "$eE" and match.start() > 0 and _IDENT_CHAR.match(sql[match.start() - 1]):
+            # inside an identifier: ``a$b`` opens no dollar quote, and in ``be'x'`` a plain string follows
+            position = match.start() + 1
             continue
         end = _quote_end(sql, match.end(), opener, dialect)
         (comments if opener in ("--", "/*") else segments).append((match.start(), min(end, length) - 1))
@@ -375,7 +373,9 @@ def lexical_hazard(sql: str, dialect: str) -> str | None:
     quoted = [token for token in tokens if token.token_type in _QUOTED_TOKENS]
     engine_ends = {end: start for start, end in segments}
     gate_ends = {token.end: token.start for token in quoted}
-    for end in sorted(set(engine_ends) ^ set(gate_ends)):
+    unmatched = sorted(set(engine_ends) ^ set(gate_ends))
+    if unmatched:
+        end = unmatched[0]
         start = engine_ends.get(end, gate_ends.get(end, end))
         return (f"quoted text read differently by the gate and the engine at characters {start + 1}-{end + 1}: "
                 "a quote, dollar quote or comment that one of them does not take as such")

@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.sandbox.bounds import CROSSING_CELL_CHARS, CutBytes, CutText, Fetched, fetch_bounded, \
@@ -51,9 +51,10 @@ TERMINATE_GRACE_MS = 1_000
 #: How long after the cancel the client stops waiting for a backend (its socket shut down): the case then ends
 #: as a timeout while the terminated backend finishes dying on the server.
 ABANDON_AFTER_MS = 1_500
-#: The role-level settings the README's recipe sets (``ALTER ROLE ... SET``), and the value each must not have.
-ROLE_DEFAULTS = {"default_transaction_read_only": "off", "statement_timeout": "0", "lock_timeout": "0",
-                 "idle_in_transaction_session_timeout": "0"}
+#: The role-level settings of docs/security.md's recipe (``ALTER ROLE ... SET``): the value each must not have
+#: (the server's default) and the one the recipe gives it.
+ROLE_DEFAULTS = {"default_transaction_read_only": ("off", "on"), "statement_timeout": ("0", "'60s'"),
+                 "lock_timeout": ("0", "'10s'"), "idle_in_transaction_session_timeout": ("0", "'60s'")}
 #: Who the adapter's sessions are in ``pg_stat_activity``: an administrator finds (or ends) them by this name.
 APPLICATION_NAME = "sqlcmp"
 
@@ -114,9 +115,8 @@ def role_check(engine: sa.Engine) -> tuple[list[str], list[str]]:
     if row[2] and not privileges:
         privileges.append("SELECT on pg_authid")
     configured = dict(str(item).split("=", 1) for item in settings if "=" in str(item))
-    missing = [f"{name} is not set for the role (ALTER ROLE ... SET {name} = "
-               f"{'on' if name == 'default_transaction_read_only' else chr(39) + '30s' + chr(39)})"
-               for name, unset in ROLE_DEFAULTS.items() if configured.get(name, unset) in (unset, "")]
+    missing = [f"{name} is not set for the role (ALTER ROLE ... SET {name} = {recommended})"
+               for name, (unset, recommended) in ROLE_DEFAULTS.items() if configured.get(name, unset) in (unset, "")]
     return privileges, missing
 
 
@@ -126,7 +126,7 @@ class Watch:
     query's timeout, not a lost connection)."""
 
     pid: int
-    terminated: bool = field(default=False)
+    terminated: bool = False
 
 
 @contextmanager
