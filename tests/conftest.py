@@ -146,6 +146,16 @@ def sqlite_file(path: Path, script: str) -> Path:
     return path
 
 
+def compare_on(db: Path, expected: str, actual: str, **config: object) -> Report:
+    """One pair's report on the database file ``db``, under ``config`` (EvalConfig's fields)."""
+    evaluator = Evaluator(default_db=str(db))
+    try:
+        return evaluator.evaluate(CompareRequest(expected_sql=expected, actual_sql=actual,
+                                                 config=EvalConfig(**config)))  # type: ignore[arg-type]
+    finally:
+        evaluator.close()
+
+
 def schema_of(path: Path) -> Schema:
     """The schema of the SQLite file at ``path``, read as the neighbor search reads it."""
     database = ExecutionAdapter(str(path))

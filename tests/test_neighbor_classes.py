@@ -11,16 +11,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import compare_on as compare
 from sqlglot import parse_one
 
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.neighbors.classes import CLASSES
 from sqlcmp_dagster.engine.neighbors.generation import PROFILES, neighbor_numbers, neighbor_rows, seed_of
 from sqlcmp_dagster.engine.neighbors.hints import hints
 from sqlcmp_dagster.engine.neighbors.schema import read_schema, sample
-from sqlcmp_dagster.engine.pipeline import Evaluator
 
 SHOP = """
 CREATE TABLE kind (code TEXT PRIMARY KEY, label TEXT NOT NULL);
@@ -49,15 +48,6 @@ def shop(tmp_path_factory: pytest.TempPathFactory) -> Path:
     connection.commit()
     connection.close()
     return path
-
-
-def compare(db: Path, expected: str, actual: str, **config: object) -> Report:
-    evaluator = Evaluator(default_db=str(db))
-    try:
-        return evaluator.evaluate(CompareRequest(expected_sql=expected, actual_sql=actual,
-                                                 config=EvalConfig(**config)))  # type: ignore[arg-type]
-    finally:
-        evaluator.close()
 
 
 @pytest.mark.parametrize(("kind", "expected", "actual", "clause"), [

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from conftest import plain_tables_of, schema_of, sqlite_file
+from conftest import compare_on as compare, plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import equivalence, execution
 from sqlcmp_dagster.engine.context import current, reset
@@ -61,15 +61,6 @@ def company(tmp_path_factory: pytest.TempPathFactory) -> Path:
     connection.commit()
     connection.close()
     return path
-
-
-def compare(db: Path, expected: str, actual: str, **config: object) -> Report:
-    evaluator = Evaluator(default_db=str(db))
-    try:
-        return evaluator.evaluate(CompareRequest(expected_sql=expected, actual_sql=actual,
-                                                 config=EvalConfig(**config)))  # type: ignore[arg-type]
-    finally:
-        evaluator.close()
 
 
 def search(report: Report) -> dict:
