@@ -141,15 +141,7 @@ def _command(suite: Path, db_dir: Path, out: Path, *extra: str) -> list[str]:
 
 def _untimed(out: Path) -> list[Any]:
     """The reports of ``out`` without what two runs of a case may differ in (run metadata, timings)."""
-    def strip(value: object) -> object:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items()
-                    if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-
-    return [strip(json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
+    return [_untimed_value(json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
 
 
 def _journal_lines(journal: Path) -> int:
@@ -400,6 +392,7 @@ def _stored(store: Path, asset: str) -> dict[str, Any]:
 
 
 def _untimed_value(value: Any) -> Any:
+    """``value`` (a report as JSON) without run metadata and timings, at any depth."""
     if isinstance(value, dict):
         return {k: _untimed_value(v) for k, v in value.items()
                 if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
