@@ -18,7 +18,7 @@ import pytest
 from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
-from sqlcmp_dagster.assets.common import case_reports_key, cases_partitions
+from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START, case_reports_key, cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.assets.sensors import LAUNCH_GRACE_SECONDS, MAX_ATTEMPTS, REQUEST_TAG, CursorState, \
     changed_case_runs
@@ -444,6 +444,36 @@ def test_the_sensor_waits_for_running_requests_and_gives_up_after_repeated_failu
     assert not given_up.run_requests
     assert len(warned) == 1 and f"{MAX_ATTEMPTS} runs of 2 case(s) (c00, c01) failed" in warned[0]
     assert not tick(given_up.cursor, [], 4).run_requests  # settled: not requested until the cases change
+
+
+def test_a_retry_covers_the_failed_run_s_cases_in_partition_order(tmp_path: Path, sample_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cursor keeps a request's cases by id (sorted); the retry of a failed range is still the range of
+    exactly those cases in partition order (the suite's): before, it ran from the smallest id to the largest,
+    an empty range when they were out of order, whose steps failed, or one that left cases out."""
+    from sqlcmp_dagster.assets import sensors
+    from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+
+    monkeypatch.setattr(sensors, "LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(3))
+    source = [json.loads(line) for line in sample_suite_path().read_text().splitlines()]
+    ids = ["slow", "pass_b", "pass_a", "zeta", "alpha", "mid"]  # two runs of three, neither in id order
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text("".join(json.dumps({**source[i], "case_id": case_id}) + "\n"
+                                                for i, case_id in enumerate(ids)), encoding="utf-8")
+    resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(sample_dir))
+    status = dg.DagsterRunStatus
+
+    def ranges(result: dg.SensorResult) -> list[tuple[str, str]]:
+        return [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests or []]
+
+    first = changed_case_runs(*resources, [], None, lambda request_ids: {})
+    assert ranges(first) == [("slow", "pass_a"), ("zeta", "mid")]
+    retried = changed_case_runs(*resources, ids, first.cursor,
+                                lambda request_ids: {i: [status.FAILURE] for i in request_ids}, now=1)
+    assert sorted(ranges(retried)) == sorted(ranges(first))
+    assert sorted(r.tags[REQUEST_TAG] for r in retried.run_requests or []) == \
+        sorted(r.tags[REQUEST_TAG] for r in first.run_requests or [])
 
 
 def test_failed_summary_runs_are_retried_and_runs_past_their_time_limit_fail(
