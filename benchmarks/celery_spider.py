@@ -109,8 +109,8 @@ def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: 
     step's length (from its STEP_START to its STEP_SUCCESS or STEP_FAILURE)."""
     origin = time.time() - (time.perf_counter() - started)
     created = min(instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp() for run in runs)
-    lines = [f"  the case sensor's first run created at +{created - origin:.1f} s (the daemon's and its code "
-             f"server's start, the first tick: hashing every case, adding the partitions)"]
+    lines = [(f"  the case sensor's first run created at +{created - origin:.1f} s (the daemon's and its code "
+             f"server's start, the first tick: hashing every case, adding the partitions)")]
     for run in sorted(runs, key=lambda r: r.run_id):
         record = instance.get_run_record_by_id(run.run_id)
         begun, ended = (record.start_time or origin), (record.end_time or origin)
