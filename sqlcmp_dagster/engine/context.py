@@ -62,6 +62,11 @@ class EngineContext:
             Guarded(OrderedDict())
         #: SHA-256 prefixes of database files by (path, size, modification time) (``execution``).
         self.file_digests: Guarded[dict[tuple[str, int, int], str]] = Guarded({})
+        #: Content fingerprints of database files by their state on disk (path, size, modification time and
+        #: inode, of the file and of its write-ahead log), least recently used first, at most
+        #: ``cache.FINGERPRINTS_KEPT`` (``cache.database_fingerprint``).
+        self.fingerprints: Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]] = \
+            Guarded(OrderedDict())
         #: Neighbor schemas with their sample rows by (database, fingerprint, sample rows), oldest first
         #: (``neighbors.schema.read_schema``).
         self.schemas: Guarded[dict[tuple[str, str, int], Any]] = Guarded({})
