@@ -13,7 +13,9 @@ wants its memory back.
 Memoized functions of sqlglot's dialects (``parsing.dialect_of``, the clocked parser classes, a dialect's
 keywords) are not here: what they return depends only on their argument and the installed sqlglot, so there is
 nothing a reset could change. Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
-query process too, as a script that imports nothing of this package, so it keeps its own thread and fork handler.
+query process too, as a script that imports nothing of this package, so it keeps its own thread and fork
+handler, both made at its first armed query (not at import), and a reset has nothing to drop there (a query
+armed is disarmed when it ends).
 """
 
 from __future__ import annotations
