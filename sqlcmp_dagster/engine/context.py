@@ -10,9 +10,10 @@ process once: sqlglot's logger is quieted (unless it was set already) and a fork
 a forked child (a worker of ``evaluate --workers N``) never takes a SQLite connection its parent opened.
 :func:`reset` starts a fresh context, for tests and for a long-lived process that wants its memory back.
 
-Memoized functions of sqlglot's dialects (``parsing.dialect_of``, the clocked parser classes, a dialect's
-keywords) are not here: what they return depends only on their argument and the installed sqlglot, so there is
-nothing a reset could change. Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
+Memoized functions of sqlglot's dialects (``parsing.dialect_of``, the clocked tokenizer, parser and generator
+classes, a dialect's keywords in ``rewrites.names``) are not here: what they return depends only on their
+argument and the installed sqlglot, and is bounded by the dialects there are, so there is nothing a reset could
+change. Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
 query process too, as a script that imports nothing of this package, so it keeps its own thread and fork
 handler, both made at its first armed query (not at import), and a reset has nothing to drop there (a query
 armed is disarmed when it ends).
