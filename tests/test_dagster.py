@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +25,7 @@ from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START, case_reports_ke
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.assets.sensors import LAUNCH_GRACE_SECONDS, MAX_ATTEMPTS, REQUEST_TAG, CursorState, \
     changed_case_runs
-from sqlcmp_dagster.cases.sample import sample_suite_path
+from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suites
 from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
 from sqlcmp_dagster.definitions import build_definitions
@@ -258,6 +261,40 @@ def test_code_location_has_assets_jobs_schedule_and_sensor(tmp_path: Path) -> No
     assert defs.get_schedule_def("nightly_evaluation").cron_schedule == "0 2 * * *"
     assert defs.get_sensor_def("case_sensor").name == "case_sensor"
     assert defs.resolve_job_def("evaluation_job").partitions_def == cases_partitions
+
+
+def test_loading_the_code_location_changes_nothing_in_the_process_environment() -> None:
+    """Importing the definitions (what ``dg dev``, a run worker and a Celery worker do) sets no variable: Dagster's
+    event switches come with the batched event log storage, when an instance builds one (test_event_log.py)."""
+    script = ("import json, os; import dagster, duckdb, polars, sqlalchemy, sqlglot; "  # their own settings first
+              "before = dict(os.environ); import sqlcmp_dagster.definitions; "      # (polars sets its allocator's)
+              "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith(("DAGSTER_EVENT", "DAGSTER_EMIT", "SQLCMP_"))}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1], env=environment, check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == []
+
+
+def test_resource_settings_from_the_environment_are_read_when_the_resources_are_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A location set in the environment reaches the resources as Dagster's EnvVar (the UI names the variable; a
+    run reads it when it builds the resource); one that is not set is the default, fixed at load."""
+    for name in ("SQLCMP_CASES_DIR", "SQLCMP_DB_DIR", "SQLCMP_DB_URL", "SQLCMP_STORAGE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SQLCMP_CASES_DIR", str(tmp_path / "first"))
+    monkeypatch.setenv("SQLCMP_STORAGE_DIR", "")  # empty is unset
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    defs = build_definitions()
+    resources = defs.resources or {}
+    assert isinstance(resources["cases"].folder, dg.EnvVar) and resources["cases"].folder.env_var_name == \
+        "SQLCMP_CASES_DIR"
+    assert resources["database"].url is None and resources["database"].db_dir == str(sample_db_dir())
+    assert resources["case_store"].base_path == str(tmp_path / "home" / "sqlcmp_storage")
+    monkeypatch.setenv("SQLCMP_CASES_DIR", str(tmp_path / "second"))
+    with dg.build_resources({"cases": resources["cases"]}) as built:
+        assert built.cases.folder == str(tmp_path / "second")
 
 
 def test_nightly_schedule_runs_all_cases_in_one_run(instance: dg.DagsterInstance) -> None:

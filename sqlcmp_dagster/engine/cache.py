@@ -37,6 +37,7 @@ import polars as pl
 import sqlglot
 from filelock import FileLock
 
+from sqlcmp_dagster.engine.context import Guarded, current, keep_recent
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
 from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_rows
@@ -217,8 +218,10 @@ def _remove(path: Path) -> None:
         pass
 
 
-#: Content fingerprints already computed in this process, by :func:`file_state`.
-_FINGERPRINTS: dict[tuple[tuple[str, int, int, int], ...], str] = {}
+#: Content fingerprints kept in the engine context (:func:`database_fingerprint`), the least recently used
+#: dropped first: an entry is a file's state and a digest, a few hundred bytes, so the bound is about a MB,
+#: and it is far more database files (or versions of one) than a suite reads.
+FINGERPRINTS_KEPT = 4096
 
 
 def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
@@ -238,13 +241,19 @@ def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
 def database_fingerprint(path: str, store: Store | None = None) -> str | None:
     """A digest of a database file's content (its write-ahead log included), or None when it cannot be read: a
     copy of the file, or the file touched, has the same one. Computed once per :func:`file_state`: remembered in
-    this process and, with ``store``, across runs, so that a warm run reads no database whole."""
+    the engine context (up to :data:`FINGERPRINTS_KEPT` states) and, with ``store``, across runs, so that a warm
+    run reads no database whole."""
     state = file_state(path)
     if state is None:
         return None
-    known = _FINGERPRINTS.get(state)
+    kept = _fingerprints()
+    with kept.lock:
+        known = kept.entries.get(state)
+        if known is not None:
+            kept.entries.move_to_end(state)
+            return known
     state_key = json.dumps(state)
-    if known is None and store is not None:
+    if store is not None:
         stored = store.load("fingerprint", state_key)
         known = stored if isinstance(stored, str) else None
     if known is None:
@@ -258,8 +267,13 @@ def database_fingerprint(path: str, store: Store | None = None) -> str | None:
         known = digest.hexdigest()
         if store is not None:
             store.save("fingerprint", state_key, known)
-    _FINGERPRINTS[state] = known
+    keep_recent(kept, state, known, FINGERPRINTS_KEPT)
     return known
+
+
+def _fingerprints() -> Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]]:
+    """The engine context's fingerprints, typed."""
+    return current().fingerprints
 
 
 class ExpectedResults:
