@@ -337,7 +337,7 @@ def test_worker_chunks_end_with_cheap_looking_cases_one_at_a_time() -> None:
     cases = [CompareRequest(case_id=f"{db}{q}{i}", expected_sql=f"SELECT {q} FROM t", db=db,
                             actual_sql=f"select  {q}  from T" if q % 2 else f"SELECT {q} + 1 FROM t")
              for db in ("a", "b") for q in range(20) for i in range(3)]
-    chunks = batch.chunks(cases, 2)
+    chunks = batch.chunks(list(enumerate(cases)), 2)
     order = [i for chunk in chunks for i, _ in chunk]
     assert sorted(order) == list(range(len(cases)))
     assert [batch.looks_cheap(cases[i]) for i in order] == [False] * 60 + [True] * 60
