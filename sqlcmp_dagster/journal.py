@@ -66,7 +66,8 @@ class Journal:
     run: :attr:`failure` says why, and the reports still reach ``--out`` if the disk allows it.
 
     Resuming reads the journal a line at a time and keeps only where each case version's report line starts
-    (:meth:`take_kept`); :meth:`kept_line` reads one back when its turn comes."""
+    (:meth:`take_kept`); :meth:`line_at` reads one back when its turn comes, as it does a report recorded in
+    this run that finished ahead of its turn (so that such a report need not wait in memory)."""
 
     def __init__(self, out: Path, *, resume: bool) -> None:
         self.path = journal_path(out)
@@ -78,18 +79,19 @@ class Journal:
         except BlockingIOError:
             os.close(self._fd)
             raise JournalBusy(f"{self.path}: another sqlcmp evaluate is writing this --out now") from None
-        self._kept, whole = _index(self._fd) if resume else ({}, 0)
-        if whole != os.fstat(self._fd).st_size:  # emptied, or a cut line at the end: the next starts a line
-            os.ftruncate(self._fd, whole)
+        self._kept, self._size = _index(self._fd) if resume else ({}, 0)
+        if self._size != os.fstat(self._fd).st_size:  # emptied, or a cut line at the end: the next starts a line
+            os.ftruncate(self._fd, self._size)
 
     def take_kept(self) -> dict[str, int]:
         """Where the report of each case version the journal held when it was opened starts (a later line of a
-        version wins), for :meth:`kept_line`; handed over once, so that it is not held for the whole run."""
+        version wins), for :meth:`line_at`; handed over once, so that it is not held for the whole run."""
         kept, self._kept = self._kept, {}
         return kept
 
-    def kept_line(self, offset: int) -> str:
-        """The report line (ending in a newline) of the journal line at ``offset`` (from :meth:`take_kept`)."""
+    def line_at(self, offset: int) -> str:
+        """The report line (ending in a newline) of the journal line at ``offset`` (from :meth:`take_kept` or
+        :meth:`record`)."""
         assert self._fd is not None, "the journal is open"
         data = b""
         while not data.endswith(b"\n"):
@@ -100,16 +102,21 @@ class Journal:
             data += more if end < 0 else more[:end + 1]
         return data[len(_HEAD) + 64 + len(_MIDDLE):-2].decode() + "\n"
 
-    def record(self, version: str, line: str) -> None:
-        """Append the report ``line`` (ending in a newline) of the case of ``version``."""
+    def record(self, version: str, line: str) -> int | None:
+        """Append the report ``line`` (ending in a newline) of the case of ``version``; where its journal line
+        starts (for :meth:`line_at`), None when it could not be written."""
         if self._fd is None or self.failure is not None:
-            return
+            return None
         data = f"{_HEAD}{version}{_MIDDLE}{line[:-1]}}}\n".encode()
+        offset, size = self._size, len(data)
         try:
             while data:
                 data = data[os.write(self._fd, data):]
         except OSError as failure:
             self.failure = failure
+            return None
+        self._size += size
+        return offset
 
     def close(self, *, done: bool) -> None:
         """Release the journal; ``done`` (``--out`` holds every report now) also removes it."""

@@ -22,6 +22,7 @@ from sqlcmp_dagster.engine.layers import validate
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_METRICS
 from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 
 TOP_LEVEL_KEYS = {
@@ -411,3 +412,12 @@ def test_the_expected_result_cache_is_bounded_by_cells(tmp_path: Path, sample_db
     last = validate(CompareRequest(expected_sql=large, actual_sql=large), adapter, cache=cache).expected[0]
     assert last.execution is not again[1].expected[0].execution  # a result over a tenth of the bound is not
     adapter.close()
+
+
+def test_the_expected_result_cache_is_bounded_in_entries_too() -> None:
+    """A suite of distinct expected queries with one-cell results: each entry costs more than its cell, so the
+    cache holds a bounded number of them, not one per query of the suite."""
+    cache = ExpectedResults(capacity_cells=3_300)
+    for number in range(1_000):
+        cache.put(f"query {number}", Execution(True, relation_from_rows(["n"], [(number,)]), None, 0.1))
+    assert 0 < len(cache) <= 100

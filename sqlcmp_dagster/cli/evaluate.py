@@ -278,8 +278,7 @@ def _run_batch(evaluator: Evaluator, spool: _Spool, kept: tuple[array[int], arra
             for index, report in stream:
                 position, version = taken.pop(index)
                 line = report_line(report)
-                journal.record(version, line)
-                order.arrived(position, outputs.entry(report, line))
+                order.arrived(position, outputs.entry(report, line), journal.record(version, line))
     finally:
         evaluator.close()
         progress.close()
@@ -289,8 +288,9 @@ def _run_batch(evaluator: Evaluator, spool: _Spool, kept: tuple[array[int], arra
 class _InOrder:
     """Hands each case's entry (:class:`~sqlcmp_dagster.cli.outputs.Entry`) to the outputs in suite order. With
     workers, reports finish in another order (a window's cases are grouped by question): one that comes ahead of
-    its turn waits here as its entry, so what waits is bounded by the windows in the workers' hands, not by the
-    suite. A kept report (``--resume``) is read back from the journal when its turn comes."""
+    its turn waits here as its entry, its line left in the journal when it reached it, so what waits is bounded
+    by the windows in the workers' hands, not by the suite, and is a few fields a report. A kept report
+    (``--resume``) is read back from the journal when its turn comes."""
 
     def __init__(self, outputs: Outputs, journal: Journal, kept_places: array[int], kept_offsets: array[int]) -> None:
         self.outputs, self.journal = outputs, journal
@@ -298,10 +298,12 @@ class _InOrder:
         #: The place of the next case the outputs take.
         self.next = 0
         self._kept = 0
-        self._waiting: dict[int, Entry] = {}
+        self._waiting: dict[int, tuple[Entry, int | None]] = {}
 
-    def arrived(self, position: int, entry: Entry) -> None:
-        self._waiting[position] = entry
+    def arrived(self, position: int, entry: Entry, offset: int | None) -> None:
+        """The entry of the case at ``position``; ``offset``: where the journal holds its line, if it does."""
+        self._waiting[position] = (entry, None) if offset is None or position == self.next \
+            else (entry._replace(line=None), offset)
         self.drain()
 
     def drain(self) -> None:
@@ -310,11 +312,13 @@ class _InOrder:
 
         while True:
             if self._kept < len(self.kept_places) and self.kept_places[self._kept] == self.next:
-                line = self.journal.kept_line(self.kept_offsets[self._kept])
+                line = self.journal.line_at(self.kept_offsets[self._kept])
                 entry = self.outputs.entry(Report.model_validate_json(line), line)
                 self._kept += 1
             elif self.next in self._waiting:
-                entry = self._waiting.pop(self.next)
+                entry, offset = self._waiting.pop(self.next)
+                if offset is not None:
+                    entry = entry._replace(line=self.journal.line_at(offset))
             else:
                 return
             self.outputs.add(entry)

@@ -26,8 +26,8 @@ from sqlcmp_dagster.engine.workers import follow_owner, start_server
 #: Most cases handed to a worker process at a time: enough to amortize the hand-over (about a millisecond).
 _CHUNK = 8
 #: Cases scheduled together when a batch comes as a stream (:func:`in_processes`): large enough that a run of
-#: Spider dev (1,034 cases) is one window, scheduled as before streaming, small enough that three windows of
-#: cases and the reports that finish ahead of their turn stay a few tens of megabytes. A question answered in
+#: Spider dev (1,034 cases) is one window, scheduled as before streaming, small enough that two windows of
+#: cases and what the reports that finish ahead of their turn leave waiting stay a few tens of megabytes. A question answered in
 #: two windows may be computed by each worker once; the disk store (``evaluate``'s default) serves it after.
 WINDOW = 2048
 #: Seconds a worker told to end (SIGTERM) gets before it is killed.
@@ -171,13 +171,13 @@ def in_processes(runner: CaseRunner, cases: Iterable[CompareRequest], workers: i
 
 def _windows(cases: Iterable[CompareRequest], size: int) \
         -> Iterator[tuple[list[tuple[int, CompareRequest]], bool]]:
-    """``cases`` numbered and cut into lists of ``size``, each with whether it is the last (read one ahead)."""
+    """``cases`` numbered and cut into lists of ``size``, each with whether it is the last (one case read ahead)."""
     source = enumerate(cases)
     current = list(itertools.islice(source, size))
     while current:
-        following = list(itertools.islice(source, size))
-        yield current, not following
-        current = following
+        following = next(source, None)
+        yield current, following is None
+        current = [] if following is None else [following, *itertools.islice(source, size - 1)]
 
 
 def _through_pool(pool: ProcessPoolExecutor, windows: Iterator[tuple[list[tuple[int, CompareRequest]], bool]],
