@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import queue
 from collections import deque
 from collections.abc import Iterable, Iterator, MutableSequence, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
@@ -184,8 +185,10 @@ def _through_pool(pool: ProcessPoolExecutor, windows: Iterator[tuple[list[tuple[
                   workers: int, lost: list[tuple[int, CompareRequest]]) -> Iterator[tuple[int, Done]]:
     """The outcomes of the cases of ``windows`` as ``pool`` finishes them, two windows at most submitted at a
     time. When the pool breaks (a worker died), every case it had not finished goes to ``lost`` and this ends;
-    the windows not read yet stay in ``windows``."""
+    the windows not read yet stay in ``windows``. Each chunk's future tells a queue when it is done, so taking
+    the next one costs the same whatever is running (waiting on every running future cost their number)."""
     running: dict[Future[list[tuple[int, Done]]], tuple[int, list[tuple[int, CompareRequest]]]] = {}
+    finished: queue.Queue[Future[list[tuple[int, Done]]]] = queue.Queue()
     outstanding: dict[int, int] = {}  # futures not done, per window
     numbers = itertools.count()
     broken = False
@@ -202,28 +205,29 @@ def _through_pool(pool: ProcessPoolExecutor, windows: Iterator[tuple[list[tuple[
                     lost.extend(chunk)
                     continue
                 try:
-                    running[pool.submit(_work, chunk)] = number, chunk
+                    future = pool.submit(_work, chunk)
                 except BrokenProcessPool:
                     broken = True
                     lost.extend(chunk)
                     continue
+                running[future] = number, chunk
                 outstanding[number] = outstanding.get(number, 0) + 1
+                future.add_done_callback(finished.put)
 
     submit()
     while running:
-        finished = wait(running, return_when=FIRST_COMPLETED).done if not broken else set(running)
-        for future in finished:
-            number, chunk = running.pop(future)
-            outstanding[number] -= 1
-            if not outstanding[number]:
-                del outstanding[number]
-            try:
-                outcomes = future.result()  # a pool that broke fails the futures it had not finished at once
-            except BrokenProcessPool:
-                broken = True
-                lost.extend(chunk)
-                continue
-            yield from outcomes
+        future = finished.get()
+        number, chunk = running.pop(future)
+        outstanding[number] -= 1
+        if not outstanding[number]:
+            del outstanding[number]
+        try:
+            outcomes = future.result()  # a pool that broke fails the futures it had not finished at once
+        except BrokenProcessPool:
+            broken = True
+            lost.extend(chunk)
+            continue
+        yield from outcomes
         submit()
 
 
