@@ -280,8 +280,9 @@ class ExpectedResults:
     """The expected queries' parses and executions, so that N models answering the same questions parse and
     execute each expected query once, not N times (and, with a :class:`Store`, once across runs).
 
-    In memory, executions are bounded by the cells they hold (``capacity_cells``; least recently used first
-    out), so memory stays bounded whatever the suite; a result larger than a tenth of that is not kept in memory.
+    In memory, executions are bounded by the cells they hold plus a fixed cost per entry (``capacity_cells``;
+    least recently used first out), so memory stays bounded whatever the suite; a result larger than a tenth of
+    that is not kept in memory.
     Only file databases (SQLite, DuckDB) are cached: a server's content cannot be fingerprinted cheaply, so its
     queries always run. Only successful parses and executions are kept (a failure may be a timeout, which
     another run may not hit).
@@ -292,6 +293,10 @@ class ExpectedResults:
         self.store = store
         self._entries: OrderedDict[str, Execution] = OrderedDict()
         self._cells = 0
+
+    def __len__(self) -> int:
+        """How many executions are held in memory."""
+        return len(self._entries)
 
     def key(self, database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> str | None:
         """The key of ``sql``'s execution on ``database`` under ``config``; None where it is not cached."""
@@ -340,19 +345,24 @@ class ExpectedResults:
         return outcome
 
     def _remember(self, key: str, execution: Execution) -> None:
-        cells = _cells(execution)
-        if cells > self.capacity_cells // 10:
+        if _cells(execution) > self.capacity_cells // 10:
             return
         self._entries[key] = execution
-        self._cells += cells
+        self._cells += _cells(execution) + _ENTRY_CELLS
         while self._cells > self.capacity_cells:
             _, dropped = self._entries.popitem(last=False)
-            self._cells -= _cells(dropped)
+            self._cells -= _cells(dropped) + _ENTRY_CELLS
 
 
 def _cells(execution: Execution) -> int:
     relation = execution.relation
     return 0 if relation is None else max(1, relation.height) * max(1, relation.width)
+
+
+#: What an entry costs beyond its cells, counted as cells: its execution, relation and key, about 1.4 KB, where
+#: a cell held as a Python value is about 60 bytes (Spider dev: 1.9 KB an entry of 9 cells on average). Without
+#: it a suite of distinct queries with one-cell results could keep five million entries (gigabytes) per worker.
+_ENTRY_CELLS = 32
 
 
 def _execution_record(execution: Execution) -> tuple[Any, ...] | None:
