@@ -14,6 +14,7 @@ import hashlib
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from sqlcmp_dagster.engine.neighbors.classes import CLASSES, can_change, emptied, nulled, partnerless, shared_values
@@ -133,9 +134,12 @@ def admissible(schema: Schema, rows: Rows) -> Rows:
     SQLite's legacy quirk lets a table that is no rowid alias store, and a neighbor stays within what any engine
     would accept (the engine rejects the rows that break the other declared constraints when it builds it)."""
     for name, current in rows.items():
-        keys = [i for i, column in enumerate(schema.tables[name].columns) if column.primary_key]
-        if keys:
-            rows[name] = [row for row in current if all(row[i] is not None for i in keys)]
+        keys = schema.tables[name].primary_positions
+        if len(keys) == 1:
+            (key,) = keys
+            rows[name] = [row for row in current if row[key] is not None]
+        elif keys:
+            rows[name] = [row for row in current if None not in itemgetter(*keys)(row)]
     return rows
 
 
