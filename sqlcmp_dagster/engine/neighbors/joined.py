@@ -130,7 +130,7 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
     copy of one of its rows, inserted before the child): the row built to satisfy a WHERE stays in. So does a key
     that is the row's own unique key (``cars_data.Id`` references ``car_names.MakeId``): pointed at an existing
     parent, a copy would repeat the key of the row that parent already has, and be rejected."""
-    if not table.foreign_keys or _keys_hold(table, rows, built):
+    if not table.foreign_keys:
         return list(rows)
     out = []
     # Each key's parent values (a list, in the parents' order, for the random choice, and a set to look them up),
@@ -161,24 +161,6 @@ def repair_keys(schema: Schema, table: Table, rows: list[tuple[Any, ...]], built
             row = with_cells(row, dict(zip(key.columns, (chosen,) if single else chosen)))
         out.append(row)
     return out
-
-
-def _keys_hold(table: Table, rows: list[tuple[Any, ...]], built: Rows) -> bool:
-    """Whether every declared foreign key of every row of ``table`` is NULL or names a row its parent has in
-    ``built`` (the rows built so far), checked with C-level set operations: :func:`repair_keys` then changes
-    nothing and adds no row, and its loop over the rows (a lookup per row and key) is skipped. Most tables of a
-    neighbor hold nothing to repair: their rows are a subset of the sample and its copies."""
-    for key in table.foreign_keys:
-        child, parent = cells_at(key.columns), cells_at(key.parent_columns)
-        present = set(map(parent, built.get(key.parent, [])))
-        values = set(map(child, rows))
-        if len(key.columns) == 1:
-            values.discard(None)
-        else:
-            values = {value for value in values if None not in value}
-        if not values <= present:
-            return False
-    return True
 
 
 def null_counted(schema: Schema, tables: list[str], rows: Rows, found: Hints, rng: random.Random) -> Rows:
