@@ -102,7 +102,7 @@ class _Search:
     # once per neighbor with a tie to look at. A parse that failed is not kept: one cut by the clock says nothing
     # of the next neighbor's (the text is parsed again there, as without the kept parse).
     keyed_uncut: dict[int, tuple[str, ParseOutcome | None, int] | None] = field(default_factory=dict)
-    # What :meth:`differs` answered per row set in this search, by the key its caller gave the set.
+    # What :meth:`differs` answered per row set in the shrinking under way, by the key its caller gave the set.
     tested: dict[Hashable, tuple[_Run, Scratch] | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -268,7 +268,7 @@ class _Search:
 
     def differs(self, rows: Rows, key: Hashable) -> tuple[_Run, Scratch] | None:
         """The run on ``rows`` and what the neighbor accepted when no alternative matches the actual query
-        there, else None. A row set tested before in this search under the same ``key`` gets the answer it got
+        there, else None. A row set tested before in this shrinking under the same ``key`` gets the answer it got
         then: the shrinking names a set by the positions of its rows in the set it shrinks (so the same rows in
         the same order, the same database), which costs nothing to compare, where the rows' values would have to
         be told apart by type and bits (``1`` and ``1.0``, ``0.0`` and ``-0.0`` are equal in Python, not in a
@@ -385,10 +385,11 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
             if outcome is None:
                 continue
             nonempty += outcome.expected.height > 0
-            if outcome.matches or search.by_chance(accepted, outcome):
+            if outcome.matches:
                 continue
             counterexample = _shrink(search, accepted, outcome, number)
-            break
+            if counterexample is not None:
+                break
     except _Spent:
         stop = f"{limit} was spent after {tried} neighbors"
         search.cut(f"neighbor search stopped: {stop}")
@@ -483,13 +484,16 @@ def _random(tree: exp.Expression) -> bool:
         node.name.lower() in _NONDETERMINISTIC_FUNCTIONS for node in tree.find_all(exp.Anonymous))
 
 
-def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any]:
-    """Delta debugging over the counterexample's whole tables, then runs of its rows removed until no single
-    removal keeps the difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row), then its report,
-    which says whether it is 1-minimal. A row the engine rejected on a set that still differs (a child whose
-    parent went, a repeated key) changes nothing there and goes with the removal that left it out."""
+def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any] | None:
+    """Delta debugging over the difference's whole tables, then runs of its rows removed until no single
+    removal keeps the difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row), then the report of
+    the smallest that is not chance (:meth:`_Search.by_chance`), which says whether it is 1-minimal; None when
+    chance made it. A row the engine rejected on a set that still differs (a child whose parent went, a repeated
+    key) changes nothing there and goes with the removal that left it out. Raises :class:`_Spent` when the time
+    is spent before a difference is known not to be chance."""
     best: list[tuple[Rows, _Run]] = [(rows, found)]
     last_kept: list[tuple[str, int]] = []  # the items of the last set that still differed, the engine accepted
+    search.tested.clear()  # its keys name rows by their positions in this difference's rows
 
     def still_fails(base: Rows, phase: int) -> Callable[[list[tuple[str, int]]], bool | None]:
         def test(items: list[tuple[str, int]]) -> bool | None:
@@ -522,16 +526,17 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
     shrunk, _ = best[-1]
     _, minimal = one_minimal(items(shrunk), still_fails(shrunk, 1), kept=lambda candidate: list(last_kept),
                              max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
-    # The smallest difference that is not chance (checked for the few smallest; the first was checked before).
-    ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))  # the last one found first
-    for rank, (smallest, run) in enumerate(ranked[:3]):
-        try:
-            if run is found or not search.by_chance(smallest, run):
-                return _counterexample(search, smallest, run, number, minimal=minimal and rank == 0)
-        except _Spent:
-            search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
-            break
-    return _counterexample(search, rows, found, number, minimal=False)
+    # The smallest difference that is not chance, checked for the few smallest, then the neighbor's own. A
+    # difference is shrunk before it is checked: chance is rare (4 of Spider dev's 90 differences), and checking
+    # each neighbor's whole difference first cost two more runs of it every time. A difference that chance made
+    # on the whole neighbor but not on a smaller part of it is a counterexample on that part.
+    ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))[:3]  # the last one found first
+    for rank, (smallest, run) in enumerate(ranked):
+        if not search.by_chance(smallest, run):
+            return _counterexample(search, smallest, run, number, minimal=minimal and rank == 0)
+    if all(run is not found for _, run in ranked) and not search.by_chance(rows, found):
+        return _counterexample(search, rows, found, number, minimal=False)
+    return None
 
 
 def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, minimal: bool) -> dict[str, Any]:
