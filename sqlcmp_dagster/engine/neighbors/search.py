@@ -40,7 +40,7 @@ from sqlcmp_dagster.engine.neighbors.generation import PROFILES, neighbor_number
 from sqlcmp_dagster.engine.neighbors.hints import Hints, hints
 from sqlcmp_dagster.engine.neighbors.schema import Rows, SCRATCH_DIALECTS, Schema, read_schema, sample
 from sqlcmp_dagster.engine.neighbors.scratch import Neighborhood, Scratch, neighborhood, scratch, stored
-from sqlcmp_dagster.engine.neighbors.shrink import ddmin, one_minimal
+from sqlcmp_dagster.engine.neighbors.shrink import one_minimal
 from sqlcmp_dagster.engine.parsing import ParseOutcome, sql_text
 from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.scoring import severity
@@ -485,8 +485,8 @@ def _random(tree: exp.Expression) -> bool:
 
 
 def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any] | None:
-    """Delta debugging over the difference's whole tables, then runs of its rows removed until no single
-    removal keeps the difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row), then the report of
+    """Runs of the difference's rows removed (whole tables among them) until no single removal keeps the
+    difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row: :func:`one_minimal`), then the report of
     the smallest that is not chance (:meth:`_Search.by_chance`), which says whether it is 1-minimal; None when
     chance made it. A row the engine rejected on a set that still differs (a child whose parent went, a repeated
     key) changes nothing there and goes with the removal that left it out. Raises :class:`_Spent` when the time
@@ -495,37 +495,31 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
     last_kept: list[tuple[str, int]] = []  # the items of the last set that still differed, the engine accepted
     search.tested.clear()  # its keys name rows by their positions in this difference's rows
 
-    def still_fails(base: Rows, phase: int) -> Callable[[list[tuple[str, int]]], bool | None]:
-        def test(items: list[tuple[str, int]]) -> bool | None:
-            candidate: Rows = {t: [] for t in base}
-            sources: dict[str, list[tuple[str, int]]] = {t: [] for t in base}
-            for table, position in items:
-                candidate[table].append(base[table][position])
-                sources[table].append((table, position))
-            try:
-                outcome = search.differs(candidate, (phase, tuple(items)))
-            except _Spent:
-                search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
-                return None
-            if outcome is None:
-                return False
-            run, built = outcome
-            best.append((built.accepted, run))
-            chosen = {sources[table][at] for table, positions in built.kept.items() for at in positions}
-            last_kept[:] = [item for item in items if item in chosen]
-            return True
-        return test
+    def still_fails(items: list[tuple[str, int]]) -> bool | None:
+        candidate: Rows = {t: [] for t in rows}
+        sources: dict[str, list[tuple[str, int]]] = {t: [] for t in rows}
+        for table, position in items:
+            candidate[table].append(rows[table][position])
+            sources[table].append((table, position))
+        try:
+            outcome = search.differs(candidate, tuple(items))
+        except _Spent:
+            search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
+            return None
+        if outcome is None:
+            return False
+        run, built = outcome
+        best.append((built.accepted, run))
+        chosen = {sources[table][at] for table, positions in built.kept.items() for at in positions}
+        last_kept[:] = [item for item in items if item in chosen]
+        return True
 
-    def items(base: Rows) -> list[tuple[str, int]]:
-        return [(t, i) for t in base for i in range(len(base[t]))]
-
-    ddmin([[item for item in items(rows) if item[0] == t] for t in rows if rows[t]],
-          lambda groups: still_fails(rows, 0)([x for g in groups for x in g]), max_tests=len(rows) + 2)
-    # The rows the engine accepted from the smallest set so far (a row removed may let another in). one_minimal
-    # asks which items of a set count right after that set was found to differ: those ``last_kept`` holds.
-    shrunk, _ = best[-1]
-    _, minimal = one_minimal(items(shrunk), still_fails(shrunk, 1), kept=lambda candidate: list(last_kept),
-                             max_tests=SHRINK_TESTS_PER_ROW * max(1, sum(len(r) for r in shrunk.values())))
+    # one_minimal asks which items of a set count right after that set was found to differ: those ``last_kept``
+    # holds (the rows the engine accepted: a row removed may let another in). Its runs remove whole tables as
+    # they remove rows: delta debugging over the tables first (Zeller's ddmin) cost Spider dev 264 tests more.
+    items = [(t, i) for t in rows for i in range(len(rows[t]))]
+    _, minimal = one_minimal(items, still_fails, kept=lambda candidate: list(last_kept),
+                             max_tests=SHRINK_TESTS_PER_ROW * max(1, len(items)))
     # The smallest difference that is not chance, checked for the few smallest, then the neighbor's own. A
     # difference is shrunk before it is checked: chance is rare (4 of Spider dev's 90 differences), and checking
     # each neighbor's whole difference first cost two more runs of it every time. A difference that chance made

@@ -1,5 +1,4 @@
-"""Delta debugging (Zeller and Hildebrandt's ddmin) over the tables of a counterexample, then its rows removed in
-runs until no single row can go.
+"""Shrinking a counterexample: runs of its rows removed, whole tables among them, until no single row can go.
 
 The test is expensive (build a database, run two queries), so the search is bounded by a number of tests and
 stops early when the caller's ``still_fails`` says the budget is spent; whatever it returns is a row set that
@@ -12,39 +11,6 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
-
-
-def ddmin(items: Sequence[T], still_fails: Callable[[list[T]], bool | None], *, max_tests: int) -> list[T]:
-    """A 1-minimal subset of ``items`` on which ``still_fails`` holds (removing any one item makes the
-    difference vanish), or the smallest one found within ``max_tests`` tests. ``still_fails`` returns None
-    when the budget is spent: the search then stops with the smallest failing set so far.
-
-    >>> ddmin(list(range(10)), lambda s: 3 in s and 7 in s, max_tests=100)
-    [3, 7]
-    """
-    current, chunks, tests = list(items), 2, 0
-    while len(current) >= 2:
-        size = max(1, len(current) // chunks)
-        parts = [current[i:i + size] for i in range(0, len(current), size)]
-        reduced = False
-        for candidate in [*parts, *([[x for p in parts if p is not part for x in p] for part in parts]
-                                    if len(parts) > 2 else [])]:
-            if tests >= max_tests:
-                return current
-            tests += 1
-            outcome = still_fails(candidate)
-            if outcome is None:
-                return current
-            if outcome:
-                shrunk_to_part = any(candidate is part for part in parts)
-                current, chunks = candidate, (2 if shrunk_to_part else max(chunks - 1, 2))
-                reduced = True
-                break
-        if not reduced:
-            if chunks >= len(current):
-                break
-            chunks = min(len(current), chunks * 2)
-    return current
 
 
 def one_minimal(items: Sequence[T], still_fails: Callable[[list[T]], bool | None], *, max_tests: int,
