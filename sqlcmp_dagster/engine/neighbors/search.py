@@ -449,13 +449,23 @@ def _proof(validation: Validation, index: int, result: ResultComparison,
     if sides[0].parsed.normalized_sql == sides[1].parsed.normalized_sql:
         return PROVEN_BY_STRUCTURE
     plain = schema.plain_tables
-    if plain is not None and proven_equivalent(sides[0].tree(dialect), sides[1].tree(dialect), dialect, plain,
-                                               deadline=deadline,
-                                               unordered=result.comparison_mode == "order-insensitive",
-                                               columns_by_value=Rules.of(result.comparison_mode, config).by_value,
-                                               affine=schema.affine_columns):
+    trees = [side.tree(dialect) for side in sides]
+    # No rewrite adds, drops or renames a table, and the texts a proof compares name every table each query
+    # reads: queries that read other tables are not proven, and are not rewritten to find it out (40 of Spider
+    # dev's 395 pairs that reach the rewrites).
+    if plain is not None and _tables_read(trees[0]) == _tables_read(trees[1]) \
+            and proven_equivalent(trees[0], trees[1], dialect, plain, deadline=deadline,
+                                  unordered=result.comparison_mode == "order-insensitive",
+                                  columns_by_value=Rules.of(result.comparison_mode, config).by_value,
+                                  affine=schema.affine_columns):
         return PROVEN_BY_REWRITES
     return None
+
+
+def _tables_read(tree: exp.Expression) -> list[str]:
+    """The names of the tables ``tree`` reads, each as often as it reads it, in lower case (where a proof's texts
+    may fold case), sorted."""
+    return sorted(table.name.lower() for table in tree.find_all(exp.Table))
 
 
 def _not_run_reason(validation: Validation, index: int, result: ResultComparison,
