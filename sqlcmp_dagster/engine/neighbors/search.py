@@ -385,11 +385,10 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
             if outcome is None:
                 continue
             nonempty += outcome.expected.height > 0
-            if outcome.matches:
+            if outcome.matches or search.by_chance(accepted, outcome):
                 continue
             counterexample = _shrink(search, accepted, outcome, number)
-            if counterexample is not None:
-                break
+            break
     except _Spent:
         stop = f"{limit} was spent after {tried} neighbors"
         search.cut(f"neighbor search stopped: {stop}")
@@ -494,13 +493,11 @@ def _random(tree: exp.Expression) -> bool:
         node.name.lower() in _NONDETERMINISTIC_FUNCTIONS for node in tree.find_all(exp.Anonymous))
 
 
-def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any] | None:
-    """Runs of the difference's rows removed (whole tables among them) until no single removal keeps the
-    difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row: :func:`one_minimal`), then the report of
-    the smallest that is not chance (:meth:`_Search.by_chance`), which says whether it is 1-minimal; None when
-    chance made it. A row the engine rejected on a set that still differs (a child whose parent went, a repeated
-    key) changes nothing there and goes with the removal that left it out. Raises :class:`_Spent` when the time
-    is spent before a difference is known not to be chance."""
+def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, Any]:
+    """Runs of the counterexample's rows removed (whole tables among them) until no single removal keeps the
+    difference (1-minimal, at most ``SHRINK_TESTS_PER_ROW`` tests a row: :func:`one_minimal`), then its report,
+    which says whether it is 1-minimal. A row the engine rejected on a set that still differs (a child whose
+    parent went, a repeated key) changes nothing there and goes with the removal that left it out."""
     best: list[tuple[Rows, _Run]] = [(rows, found)]
     last_kept: list[tuple[str, int]] = []  # the items of the last set that still differed, the engine accepted
     search.tested.clear()  # its keys name rows by their positions in this difference's rows
@@ -530,17 +527,18 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
     items = [(t, i) for t in rows for i in range(len(rows[t]))]
     _, minimal = one_minimal(items, still_fails, kept=lambda candidate: list(last_kept),
                              max_tests=SHRINK_TESTS_PER_ROW * max(1, len(items)))
-    # The smallest difference that is not chance, checked for the few smallest, then the neighbor's own. A
-    # difference is shrunk before it is checked: chance is rare (4 of Spider dev's 90 differences), and checking
-    # each neighbor's whole difference first cost two more runs of it every time. A difference that chance made
-    # on the whole neighbor but not on a smaller part of it is a counterexample on that part.
-    ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))[:3]  # the last one found first
-    for rank, (smallest, run) in enumerate(ranked):
-        if not search.by_chance(smallest, run):
-            return _counterexample(search, smallest, run, number, minimal=minimal and rank == 0)
-    if all(run is not found for _, run in ranked) and not search.by_chance(rows, found):
-        return _counterexample(search, rows, found, number, minimal=False)
-    return None
+    # The smallest difference that is not chance (checked for the few smallest; the first was checked before:
+    # checking the whole neighbor notes what chance does to either query there, which the smallest set may not
+    # show).
+    ranked = sorted(best, key=lambda pair: sum(len(r) for r in pair[0].values()))  # the last one found first
+    for rank, (smallest, run) in enumerate(ranked[:3]):
+        try:
+            if run is found or not search.by_chance(smallest, run):
+                return _counterexample(search, smallest, run, number, minimal=minimal and rank == 0)
+        except _Spent:
+            search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
+            break
+    return _counterexample(search, rows, found, number, minimal=False)
 
 
 def _counterexample(search: _Search, rows: Rows, run: _Run, number: int, *, minimal: bool) -> dict[str, Any]:
