@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 import random
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
