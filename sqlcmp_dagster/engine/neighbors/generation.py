@@ -149,8 +149,9 @@ def unreferenced_dropped(schema: Schema, tables: list[str], rows: Rows, read: Co
     a foreign key needs) that no row of the neighbor can reference. Those tables held a third of a Spider dev
     neighbor's rows; what the queries return depends on their rows only through the child rows they let in, and
     a child row is let in by a parent row that holds its key, which is kept: both queries return what they
-    returned with every row, on a database that still satisfies every declared constraint (so what it shows is
-    still a database of the schema), built and shrunk faster. "Can reference" is decided loosely, one column of
+    returned with every row (unless a row left out had kept a referenced one out by repeating its unique value:
+    another neighbor then, as valid), on a database that still satisfies every declared constraint, built and
+    shrunk faster. "Can reference" is decided loosely, one column of
     a key at a time (:func:`_loose`: a number meets a text that reads as it, a text meets itself in any case and
     without trailing spaces), so that no row SQLite would match under a column's affinity or collation goes; a
     value of another kind keeps the whole table, and so does a table that references itself."""
