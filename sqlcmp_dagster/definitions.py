@@ -3,14 +3,22 @@
 Defaults evaluate the bundled sample (its suite folder and SQLite database); environment variables point it
 elsewhere: ``SQLCMP_CASES_DIR`` (suite folder), ``SQLCMP_DB_DIR`` (SQLite folder), ``SQLCMP_DB_URL``
 (a SQLAlchemy URL for cases that name no database), ``SQLCMP_STORAGE_DIR`` (the Parquet store: a
-local folder or an fsspec URL such as ``s3://bucket/prefix``). ``SQLCMP_EXECUTOR`` and ``SQLCMP_CASES_PER_RUN``
-choose how runs scale out (docs/dagster.md, "Scale-out"); the same jobs run under every executor.
+local folder or an fsspec URL such as ``s3://bucket/prefix``). Each of these that is set becomes the resource's
+``dg.EnvVar`` (:func:`from_environment`): Dagster reads it when a run or sensor builds the resource, and the UI
+shows the variable's name rather than a value copied when the definitions loaded.
+
+``SQLCMP_EXECUTOR`` and ``SQLCMP_CASES_PER_RUN`` choose how runs scale out (docs/dagster.md, "Scale-out"); the
+same jobs run under every executor. They shape the definitions themselves (the executor, the layers' backfill
+policy), which Dagster's config cannot, so they are read from the environment as the definitions load. Loading
+the definitions sets nothing: Dagster's event batches are turned on by this project's event log storages when
+an instance builds one (:mod:`sqlcmp_dagster.event_log`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import dagster as dg
 
@@ -19,14 +27,27 @@ from sqlcmp_dagster.assets.common import CASE_STORE
 from sqlcmp_dagster.assets.jobs import evaluation_job, nightly_evaluation, summary_job
 from sqlcmp_dagster.assets.sensors import case_sensor
 from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
-from sqlcmp_dagster.event_log import enable_event_batches
-from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource, LLMJudgeResource, \
-    PartitionedParquetIOManager
+from sqlcmp_dagster.resources import (
+    CaseSuiteResource,
+    DatabaseResource,
+    LLMJudgeResource,
+    PartitionedParquetIOManager,
+)
+
+Default = TypeVar("Default", str, None)
+
+
+def from_environment(variable: str, default: Default) -> str | Default:
+    """``dg.EnvVar(variable)`` when the variable is set (and not empty), else ``default``. Dagster resolves an
+    ``EnvVar`` when it builds the resource, in the process that uses it, and fails a run whose variable is unset
+    there: it has no default of its own, so an unset variable means ``default``, fixed as the definitions load."""
+    return dg.EnvVar(variable) if os.environ.get(variable) else default
 
 
 def default_storage_dir() -> str:
-    home = os.environ.get("DAGSTER_HOME")
-    return os.environ.get("SQLCMP_STORAGE_DIR") or str(Path(home or ".", "sqlcmp_storage"))
+    """The Parquet store when ``SQLCMP_STORAGE_DIR`` is unset: ``$DAGSTER_HOME/sqlcmp_storage`` (else in the
+    working folder)."""
+    return str(Path(os.environ.get("DAGSTER_HOME") or ".", "sqlcmp_storage"))
 
 
 #: evaluation_summary follows the case reports without a switch to find: its eager automation condition is
@@ -58,7 +79,9 @@ def executor_from_environment() -> dg.ExecutorDefinition | None:
         return None
     if choice != "celery":
         raise ValueError(f"SQLCMP_EXECUTOR must be 'multiprocess' or 'celery', not {choice!r}")
-    from dagster_celery import celery_executor  # the 'celery' extra: pip install 'sqlcmp-dagster[celery]'
+    from dagster_celery import (
+        celery_executor,  # the 'celery' extra: pip install 'sqlcmp-dagster[celery]'
+    )
 
     backend = "SQLCMP_CELERY_BACKEND" if os.environ.get("SQLCMP_CELERY_BACKEND") else "SQLCMP_CELERY_BROKER"
     return celery_executor.configured({"broker": {"env": "SQLCMP_CELERY_BROKER"}, "backend": {"env": backend}},
@@ -67,14 +90,8 @@ def executor_from_environment() -> dg.ExecutorDefinition | None:
 
 def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None, db_url: str | None = None,
                       storage_dir: str | None = None) -> dg.Definitions:
-    """The definitions with explicit locations (tests and the demo) or the environment's defaults.
-
-    Any process that loads them (``dagster dev``'s step processes, an in-process run) hands Dagster's event
-    log a step's partition events as batches: see ``sqlcmp_dagster.event_log``.
-    """
-    enable_event_batches()
-    cases_dir = cases_dir or os.environ.get("SQLCMP_CASES_DIR") or str(sample_suite_path().parent)
-    db_dir = db_dir or os.environ.get("SQLCMP_DB_DIR") or str(sample_db_dir())
+    """The definitions with explicit locations (tests and the demo) or the environment's (see the module's
+    docstring)."""
     return dg.Definitions(
         assets=[*LAYERS, evaluation_summary],
         jobs=[evaluation_job, summary_job],
@@ -82,10 +99,13 @@ def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None
         sensors=[case_sensor, summary_sensor],
         executor=executor_from_environment(),
         resources={
-            "cases": CaseSuiteResource(folder=cases_dir),
-            "database": DatabaseResource(db_dir=db_dir, url=db_url or os.environ.get("SQLCMP_DB_URL")),
+            "cases": CaseSuiteResource(
+                folder=cases_dir or from_environment("SQLCMP_CASES_DIR", str(sample_suite_path().parent))),
+            "database": DatabaseResource(db_dir=db_dir or from_environment("SQLCMP_DB_DIR", str(sample_db_dir())),
+                                         url=db_url or from_environment("SQLCMP_DB_URL", None)),
             "judge": LLMJudgeResource(),
-            CASE_STORE: PartitionedParquetIOManager(base_path=storage_dir or default_storage_dir()),
+            CASE_STORE: PartitionedParquetIOManager(
+                base_path=storage_dir or from_environment("SQLCMP_STORAGE_DIR", default_storage_dir())),
         },
     )
 

@@ -4,10 +4,11 @@ A backfill over N cases records one materialization per case per layer asset (se
 SQLite storage commits each event twice (its run's shard, then the cross-run index), one fsync each: about
 20 ms per event on an ordinary disk, which made a 1,000-case run spend minutes in the event log while the
 engine needs seconds. Dagster already hands the storage a whole batch of a step's partition materializations
-when ``DAGSTER_EVENT_BATCH_SIZE`` is set, and its PostgreSQL storage writes such a batch at once; its SQLite
-storage stores them one by one. ``BatchedSqliteEventLogStorage`` writes the batch as PostgreSQL does: one
-insert into the run's shard, one transaction on the index (the events, their indexed tags, and the asset's
-latest-event row from the last of them). Every event is still stored, so the Partitions tab, per-partition
+when ``DAGSTER_EVENT_BATCH_SIZE`` is set (building a batched storage sets it, :func:`enable_event_batches`), and
+its PostgreSQL storage writes such a batch at once; its SQLite storage stores them one by one.
+``BatchedSqliteEventLogStorage`` writes the batch as PostgreSQL does: one insert into the run's shard, one
+transaction on the index (the events, their indexed tags, and the asset's latest-event row from the last of
+them). Every event is still stored, so the Partitions tab, per-partition
 metadata and the case sensor see exactly what the per-event path would write.
 
 Dagster stores a check result per event, three transactions each (the run's shard, the index, the check's
@@ -77,6 +78,10 @@ TESTED_DAGSTER = SpecifierSet(">=1.13.27,<1.14")
 _BATCHED = ({DagsterEventType.ASSET_MATERIALIZATION}, {DagsterEventType.ASSET_OBSERVATION})
 #: Dagster buffers a step's partition events up to this many before handing them over as one batch.
 EVENT_BATCH_SIZE = "1000"
+#: Dagster's switches, read from the environment: the size of a step's event batches (0, Dagster's default, is
+#: none), and whether a run plans its partitions in one event per asset (its storages' answer by default: no).
+BATCH_SIZE_VARIABLE = "DAGSTER_EVENT_BATCH_SIZE"
+PLANNED_SUBSET_VARIABLE = "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"
 #: Open engines kept per process: the index shard and the shards of the runs most recently written.
 _OPEN_SHARDS = 4
 
@@ -87,9 +92,24 @@ class BatchedEvents:
     and implements :meth:`_insert_events`; ``super()`` here is that Dagster storage."""
 
     def _init_batches(self) -> None:
+        """Called as the storage is built, in every process whose instance has one (the run's and its steps',
+        the webserver's and the daemon's): turns Dagster's event batches on there (:func:`enable_event_batches`)."""
+        enable_event_batches()
         #: Per-partition check results not yet stored (see the module docstring).
         self._held_checks: list[EventLogEntry] = []
         self._held_pid = os.getpid()
+
+    @property
+    def supports_partition_subset_in_asset_materialization_planned_events(self) -> bool:
+        """Whether a run plans each asset in one event naming its partitions, rather than one event per
+        partition: yes, unless ``DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS`` says otherwise (Dagster's own
+        storages read only that variable, which is unset by default). Dagster asks the storage of the process
+        that creates the run (the webserver's, the daemon's, an in-process run's). The cost: a run that fails
+        does not mark its planned partitions as failed (the failed step's own event still says which run and
+        step failed)."""
+        if os.environ.get(PLANNED_SUBSET_VARIABLE) is None:
+            return True
+        return bool(super().supports_partition_subset_in_asset_materialization_planned_events)  # type: ignore[misc]
 
     def _insert_events(self, events: Sequence[EventLogEntry]) -> list[int]:
         """Insert ``events`` (one run's) as one batch; return their ids, in their order."""
@@ -302,17 +322,39 @@ def local_instance(base_dir: str) -> dict[str, Any]:
 
 
 def enable_event_batches() -> None:
-    """Let Dagster hand the event log a step's partition events as batches (unless the environment already
-    chose a size), and record one planned event per asset per run instead of one per partition.
+    """Let Dagster hand the event log a step's partition events as batches of up to :data:`EVENT_BATCH_SIZE`,
+    unless the environment already chose a size.
 
-    Both are read by Dagster from the environment of the process that runs the steps; neither is set under a
-    release outside :data:`TESTED_DAGSTER`. The second has a cost: a run that fails does not mark its planned
-    partitions as failed (the failed step's own event still says which run and step failed).
+    Dagster reads the size from the environment of the process that emits a step's events, at each event, and
+    asks the storage nothing, so it is set there, in the environment: by a batched storage as it is built
+    (:meth:`BatchedEvents._init_batches`), which every such process does before its first step. Not when a module
+    is imported (loading the definitions sets nothing), and not under a Dagster release outside
+    :data:`TESTED_DAGSTER` (it is Dagster's private switch; such a release gets the stock storages anyway).
     """
-    if not tested_dagster():  # both are Dagster's private switches
+    if not tested_dagster():
         return
-    os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", EVENT_BATCH_SIZE)
-    os.environ.setdefault("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", "1")
+    os.environ.setdefault(BATCH_SIZE_VARIABLE, EVENT_BATCH_SIZE)
+
+
+@contextmanager
+def event_batches() -> Iterator[None]:
+    """Dagster's event switches on for the block, whatever the instance's storage: a step's partition events
+    handed over as batches (as :func:`enable_event_batches`), and each asset planned in one event per run rather
+    than one per partition (what :class:`BatchedEvents` answers by itself). For an in-process run, which is
+    created and executed in this process (:mod:`sqlcmp_dagster.local`): Dagster's own storages gain from both
+    too (its PostgreSQL storage inserts a batch at once, and a run over N cases plans 7 events, not 7N).
+
+    Each switch is set only where the environment does not set it, and removed when the block ends, so nothing
+    outlives the run. Nothing is set under a Dagster release outside :data:`TESTED_DAGSTER`."""
+    switches = ((BATCH_SIZE_VARIABLE, EVENT_BATCH_SIZE), (PLANNED_SUBSET_VARIABLE, "1")) if tested_dagster() else ()
+    added = {name: value for name, value in switches if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name, value in added.items():
+            if os.environ.get(name) == value:
+                del os.environ[name]
 
 
 #: The untested Dagster releases this process has warned about (once each).

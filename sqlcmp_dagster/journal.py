@@ -5,7 +5,7 @@ The journal ``<out>.journal`` holds one line per finished case, in the order the
 
     {"case_version":"<sha256>","report":<the report, exactly as its --out line>}
 
-The case version (:func:`case_versions`) is a hash of everything that decides the report: the case, the engine
+The case version (:class:`CaseVersions`) is a hash of everything that decides the report: the case, the engine
 version and its database (path, size and modification time of a file; the address of a server). ``--resume``
 keeps every report whose case still has the same version and evaluates the rest; the final file is then the
 kept and the new lines in suite order, the file a clean run writes (timings aside). A line a kill cut short is
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 from sqlcmp_dagster.cases.suite import case_version
@@ -37,45 +36,38 @@ def journal_path(out: Path) -> Path:
     return out.with_name(out.name + ".journal")
 
 
-def case_versions(cases: Sequence[CompareRequest], db_dir: Path | None, default_db: str | None) -> list[str]:
-    """Each case's version for the journal. A database file is stamped by its path, size and modification time
-    (hashing every database's bytes on every run would cost more than many runs' cases); a database that cannot
-    be resolved by the text that names it (its cases' reports say why)."""
-    stamps: dict[str, str] = {}
+class CaseVersions:
+    """Each case's version for the journal (call it with the case). A database file is stamped by its path,
+    size and modification time (hashing every database's bytes on every run would cost more than many runs'
+    cases); a database that cannot be resolved by the text that names it (its cases' reports say why). The
+    stamps are kept per database, not per case."""
 
-    def stamp(target: str) -> str:
-        if target not in stamps:
+    def __init__(self, db_dir: Path | None, default_db: str | None) -> None:
+        self.db_dir, self.default_db = db_dir, default_db
+        self._stamps: dict[str, str] = {}
+
+    def __call__(self, case: CompareRequest) -> str:
+        return case_version(case, self._stamp(case.db or self.default_db or ""))
+
+    def _stamp(self, target: str) -> str:
+        if target not in self._stamps:
             try:
-                resolved = resolve_database(target, db_dir)
+                resolved = resolve_database(target, self.db_dir)
                 info = os.stat(resolved) if "://" not in resolved else None
-                stamps[target] = resolved if info is None else f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
+                self._stamps[target] = resolved if info is None else f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
             except (OSError, ValueError):
-                stamps[target] = f"unresolved:{target}"
-        return stamps[target]
-
-    return [case_version(case, stamp(case.db or default_db or "")) for case in cases]
-
-
-def parse_journal(data: bytes) -> dict[str, str]:
-    """The report lines of a journal's bytes by case version (a later line of a version wins); lines that are
-    not whole journal lines (the last one, cut by a kill) are skipped."""
-    kept: dict[str, str] = {}
-    for raw in data.split(b"\n")[:-1]:  # what follows the last newline is a line cut short
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        version = line[len(_HEAD):len(_HEAD) + 64]
-        rest = line[len(_HEAD) + 64:]
-        if line.startswith(_HEAD) and rest.startswith(_MIDDLE) and rest.endswith("}"):
-            kept[version] = rest[len(_MIDDLE):-1] + "\n"
-    return kept
+                self._stamps[target] = f"unresolved:{target}"
+        return self._stamps[target]
 
 
 class Journal:
-    """The journal of one run of ``evaluate --out out``: locked, then (``resume``) read or emptied; reports are
-    appended with :meth:`record` as they finish. A write that fails (a full disk) stops the journal, not the
-    run: :attr:`failure` says why, and the reports still reach ``--out`` at the end if the disk allows it."""
+    """The journal of one run of ``evaluate --out out``: locked, then (``resume``) indexed or emptied; reports
+    are appended with :meth:`record` as they finish. A write that fails (a full disk) stops the journal, not the
+    run: :attr:`failure` says why, and the reports still reach ``--out`` if the disk allows it.
+
+    Resuming reads the journal a line at a time and keeps only where each case version's report line starts
+    (:meth:`take_kept`); :meth:`line_at` reads one back when its turn comes, as it does a report recorded in
+    this run that finished ahead of its turn (so that such a report need not wait in memory)."""
 
     def __init__(self, out: Path, *, resume: bool) -> None:
         self.path = journal_path(out)
@@ -87,22 +79,44 @@ class Journal:
         except BlockingIOError:
             os.close(self._fd)
             raise JournalBusy(f"{self.path}: another sqlcmp evaluate is writing this --out now") from None
-        data = self.path.read_bytes() if resume else b""
-        self.kept = parse_journal(data)
-        whole = data.rfind(b"\n") + 1
-        if whole != os.fstat(self._fd).st_size:  # emptied, or a cut line at the end: the next starts a line
-            os.ftruncate(self._fd, whole)
+        self._kept, self._size = _index(self._fd) if resume else ({}, 0)
+        if self._size != os.fstat(self._fd).st_size:  # emptied, or a cut line at the end: the next starts a line
+            os.ftruncate(self._fd, self._size)
 
-    def record(self, version: str, line: str) -> None:
-        """Append the report ``line`` (ending in a newline) of the case of ``version``."""
+    def take_kept(self) -> dict[str, int]:
+        """Where the report of each case version the journal held when it was opened starts (a later line of a
+        version wins), for :meth:`line_at`; handed over once, so that it is not held for the whole run."""
+        kept, self._kept = self._kept, {}
+        return kept
+
+    def line_at(self, offset: int) -> str:
+        """The report line (ending in a newline) of the journal line at ``offset`` (from :meth:`take_kept` or
+        :meth:`record`)."""
+        assert self._fd is not None, "the journal is open"
+        data = b""
+        while not data.endswith(b"\n"):
+            more = os.pread(self._fd, max(1 << 16, len(data)), offset + len(data))
+            if not more:
+                raise OSError(f"{self.path}: the journal line at byte {offset} is gone")
+            end = more.find(b"\n")
+            data += more if end < 0 else more[:end + 1]
+        return data[len(_HEAD) + 64 + len(_MIDDLE):-2].decode() + "\n"
+
+    def record(self, version: str, line: str) -> int | None:
+        """Append the report ``line`` (ending in a newline) of the case of ``version``; where its journal line
+        starts (for :meth:`line_at`), None when it could not be written."""
         if self._fd is None or self.failure is not None:
-            return
+            return None
         data = f"{_HEAD}{version}{_MIDDLE}{line[:-1]}}}\n".encode()
+        offset, size = self._size, len(data)
         try:
             while data:
                 data = data[os.write(self._fd, data):]
         except OSError as failure:
             self.failure = failure
+            return None
+        self._size += size
+        return offset
 
     def close(self, *, done: bool) -> None:
         """Release the journal; ``done`` (``--out`` holds every report now) also removes it."""
@@ -112,3 +126,26 @@ class Journal:
             self.path.unlink(missing_ok=True)
         os.close(self._fd)
         self._fd = None
+
+
+def _index(fd: int) -> tuple[dict[str, int], int]:
+    """Where the report of each case version starts in the journal open as ``fd`` (a later line of a version
+    wins), and the length of its whole lines; lines that are not whole journal lines (the last one, cut by a
+    kill) are skipped. Read a line at a time: a journal of 100,000 reports is hundreds of megabytes."""
+    kept: dict[str, int] = {}
+    offset = 0
+    with open(os.dup(fd), "rb") as handle:
+        handle.seek(0)
+        for raw in handle:
+            if not raw.endswith(b"\n"):  # what follows the last newline is a line cut short
+                break
+            start, offset = offset, offset + len(raw)
+            try:
+                line = raw[:-1].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            version = line[len(_HEAD):len(_HEAD) + 64]
+            rest = line[len(_HEAD) + 64:]
+            if line.startswith(_HEAD) and rest.startswith(_MIDDLE) and rest.endswith("}"):
+                kept[version] = start
+    return kept, offset

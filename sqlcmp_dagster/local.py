@@ -3,7 +3,8 @@
 One tick of the case sensor is evaluated and carried out as the daemon would: partitions are added or deleted
 and each run request is executed with ``materialize`` (a range request as one run over that range). Each run is
 tagged with the process that runs it (:data:`PID_TAG`), so that a run whose process was killed is marked failed
-by the next tick (:func:`fail_dead_runs`) instead of staying STARTED.
+by the next tick (:func:`fail_dead_runs`) instead of staying STARTED. Runs are created and executed with
+Dagster's event batches on (:func:`~sqlcmp_dagster.event_log.event_batches`), whatever the instance's storage.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import dagster as dg
 from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.sensors import case_sensor
 from sqlcmp_dagster.engine.atomic import running
+from sqlcmp_dagster.event_log import event_batches
 
 #: In-process runs print only warnings and errors to the console; every event still goes to the instance's event
 #: log, where the Dagster UI shows it (the DEBUG stream would bury a demo's few lines of summary).
@@ -62,9 +64,10 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
     for request in result.run_requests or []:
         if check is not None:
             check()
-        runs.append(dg.materialize(LAYERS, instance=instance, resources=resources, tags=_tagged(request.tags),
-                                   partition_key=request.partition_key, raise_on_error=False,
-                                   run_config=QUIET_CONSOLE))
+        with event_batches():
+            runs.append(dg.materialize(LAYERS, instance=instance, resources=resources, tags=_tagged(request.tags),
+                                       partition_key=request.partition_key, raise_on_error=False,
+                                       run_config=QUIET_CONSOLE))
     if check is not None:
         check()
     return Tick(added, deleted, runs, result.cursor)
@@ -72,9 +75,10 @@ def sensor_tick(defs: dg.Definitions, instance: dg.DagsterInstance, cursor: str 
 
 def materialize_summary(defs: dg.Definitions, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     """Recompute evaluation_summary over every stored case report."""
-    return dg.materialize([*LAYERS, evaluation_summary], instance=instance, resources=defs.resources or {},
-                          selection=[evaluation_summary], raise_on_error=False, run_config=QUIET_CONSOLE,
-                          tags=_tagged({}))
+    with event_batches():
+        return dg.materialize([*LAYERS, evaluation_summary], instance=instance, resources=defs.resources or {},
+                              selection=[evaluation_summary], raise_on_error=False, run_config=QUIET_CONSOLE,
+                              tags=_tagged({}))
 
 
 def _tagged(tags: Mapping[str, str]) -> dict[str, str]:

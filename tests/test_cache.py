@@ -21,7 +21,13 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine import cache
-from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store, database_fingerprint
+from sqlcmp_dagster.engine.cache import (
+    ENVIRONMENT,
+    ExpectedResults,
+    Store,
+    database_fingerprint,
+)
+from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome
@@ -164,6 +170,18 @@ def test_a_fingerprint_follows_the_content_not_the_file(tmp_path: Path) -> None:
     connection.close()
     assert database_fingerprint(str(copy)) != database_fingerprint(str(first))
     assert database_fingerprint(str(tmp_path / "missing.sqlite")) is None
+
+
+def test_the_fingerprints_a_process_remembers_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine context keeps at most FINGERPRINTS_KEPT file states, the least recently used dropped first, and
+    reset() forgets them."""
+    monkeypatch.setattr(cache, "FINGERPRINTS_KEPT", 2)
+    reset()
+    paths = [str(make_db(tmp_path / f"{name}.sqlite", [(1, name)])) for name in "abc"]
+    for path in (paths[0], paths[1], paths[0], paths[2]):
+        assert database_fingerprint(path) is not None
+    assert [state[0][0] for state in current().fingerprints.entries] == [paths[0], paths[2]]
+    assert not reset().fingerprints.entries
 
 
 def executions(cache_: ExpectedResults, adapter: ExecutionAdapter, sql: str, config: EvalConfig) -> Execution | None:

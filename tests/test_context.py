@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from sqlcmp_dagster.engine.cache import database_fingerprint
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.neighbors.schema import read_schema
@@ -35,6 +36,30 @@ print(json.dumps([imported, logging.getLogger("sqlglot").level]))
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == [[0, True], 40]  # NOTSET and the environment as it was; then ERROR
+
+
+def test_the_query_watchdog_registers_its_fork_handler_at_its_first_query_not_at_import() -> None:
+    """``sandbox.bounds`` (which DuckDB's query process also runs as a script) registers nothing when imported:
+    its fork handler comes with its first armed query, once however many queries follow."""
+    script = """
+import json, os
+registered = []
+register = os.register_at_fork
+def record(**handler):  # the package's handlers (the standard library registers its own as it is imported)
+    registered.extend(f"{h.__module__}.{h.__name__}" for h in handler.values() if h.__module__.startswith("sqlcmp"))
+    register(**handler)
+os.register_at_fork = record
+import sqlcmp_dagster.engine.sandbox.bounds as bounds
+imported = list(registered)
+for _ in range(3):
+    with bounds.interrupt_after(lambda: None, 60_000):
+        pass
+print(json.dumps([imported, registered]))
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == [[], ["sqlcmp_dagster.engine.sandbox.bounds._fresh_watchdog"]]
 
 
 def test_a_level_set_for_sqlglot_before_the_first_parse_is_kept() -> None:
@@ -63,13 +88,14 @@ def test_reset_empties_the_caches_and_closes_the_idle_neighbor_databases(tmp_pat
         tables = schema.scope({"t"})
         with neighborhood(database, schema, tables) as place, scratch(schema, tables, {"t": [(1, "a")]}, place):
             pass
+        assert database_fingerprint(str(path)) is not None
         kept = current()
         assert kept.gate_answers.entries and kept.schemas.entries and kept.file_digests.entries
-        assert kept.idle_neighborhoods.entries
+        assert kept.idle_neighborhoods.entries and kept.fingerprints.entries
         fresh = reset()
         assert fresh is current() and fresh is not kept
         assert not (fresh.gate_answers.entries or fresh.schemas.entries or fresh.file_digests.entries
-                    or fresh.idle_neighborhoods.entries)
+                    or fresh.idle_neighborhoods.entries or fresh.fingerprints.entries)
         assert place.writer is not None
         with pytest.raises(sqlite3.ProgrammingError):  # closed, not left open with nothing holding it
             place.writer.execute("SELECT 1")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +21,11 @@ import pytest
 from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
-from sqlcmp_dagster.assets.common import case_reports_key, cases_partitions
+from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START, case_reports_key, cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.assets.sensors import LAUNCH_GRACE_SECONDS, MAX_ATTEMPTS, REQUEST_TAG, CursorState, \
     changed_case_runs
-from sqlcmp_dagster.cases.sample import sample_suite_path
+from sqlcmp_dagster.cases.sample import sample_db_dir, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suites
 from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
 from sqlcmp_dagster.definitions import build_definitions
@@ -260,6 +263,40 @@ def test_code_location_has_assets_jobs_schedule_and_sensor(tmp_path: Path) -> No
     assert defs.resolve_job_def("evaluation_job").partitions_def == cases_partitions
 
 
+def test_loading_the_code_location_changes_nothing_in_the_process_environment() -> None:
+    """Importing the definitions (what ``dg dev``, a run worker and a Celery worker do) sets no variable: Dagster's
+    event switches come with the batched event log storage, when an instance builds one (test_event_log.py)."""
+    script = ("import json, os; import dagster, duckdb, polars, sqlalchemy, sqlglot; "  # their own settings first
+              "before = dict(os.environ); import sqlcmp_dagster.definitions; "      # (polars sets its allocator's)
+              "print(json.dumps(sorted(set(os.environ.items()) ^ set(before.items()))))")
+    environment = {name: value for name, value in os.environ.items()
+                   if not name.startswith(("DAGSTER_EVENT", "DAGSTER_EMIT", "SQLCMP_"))}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                         cwd=Path(__file__).resolve().parents[1], env=environment, check=False)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == []
+
+
+def test_resource_settings_from_the_environment_are_read_when_the_resources_are_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A location set in the environment reaches the resources as Dagster's EnvVar (the UI names the variable; a
+    run reads it when it builds the resource); one that is not set is the default, fixed at load."""
+    for name in ("SQLCMP_CASES_DIR", "SQLCMP_DB_DIR", "SQLCMP_DB_URL", "SQLCMP_STORAGE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SQLCMP_CASES_DIR", str(tmp_path / "first"))
+    monkeypatch.setenv("SQLCMP_STORAGE_DIR", "")  # empty is unset
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "home"))
+    defs = build_definitions()
+    resources = defs.resources or {}
+    assert isinstance(resources["cases"].folder, dg.EnvVar) and resources["cases"].folder.env_var_name == \
+        "SQLCMP_CASES_DIR"
+    assert resources["database"].url is None and resources["database"].db_dir == str(sample_db_dir())
+    assert resources["case_store"].base_path == str(tmp_path / "home" / "sqlcmp_storage")
+    monkeypatch.setenv("SQLCMP_CASES_DIR", str(tmp_path / "second"))
+    with dg.build_resources({"cases": resources["cases"]}) as built:
+        assert built.cases.folder == str(tmp_path / "second")
+
+
 def test_nightly_schedule_runs_all_cases_in_one_run(instance: dg.DagsterInstance) -> None:
     from sqlcmp_dagster.assets.jobs import nightly_evaluation
 
@@ -444,6 +481,36 @@ def test_the_sensor_waits_for_running_requests_and_gives_up_after_repeated_failu
     assert not given_up.run_requests
     assert len(warned) == 1 and f"{MAX_ATTEMPTS} runs of 2 case(s) (c00, c01) failed" in warned[0]
     assert not tick(given_up.cursor, [], 4).run_requests  # settled: not requested until the cases change
+
+
+def test_a_retry_covers_the_failed_run_s_cases_in_partition_order(tmp_path: Path, sample_dir: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cursor keeps a request's cases by id (sorted); the retry of a failed range is still the range of
+    exactly those cases in partition order (the suite's): before, it ran from the smallest id to the largest,
+    an empty range when they were out of order, whose steps failed, or one that left cases out."""
+    from sqlcmp_dagster.assets import sensors
+    from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+
+    monkeypatch.setattr(sensors, "LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(3))
+    source = [json.loads(line) for line in sample_suite_path().read_text().splitlines()]
+    ids = ["slow", "pass_b", "pass_a", "zeta", "alpha", "mid"]  # two runs of three, neither in id order
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text("".join(json.dumps({**source[i], "case_id": case_id}) + "\n"
+                                                for i, case_id in enumerate(ids)), encoding="utf-8")
+    resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(sample_dir))
+    status = dg.DagsterRunStatus
+
+    def ranges(result: dg.SensorResult) -> list[tuple[str, str]]:
+        return [(r.tags[RANGE_START], r.tags[RANGE_END]) for r in result.run_requests or []]
+
+    first = changed_case_runs(*resources, [], None, lambda request_ids: {})
+    assert ranges(first) == [("slow", "pass_a"), ("zeta", "mid")]
+    retried = changed_case_runs(*resources, ids, first.cursor,
+                                lambda request_ids: {i: [status.FAILURE] for i in request_ids}, now=1)
+    assert sorted(ranges(retried)) == sorted(ranges(first))
+    assert sorted(r.tags[REQUEST_TAG] for r in retried.run_requests or []) == \
+        sorted(r.tags[REQUEST_TAG] for r in first.run_requests or [])
 
 
 def test_failed_summary_runs_are_retried_and_runs_past_their_time_limit_fail(

@@ -13,7 +13,14 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from sqlcmp_dagster.event_log import BatchedSqliteEventLogStorage, enable_event_batches, local_instance
+from sqlcmp_dagster.event_log import (
+    BATCH_SIZE_VARIABLE,
+    EVENT_BATCH_SIZE,
+    PLANNED_SUBSET_VARIABLE,
+    BatchedSqliteEventLogStorage,
+    event_batches,
+    local_instance,
+)
 
 #: How a test's instance is configured: ``(home, batched)`` -> ``instance_for_test`` overrides.
 Overrides = Callable[[Path, bool], dict[str, Any] | None]
@@ -26,11 +33,24 @@ def backend(request: pytest.FixtureRequest) -> tuple[Overrides, type]:
         return (lambda home, batched: local_instance(str(home / "history" / "runs")) if batched else None,
                 BatchedSqliteEventLogStorage)
     pytest.importorskip("dagster_postgres")
-    from sqlcmp_dagster.event_log_postgres import BatchedPostgresEventLogStorage, postgres_instance
+    from sqlcmp_dagster.event_log_postgres import (
+        BatchedPostgresEventLogStorage,
+        postgres_instance,
+    )
 
     create = request.getfixturevalue("fresh_pg_database")
     return (lambda home, batched: postgres_instance(create()) if batched else
             {"storage": {"postgres": {"postgres_url": create()}}}, BatchedPostgresEventLogStorage)
+
+
+@pytest.fixture
+def unswitched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither of Dagster's event switches set, as in a fresh process; what a storage sets during the test is
+    undone after it (each variable is remembered as it was before it is removed)."""
+    for variable in (BATCH_SIZE_VARIABLE, PLANNED_SUBSET_VARIABLE):
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+
 
 KEYS = [f"case{i:03d}" for i in range(20)]
 parts = dg.DynamicPartitionsDefinition(name="cases")
@@ -74,13 +94,12 @@ def _materialize(home: Path, overrides: dict[str, Any] | None) -> dict[str, obje
                 "run_records": len(instance.get_records_for_run(result.run_id).records)}
 
 
-def test_batched_event_log_stores_what_the_per_event_path_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_batched_event_log_stores_what_the_per_event_path_stores(tmp_path: Path, unswitched: None,
                                                                  backend: tuple[Overrides, type]) -> None:
+    """The batched storage turns Dagster's event batches on itself, as it is built (nothing else sets them)."""
     overrides, storage_class = backend
-    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
-    monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
     stock = _materialize(tmp_path / "stock", overrides(tmp_path / "stock", False))
-    enable_event_batches()
+    assert BATCH_SIZE_VARIABLE not in os.environ
     batched = _materialize(tmp_path / "batched", overrides(tmp_path / "batched", True))
     assert batched["storage"] is storage_class
     # the same facts: one materialization per case with its own metadata, every partition materialized
@@ -139,13 +158,10 @@ def _check_results(home: Path, overrides: dict[str, Any] | None) -> dict[str, ob
                 "logged": logged, "writes": writes["check"], "storage": type(storage)}
 
 
-def test_per_partition_check_results_are_stored_as_one_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_per_partition_check_results_are_stored_as_one_batch(tmp_path: Path, unswitched: None,
                                                               backend: tuple[Overrides, type]) -> None:
     overrides, storage_class = backend
-    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
-    monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
     stock = _check_results(tmp_path / "stock", overrides(tmp_path / "stock", False))
-    enable_event_batches()
     batched = _check_results(tmp_path / "batched", overrides(tmp_path / "batched", True))
     assert batched["storage"] is storage_class
     # the same facts: each partition's latest result, the history with its metadata, the log in the same order
@@ -221,7 +237,7 @@ def test_postgres_connections_do_not_grow_with_storages_never_disposed(fresh_pg_
 
 
 def test_an_untested_dagster_release_gets_the_stock_storage_with_one_warning(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: tuple[Overrides, type]) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unswitched: None, backend: tuple[Overrides, type]) -> None:
     """Under a Dagster release outside TESTED_DAGSTER the instance builds Dagster's own event log storage (which
     stores the same events), warning once however many instances the process builds, and the private switches
     of the event batches are left alone."""
@@ -229,11 +245,8 @@ def test_an_untested_dagster_release_gets_the_stock_storage_with_one_warning(
 
     overrides, storage_class = backend
     monkeypatch.setattr(dg, "__version__", f"1.14.0rc{len(storage_class.__name__)}")  # one of its own per backend
-    monkeypatch.delenv("DAGSTER_EVENT_BATCH_SIZE", raising=False)
-    monkeypatch.delenv("DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS", raising=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        enable_event_batches()
         first = _materialize(tmp_path / "first", overrides(tmp_path / "first", True))
         second = _materialize(tmp_path / "second", overrides(tmp_path / "second", True))
     ours = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
@@ -242,7 +255,21 @@ def test_an_untested_dagster_release_gets_the_stock_storage_with_one_warning(
         stock = result["storage"]
         assert stock in storage_class.__bases__ and not issubclass(stock, BatchedEvents)  # Dagster's own
         assert result["materialized"] == set(KEYS)
-    assert "DAGSTER_EVENT_BATCH_SIZE" not in os.environ
+    assert BATCH_SIZE_VARIABLE not in os.environ
+
+
+def test_an_in_process_run_s_event_switches_end_with_it_and_a_set_one_is_kept(
+        unswitched: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``event_batches`` (around each of sqlcmp_dagster.local's in-process runs) turns both switches on for its
+    block, whatever the storage, but one the environment already set stays as it is."""
+    monkeypatch.setenv(PLANNED_SUBSET_VARIABLE, "0")
+    with event_batches():
+        assert os.environ[BATCH_SIZE_VARIABLE] == EVENT_BATCH_SIZE and os.environ[PLANNED_SUBSET_VARIABLE] == "0"
+    assert BATCH_SIZE_VARIABLE not in os.environ and os.environ[PLANNED_SUBSET_VARIABLE] == "0"
+    monkeypatch.delenv(PLANNED_SUBSET_VARIABLE)
+    with event_batches():
+        assert os.environ[PLANNED_SUBSET_VARIABLE] == "1"
+    assert PLANNED_SUBSET_VARIABLE not in os.environ
 
 
 def test_the_tested_release_gets_the_batched_storage_without_a_warning(tmp_path: Path) -> None:
@@ -290,9 +317,14 @@ def test_the_dagster_internals_the_storages_build_on_still_exist(tmp_path: Path)
     import inspect
     from importlib.util import find_spec
 
-    from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
-    from dagster._core.storage.event_log import SqliteEventLogStorage
-    from dagster._core.storage.event_log.schema import AssetCheckExecutionsTable, SqlEventLogStorageTable
+    from dagster._core.storage.asset_check_execution_record import (
+        AssetCheckExecutionRecordStatus,
+    )
+    from dagster._core.storage.event_log import EventLogStorage, SqliteEventLogStorage
+    from dagster._core.storage.event_log.schema import (
+        AssetCheckExecutionsTable,
+        SqlEventLogStorageTable,
+    )
 
     pytest.importorskip("dagster_postgres")
     from dagster_postgres.event_log import PostgresEventLogStorage
@@ -316,11 +348,15 @@ def test_the_dagster_internals_the_storages_build_on_still_exist(tmp_path: Path)
     storage = SqliteEventLogStorage(str(tmp_path / "runs"))  # the attributes the SQLite storage's _connect uses
     assert hasattr(storage, "_db_lock") and isinstance(storage._initialized_dbs, set)
     storage.dispose()
-    # the environment switches enable_event_batches sets are still read by Dagster
+    # the environment switches the storages set or honour are still read by Dagster, and the storage's answer on
+    # planned events is still asked of it
     source = "".join(path.read_text(encoding="utf-8", errors="replace")
                      for path in Path(find_spec("dagster").origin).parent.rglob("*.py"))  # type: ignore[arg-type]
-    for variable in ("DAGSTER_EVENT_BATCH_SIZE", "DAGSTER_EMIT_PARTITION_SUBSET_IN_PLANNED_EVENTS"):
+    for variable in (BATCH_SIZE_VARIABLE, PLANNED_SUBSET_VARIABLE):
         assert f'"{variable}"' in source, variable
+    assert isinstance(inspect.getattr_static(
+        EventLogStorage, "supports_partition_subset_in_asset_materialization_planned_events"), property)
+    assert "event_log_storage.supports_partition_subset_in_asset_materialization_planned_events" in source
 
 
 def test_pyproject_requires_the_tested_dagster_range() -> None:

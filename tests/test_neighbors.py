@@ -23,7 +23,7 @@ from conftest import compare_on as compare, plain_tables_of, schema_of, sqlite_f
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import equivalence, execution
 from sqlcmp_dagster.engine.context import current, reset
-from sqlcmp_dagster.engine.equivalence import proven_equivalent
+from sqlcmp_dagster.engine.equivalence import proof, proven_equivalent, rules
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
@@ -635,7 +635,7 @@ def test_in_lists_are_rewritten_only_within_the_copy_bound(company_tables: dict[
         "SELECT name FROM emp WHERE " + " OR ".join(f"salary = {v}" for v in values))]
     assert pair[0] is not None and pair[1] is not None
     assert proven_equivalent(pair[0], pair[1], "sqlite", company_tables, deadline=time.monotonic() + 60)
-    monkeypatch.setattr(equivalence, "MAX_COPIED_NODES", 100)
+    monkeypatch.setattr(rules, "MAX_COPIED_NODES", 100)
     assert not proven_equivalent(pair[0], pair[1], "sqlite", company_tables, deadline=time.monotonic() + 60)
 
 
@@ -645,8 +645,8 @@ def test_the_rewrites_prove_nothing_where_they_change_nothing(company_tables: di
     compared (equal canonical trees are a proof of their own): the answer is no, and nothing is printed. Where
     one rewrite changes one tree, both are printed and compared."""
     printed: list[str] = []
-    original = equivalence.proof_text
-    monkeypatch.setattr(equivalence, "proof_text", lambda tree, dialect, **sort: printed.append(dialect) or
+    original = proof.proof_text
+    monkeypatch.setattr(proof, "proof_text", lambda tree, dialect, **sort: printed.append(dialect) or
                         original(tree, dialect, **sort))
     same = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name", "sqlite").tree
     ascending = parse("SELECT name FROM emp WHERE salary > 5 ORDER BY name ASC", "sqlite").tree

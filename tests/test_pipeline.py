@@ -22,6 +22,7 @@ from sqlcmp_dagster.engine.layers import validate
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_METRICS
 from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 
 TOP_LEVEL_KEYS = {
@@ -337,7 +338,7 @@ def test_worker_chunks_end_with_cheap_looking_cases_one_at_a_time() -> None:
     cases = [CompareRequest(case_id=f"{db}{q}{i}", expected_sql=f"SELECT {q} FROM t", db=db,
                             actual_sql=f"select  {q}  from T" if q % 2 else f"SELECT {q} + 1 FROM t")
              for db in ("a", "b") for q in range(20) for i in range(3)]
-    chunks = batch.chunks(cases, 2)
+    chunks = batch.chunks(list(enumerate(cases)), 2)
     order = [i for chunk in chunks for i, _ in chunk]
     assert sorted(order) == list(range(len(cases)))
     assert [batch.looks_cheap(cases[i]) for i in order] == [False] * 60 + [True] * 60
@@ -411,3 +412,12 @@ def test_the_expected_result_cache_is_bounded_by_cells(tmp_path: Path, sample_db
     last = validate(CompareRequest(expected_sql=large, actual_sql=large), adapter, cache=cache).expected[0]
     assert last.execution is not again[1].expected[0].execution  # a result over a tenth of the bound is not
     adapter.close()
+
+
+def test_the_expected_result_cache_is_bounded_in_entries_too() -> None:
+    """A suite of distinct expected queries with one-cell results: each entry costs more than its cell, so the
+    cache holds a bounded number of them, not one per query of the suite."""
+    cache = ExpectedResults(capacity_cells=3_300)
+    for number in range(1_000):
+        cache.put(f"query {number}", Execution(True, relation_from_rows(["n"], [(number,)]), None, 0.1))
+    assert 0 < len(cache) <= 100

@@ -1,4 +1,4 @@
-"""Layer 2's equivalence rules (engine/rewrites.py): each rule's rewrite returns the same bag of rows as the
+"""Layer 2's equivalence rules (engine/rewrites/): each rule's rewrite returns the same bag of rows as the
 original on random databases of one schema (built by the neighbor generator) on SQLite, DuckDB and PostgreSQL;
 queries that differ in meaning stay apart; the structural comparison sees the equivalences."""
 

@@ -69,6 +69,14 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     known = set(existing)
     added = [case_id for case_id in versions if case_id not in known]
     deleted = [case_id for case_id in existing if case_id not in versions]
+    order = [k for k in existing if k in versions] + added
+    runs: list[dg.RunRequest] = []
+    for request_id in retried:  # a retry covers its request's cases again, as one range in partition order
+        blocks = _consecutive(order, set(state.pending[request_id]["cases"]))
+        if len(blocks) == 1:
+            runs.append(_run_request(blocks[0], request_id))
+        else:  # no longer one range: its cases are requested anew below
+            del state.pending[request_id]
     in_flight = {case_id: version for request in state.pending.values() for case_id, version in
                  request["cases"].items()}
     stale = {case_id for case_id, version in versions.items()
@@ -81,9 +89,7 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
                 warn(terminal_text(f"case store: {asset} holds no readable row of {len(gone)} case(s) "
                                    f"({', '.join(sorted(gone)[:5])}): materializing them again"))
             stale |= gone
-    order = [k for k in existing if k in versions] + added
     size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(order) or 1
-    runs = [_run_request(list(state.pending[request_id]["cases"]), request_id) for request_id in retried]
     for block in _consecutive(order, stale):
         for start in range(0, len(block), size):
             chunk = {case_id: versions[case_id] for case_id in block[start:start + size]}

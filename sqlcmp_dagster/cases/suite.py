@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,21 @@ class Suite:
 
 def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
     """Load every case of ``path``; ``config_overrides`` are applied under each case's own ``config``."""
+    cases: list[CompareRequest] = []
+    errors: list[SuiteError] = []
+    for item in read_suite(path, config_overrides):
+        if isinstance(item, SuiteError):
+            errors.append(item)
+        else:
+            cases.append(item)
+    return Suite(cases, errors)
+
+
+def read_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Iterator[CompareRequest | SuiteError]:
+    """Each case of ``path``, or the error that kept it from loading, in file order, read as they are asked for:
+    a JSONL suite a line at a time, a Parquet one a batch of rows at a time, so that a suite of any length
+    costs the memory of a few cases (the case ids seen, to refuse a duplicate, aside). A YAML suite is one
+    document, parsed whole. Raises ``ValueError`` for a file that is no suite format, before any case."""
     suffix = path.suffix.lower()
     if not suffix and path.exists() and not path.is_file():  # a pipe (<(...), /dev/stdin): JSONL lines, read once
         suffix = ".jsonl"
@@ -51,12 +66,27 @@ def load_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> Su
     if suffix == ".jsonl":
         items = _jsonl_items(path)
     elif suffix == ".parquet":
-        import polars as pl
-
-        items = ((i, row) for i, row in enumerate(pl.read_parquet(path).iter_rows(named=True), 1))
+        items = _parquet_items(path)
     else:
         items = _yaml_items(path)
     return _validate(path, items, config_overrides or {})
+
+
+#: Rows of a Parquet suite read at a time (:func:`_parquet_items`).
+_PARQUET_BATCH = 1024
+
+
+def _parquet_items(path: Path) -> Iterator[tuple[int, Any]]:
+    import polars as pl
+    import pyarrow.parquet as pq
+
+    number = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=_PARQUET_BATCH):
+        frame = pl.from_arrow(batch)
+        assert isinstance(frame, pl.DataFrame)  # a record batch is a frame, never a series
+        for row in frame.iter_rows(named=True):
+            number += 1
+            yield number, row
 
 
 def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
@@ -161,16 +191,15 @@ class _Broken:
     message: str
 
 
-def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str, Any]) -> Suite:
-    cases: list[CompareRequest] = []
-    errors: list[SuiteError] = []
+def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str, Any]) \
+        -> Iterator[CompareRequest | SuiteError]:
     first_line: dict[str, int] = {}
     for number, item in items:
         if isinstance(item, _Broken):
-            errors.append(SuiteError(str(path), number, item.message))
+            yield SuiteError(str(path), number, item.message)
             continue
         if not isinstance(item, dict):
-            errors.append(SuiteError(str(path), number, f"a case is an object, got {type(item).__name__}"))
+            yield SuiteError(str(path), number, f"a case is an object, got {type(item).__name__}")
             continue
         item = {k: v for k, v in item.items() if v is not None}
         if isinstance(item.get("config"), dict):  # a Parquet struct holds every case's keys, null where unset
@@ -180,22 +209,24 @@ def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str,
             item["config"] = {**overrides, **(item.get("config") or {})}
         case_id = str(item["case_id"])
         if not case_id.strip():
-            errors.append(SuiteError(str(path), number, "case_id is empty: a case needs an id its report is "
-                                                        "known by"))
+            yield SuiteError(str(path), number, "case_id is empty: a case needs an id its report is known by")
             continue
         if case_id in first_line:
-            errors.append(SuiteError(str(path), number, f"duplicate case_id {case_id!r} (first on line "
-                                                        f"{first_line[case_id]}): skipped"))
+            yield SuiteError(str(path), number, f"duplicate case_id {case_id!r} (first on line "
+                                                f"{first_line[case_id]}): skipped")
             continue
         first_line[case_id] = number
-        try:
-            cases.append(CompareRequest.model_validate(item))
-        except RecursionError:
-            errors.append(SuiteError(str(path), number, f"case {case_id!r}: a value is nested too deep to read"))
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'case'}: {e['msg']}" for e in error.errors())
-            errors.append(SuiteError(str(path), number, f"case {item.get('case_id')!r}: {problems}"))
-    return Suite(cases, errors)
+        yield _case(path, number, case_id, item)
+
+
+def _case(path: Path, number: int, case_id: str, item: dict[str, Any]) -> CompareRequest | SuiteError:
+    try:
+        return CompareRequest.model_validate(item)
+    except RecursionError:
+        return SuiteError(str(path), number, f"case {case_id!r}: a value is nested too deep to read")
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'case'}: {e['msg']}" for e in error.errors())
+        return SuiteError(str(path), number, f"case {item.get('case_id')!r}: {problems}")
 
 
 def case_version(request: CompareRequest, database_fingerprint: str) -> str:

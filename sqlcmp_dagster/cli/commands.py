@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 # The engine is imported inside each command, never at the top (see sqlcmp_dagster.cli's main).
 from sqlcmp_dagster.cli.common import EXIT_FAIL, EXIT_OUTPUT, EXIT_PASS, UsageError, cache_dir_of, check_input, \
     config_overrides, judge_of, load_reports, open_database, say, say_json, validation_errors, verdict_status
-from sqlcmp_dagster.cli.evaluate import check_outputs, write_outputs
+from sqlcmp_dagster.cli.evaluate import check_outputs
 
 
 def cache_command(args: argparse.Namespace) -> int:
@@ -61,15 +61,24 @@ def compare_command(args: argparse.Namespace) -> int:
 
 
 def report_command(args: argparse.Namespace) -> int:
-    from sqlcmp_dagster.engine.summary import render_summary, summarize
+    from sqlcmp_dagster.cli.outputs import Outputs
+    from sqlcmp_dagster.engine.summary import render_summary
     from sqlcmp_dagster.reporting.cases import is_failed
 
     check_outputs(args, "summary_out", "csv", "html")
     reports = load_reports(args.reports)
     if not reports:
         raise UsageError(f"no cases in {args.reports}")
-    summary = summarize(reports)
-    written, failures = write_outputs(args, reports, summary)
+    outputs = Outputs(out=None, summary_out=args.summary_out, table=args.csv, page=args.html,
+                      only_failed=args.only_failed)
+    try:
+        for report in reports:
+            outputs.add(outputs.entry(report, None))
+        summary = outputs.summary.figures()
+        written, failures = outputs.write_rest(summary)
+    except BaseException:
+        outputs.discard()
+        raise
     say(render_summary(summary))
     if args.only_failed:
         failed = [r for r in reports if is_failed(r)]

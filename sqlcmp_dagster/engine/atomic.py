@@ -9,6 +9,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 
 #: The name a writer's private file has beside its target: ``<target name>.<pid>-<thread id>.partial``.
@@ -28,14 +29,75 @@ def atomic_path(target: Path) -> Iterator[Path]:
     >>> (folder / "out.txt").read_text(), sorted(p.name for p in folder.iterdir())
     ('done', ['out.txt'])
     """
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_debris(target.parent, target.name)
-    partial = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    partial = _fresh_partial(target)
     try:
         yield partial
         partial.replace(target)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def _fresh_partial(target: Path) -> Path:
+    """The private path of this writer of ``target``, its folder made and the debris of dead writers removed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_debris(target.parent, target.name)
+    return _partial(target)
+
+
+def _partial(target: Path) -> Path:
+    return target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.partial")
+
+
+class StreamedFile:
+    """A text file written whole or not at all, as :func:`atomic_path` writes one, but filled as a long run goes
+    instead of at its end, so that what it holds need not be held in memory: :meth:`write` appends to the
+    private file, :meth:`commit` renames it into place, :meth:`discard` removes it. A write that fails (a full
+    disk) ends the writing, not the run: :attr:`failure` keeps the error, later writes are dropped, and
+    :meth:`commit` removes the private file and returns it, leaving ``target`` as it was."""
+
+    def __init__(self, target: Path, *, newline: str | None = None) -> None:
+        self.target = target
+        self.partial = _partial(target)
+        self.failure: OSError | None = None
+        self._handle: TextIO | None = None
+        try:
+            self._handle = _fresh_partial(target).open("w", encoding="utf-8", newline=newline)
+        except OSError as failure:
+            self.failure = failure
+
+    def write(self, text: str) -> None:
+        if self._handle is None:
+            return
+        try:
+            self._handle.write(text)
+        except OSError as failure:
+            self._fail(failure)
+
+    def commit(self) -> OSError | None:
+        """Close the file and put it in place of ``target``; the failure that kept it from being written, if any."""
+        if self._handle is not None:
+            try:
+                self._handle.close()
+                self._handle = None
+                self.partial.replace(self.target)
+            except OSError as failure:
+                self._fail(failure)
+        self.discard()
+        return self.failure
+
+    def discard(self) -> None:
+        """Close and remove the private file (an interrupted run: ``target`` stays as it was)."""
+        if self._handle is not None:
+            handle, self._handle = self._handle, None
+            try:
+                handle.close()
+            except OSError:  # what it could not flush is discarded with it
+                pass
+        self.partial.unlink(missing_ok=True)
+
+    def _fail(self, failure: OSError) -> None:
+        self.failure = self.failure or failure
+        self.discard()
 
 
 def read_bytes(path: Path, error: type[Exception]) -> bytes:
@@ -70,7 +132,7 @@ def output_problem(target: Path) -> str | None:
         return f"{target}: a part of its folder {target.parent} is a file"
     except OSError as failure:
         return f"{target}: cannot make its folder: {failure.strerror or failure}"
-    probe = target.with_name(f"{target.name}.{os.getpid()}-{threading.get_ident()}.partial")
+    probe = _partial(target)
     try:
         os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
         probe.unlink()

@@ -99,4 +99,9 @@ def r_ves(rewards: Sequence[float]) -> float | None:
     >>> round(r_ves([1.0, 0.0, 1.25, 0.25]), 4)
     0.6545
     """
-    return sum(math.sqrt(reward) for reward in rewards) / len(rewards) if rewards else None
+    return sum(r_ves_term(reward) for reward in rewards) / len(rewards) if rewards else None
+
+
+def r_ves_term(reward: float) -> float:
+    """What one case adds to R-VES's mean: its reward's square root."""
+    return math.sqrt(reward)

@@ -37,6 +37,7 @@ import polars as pl
 import sqlglot
 from filelock import FileLock
 
+from sqlcmp_dagster.engine.context import Guarded, current, keep_recent
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
 from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_rows
@@ -217,8 +218,10 @@ def _remove(path: Path) -> None:
         pass
 
 
-#: Content fingerprints already computed in this process, by :func:`file_state`.
-_FINGERPRINTS: dict[tuple[tuple[str, int, int, int], ...], str] = {}
+#: Content fingerprints kept in the engine context (:func:`database_fingerprint`), the least recently used
+#: dropped first: an entry is a file's state and a digest, a few hundred bytes, so the bound is about a MB,
+#: and it is far more database files (or versions of one) than a suite reads.
+FINGERPRINTS_KEPT = 4096
 
 
 def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
@@ -238,13 +241,19 @@ def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
 def database_fingerprint(path: str, store: Store | None = None) -> str | None:
     """A digest of a database file's content (its write-ahead log included), or None when it cannot be read: a
     copy of the file, or the file touched, has the same one. Computed once per :func:`file_state`: remembered in
-    this process and, with ``store``, across runs, so that a warm run reads no database whole."""
+    the engine context (up to :data:`FINGERPRINTS_KEPT` states) and, with ``store``, across runs, so that a warm
+    run reads no database whole."""
     state = file_state(path)
     if state is None:
         return None
-    known = _FINGERPRINTS.get(state)
+    kept = _fingerprints()
+    with kept.lock:
+        known = kept.entries.get(state)
+        if known is not None:
+            kept.entries.move_to_end(state)
+            return known
     state_key = json.dumps(state)
-    if known is None and store is not None:
+    if store is not None:
         stored = store.load("fingerprint", state_key)
         known = stored if isinstance(stored, str) else None
     if known is None:
@@ -258,16 +267,22 @@ def database_fingerprint(path: str, store: Store | None = None) -> str | None:
         known = digest.hexdigest()
         if store is not None:
             store.save("fingerprint", state_key, known)
-    _FINGERPRINTS[state] = known
+    keep_recent(kept, state, known, FINGERPRINTS_KEPT)
     return known
+
+
+def _fingerprints() -> Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]]:
+    """The engine context's fingerprints, typed."""
+    return current().fingerprints
 
 
 class ExpectedResults:
     """The expected queries' parses and executions, so that N models answering the same questions parse and
     execute each expected query once, not N times (and, with a :class:`Store`, once across runs).
 
-    In memory, executions are bounded by the cells they hold (``capacity_cells``; least recently used first
-    out), so memory stays bounded whatever the suite; a result larger than a tenth of that is not kept in memory.
+    In memory, executions are bounded by the cells they hold plus a fixed cost per entry (``capacity_cells``;
+    least recently used first out), so memory stays bounded whatever the suite; a result larger than a tenth of
+    that is not kept in memory.
     Only file databases (SQLite, DuckDB) are cached: a server's content cannot be fingerprinted cheaply, so its
     queries always run. Only successful parses and executions are kept (a failure may be a timeout, which
     another run may not hit).
@@ -278,6 +293,10 @@ class ExpectedResults:
         self.store = store
         self._entries: OrderedDict[str, Execution] = OrderedDict()
         self._cells = 0
+
+    def __len__(self) -> int:
+        """How many executions are held in memory."""
+        return len(self._entries)
 
     def key(self, database: ExecutionAdapter, dialect: str, sql: str, config: EvalConfig) -> str | None:
         """The key of ``sql``'s execution on ``database`` under ``config``; None where it is not cached."""
@@ -326,19 +345,24 @@ class ExpectedResults:
         return outcome
 
     def _remember(self, key: str, execution: Execution) -> None:
-        cells = _cells(execution)
-        if cells > self.capacity_cells // 10:
+        if _cells(execution) > self.capacity_cells // 10:
             return
         self._entries[key] = execution
-        self._cells += cells
+        self._cells += _cells(execution) + _ENTRY_CELLS
         while self._cells > self.capacity_cells:
             _, dropped = self._entries.popitem(last=False)
-            self._cells -= _cells(dropped)
+            self._cells -= _cells(dropped) + _ENTRY_CELLS
 
 
 def _cells(execution: Execution) -> int:
     relation = execution.relation
     return 0 if relation is None else max(1, relation.height) * max(1, relation.width)
+
+
+#: What an entry costs beyond its cells, counted as cells: its execution, relation and key, about 1.4 KB, where
+#: a cell held as a Python value is about 60 bytes (Spider dev: 1.9 KB an entry of 9 cells on average). Without
+#: it a suite of distinct queries with one-cell results could keep five million entries (gigabytes) per worker.
+_ENTRY_CELLS = 32
 
 
 def _execution_record(execution: Execution) -> tuple[Any, ...] | None:

@@ -30,9 +30,15 @@ from contextlib import contextmanager
 #: The collector's thresholds during a batch (generation 0, 1, 2), against CPython's (700, 10, 10).
 BATCH_THRESHOLDS = (5_000, 50, 10)
 
+# What this module changed in ``gc`` and must undo when the last batch ends: process state, as ``gc`` is, and
+# not the engine context's, whose reset() must not lose track of a running batch (context.py says why).
+#: Guards the three below.
 _lock = threading.Lock()
+#: Batches running now (threads of one process, nested steps).
 _batches = 0
+#: The thresholds the first running batch found, restored by the last to end; None while no batch runs.
 _saved: tuple[int, int, int] | None = None
+#: Whether the first running batch froze the heap (it does not when someone else froze it before).
 _froze = False
 
 

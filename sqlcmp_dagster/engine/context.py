@@ -7,13 +7,25 @@ keeps its policy (its key, its bound, what it evicts first), documented where th
 
 Nothing is set up when a module is imported. The first :func:`current` makes the context and prepares the
 process once: sqlglot's logger is quieted (unless it was set already) and a fork handler is registered, so that
-a forked child (a worker of ``evaluate --workers N``) never takes a SQLite connection its parent opened. :func:`reset` starts a fresh context, for tests and for a long-lived process that
-wants its memory back.
+a forked child (a worker of ``evaluate --workers N``) never takes a SQLite connection its parent opened.
+:func:`reset` starts a fresh context, for tests and for a long-lived process that wants its memory back.
 
-Memoized functions of sqlglot's dialects (``parsing.dialect_of``, the clocked parser classes, a dialect's
-keywords) are not here: what they return depends only on their argument and the installed sqlglot, so there is
-nothing a reset could change. Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
-query process too, as a script that imports nothing of this package, so it keeps its own thread and fork handler.
+Memoized functions of sqlglot's dialects (``parsing.dialect_of``, the clocked tokenizer, parser and generator
+classes, a dialect's keywords in ``rewrites.names``) are not here: what they return depends only on their
+argument and the installed sqlglot, and is bounded by the dialects there are, so there is nothing a reset could
+change. Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
+query process too, as a script that imports nothing of this package, so it keeps its own thread and fork
+handler, both made at its first armed query (not at import), and a reset has nothing to drop there (a query
+armed is disarmed when it ends).
+
+Nor is the garbage collector's setting for a batch (``collector``: how many batches are running, the thresholds
+the first of them found, whether it froze the heap). That is no cache but the record of a change made to ``gc``,
+which is one per interpreter, and the change must be undone exactly once, by the last batch to end. A reset
+while a batch runs (a test, or a long-lived process taking its memory back while a Dagster step runs on another
+thread) would hand the ending batch a count of zero: it would never restore the thresholds nor unfreeze the
+heap, and the next batch would save the batch thresholds as the process's own. A reset would have to carry the
+record over unchanged, which is keeping it outside: so it stays in ``collector`` with the lock that guards it,
+as long-lived as ``gc`` itself. A forked child inherits it together with ``gc``'s state, which it describes.
 """
 
 from __future__ import annotations
@@ -62,6 +74,11 @@ class EngineContext:
             Guarded(OrderedDict())
         #: SHA-256 prefixes of database files by (path, size, modification time) (``execution``).
         self.file_digests: Guarded[dict[tuple[str, int, int], str]] = Guarded({})
+        #: Content fingerprints of database files by their state on disk (path, size, modification time and
+        #: inode, of the file and of its write-ahead log), least recently used first, at most
+        #: ``cache.FINGERPRINTS_KEPT`` (``cache.database_fingerprint``).
+        self.fingerprints: Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]] = \
+            Guarded(OrderedDict())
         #: Neighbor schemas with their sample rows by (database, fingerprint, sample rows), oldest first
         #: (``neighbors.schema.read_schema``).
         self.schemas: Guarded[dict[tuple[str, str, int], Any]] = Guarded({})

@@ -146,7 +146,7 @@ class EvalConfig(_Strict):
     """Seed of the neighbor search; the same seed rebuilds the same neighbors and counterexample."""
     neighbor_skip_proven: bool = True
     """Do not search a pass whose queries are proven equal (equal canonical trees, or equal after the rewrites
-    of ``engine/equivalence.py``): no database of the case's schema tells them apart."""
+    of ``engine/equivalence/``): no database of the case's schema tells them apart."""
     neighbor_classes: list[NeighborClass] = Field(default_factory=lambda: list(get_args(NeighborClass)))
     """Classes of neighbor data the search builds (``engine/neighbors/classes.py``): ``empty`` (an emptied table,
     or the rows a WHERE keeps removed: an empty table is admissible, every declared constraint holds on it),

@@ -1,14 +1,13 @@
 """A report's neighbor search: how its outcome is written into a report (:func:`apply_neighborhood`, with the
 case's ``verdict_scope``) and read back from one (:func:`neighborhood_of`, :func:`failed_by_counterexample`,
-:func:`robustness`). Kept apart from the search (:mod:`~sqlcmp_dagster.engine.neighbors`), so that what reads
+:class:`Robustness`). Kept apart from the search (:mod:`~sqlcmp_dagster.engine.neighbors`), so that what reads
 reports (the text and HTML reports, the summary, the judge) does not import the search and its engines.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.scoring import overall_score
@@ -106,27 +105,68 @@ def neighborhood_of(report: Report) -> dict[str, Any]:
     return {**details, **{name: metrics[name] for name in NEIGHBOR_METRICS if name in metrics}}
 
 
-def robustness(valid: list[Report], vacuous_pass: Callable[[Report], bool]) -> dict[str, Any]:
-    """Summary figures of the neighbor search over valid reports: ``robust_passes`` (passes whose search ran
-    and found no counterexample, and passes whose canonical trees are equal, robust without a search),
+class NeighborFacts(NamedTuple):
+    """What a summary reads of one pass's neighbor search (:func:`neighbor_facts`)."""
+
+    searched: bool
+    #: Robust without a search: the canonical trees prove the two queries equal (``robust_by_structure``).
+    proven: bool
+    counterexample: bool
+    #: Why the pass was neither searched nor proven robust (None when it was one of them).
+    unsearched_reason: str | None
+    #: A search the clock cut (``budget_cuts``).
+    cut: bool
+    #: A search that compared non-empty results on some neighbor (``neighbors_nonempty``).
+    nonempty: bool
+
+
+def neighbor_facts(report: Report) -> NeighborFacts:
+    """The neighbor search of ``report`` as :class:`NeighborFacts` (from :func:`neighborhood_of`)."""
+    found = neighborhood_of(report)
+    searched, proven = bool(found.get("neighbor_search_ran")), bool(found.get("robust_by_structure"))
+    reason = None if searched or proven else found.get("reason") or "the report holds no neighbor search"
+    return NeighborFacts(searched, proven, bool(found.get("counterexample_found")), reason,
+                         bool(found.get("budget_cuts")), bool(found.get("neighbors_nonempty")))
+
+
+class Robustness:
+    """The summary's figures of the neighbor search, added up one valid case at a time (:meth:`add`), so that a
+    run keeps counts instead of its reports. :meth:`figures`: ``robust_passes`` (passes whose search ran and
+    found no counterexample, and passes whose canonical trees are equal, robust without a search),
     ``robust_pass_rate`` beside the pass rate (None when no pass was searched or proven),
     ``passes_with_counterexample``, ``neighbor_searches`` (passes searched), ``neighbor_searches_cut`` (of them,
     searches the clock cut), ``passes_not_searched`` (passes neither searched nor robust by structure: not
-    robust as far as the rate knows) with ``passes_not_searched_reasons`` (reason: passes), and
-    ``vacuous_passes_resolved`` (passes on two empty results whose search compared non-empty results on some
-    neighbor)."""
-    passes = [(r, neighborhood_of(r)) for r in valid if r.deterministic_verdict == "pass"]
-    searched = [(r, n) for r, n in passes if n.get("neighbor_search_ran")]
-    proven = sum(bool(n.get("robust_by_structure")) for _, n in passes)
-    robust = sum(not n.get("counterexample_found") for _, n in searched) + proven
-    vacuous = [n for r, n in searched if vacuous_pass(r)]
-    unsearched = Counter(n.get("reason") or "the report holds no neighbor search" for _, n in passes
-                         if not n.get("neighbor_search_ran") and not n.get("robust_by_structure"))
-    return {"robust_passes": robust,
-            "robust_pass_rate": round(robust / len(valid), 6) if valid and (searched or proven) else None,
-            "passes_with_counterexample": sum(bool(n.get("counterexample_found")) for _, n in passes),
-            "neighbor_searches": len(searched),
-            "neighbor_searches_cut": sum(bool(n.get("budget_cuts")) for _, n in searched),
-            "passes_not_searched": sum(unsearched.values()),
-            "passes_not_searched_reasons": dict(unsearched.most_common()),
-            "vacuous_passes_resolved": sum(bool(n.get("neighbors_nonempty")) for n in vacuous)}
+    robust as far as the rate knows) with ``passes_not_searched_reasons`` (reason: passes, the most frequent
+    first, ties in the order the cases came), and ``vacuous_passes_resolved`` (passes on two empty results whose
+    search compared non-empty results on some neighbor)."""
+
+    def __init__(self) -> None:
+        self.searched = self.proven = self.robust = self.counterexamples = self.cut = self.resolved = 0
+        self.unsearched: Counter[str] = Counter()
+
+    def add(self, passed: bool, facts: NeighborFacts | None, vacuous: bool) -> None:
+        """Count one valid case: whether it passed, its search's facts (None for a case that did not pass) and
+        whether it passed on two empty results."""
+        if not passed or facts is None:
+            return
+        self.proven += facts.proven
+        self.counterexamples += facts.counterexample
+        if facts.searched:
+            self.searched += 1
+            self.robust += not facts.counterexample
+            self.cut += facts.cut
+            self.resolved += vacuous and facts.nonempty
+        if facts.unsearched_reason is not None:
+            self.unsearched[facts.unsearched_reason] += 1
+
+    def figures(self, valid: int) -> dict[str, Any]:
+        """The figures over ``valid`` valid cases."""
+        robust = self.robust + self.proven
+        return {"robust_passes": robust,
+                "robust_pass_rate": round(robust / valid, 6) if valid and (self.searched or self.proven) else None,
+                "passes_with_counterexample": self.counterexamples,
+                "neighbor_searches": self.searched,
+                "neighbor_searches_cut": self.cut,
+                "passes_not_searched": sum(self.unsearched.values()),
+                "passes_not_searched_reasons": dict(self.unsearched.most_common()),
+                "vacuous_passes_resolved": self.resolved}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +18,17 @@ from sqlcmp_dagster.engine.batch import Done, in_processes
 from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
-from sqlcmp_dagster.engine.judge import JudgeConfig, apply_judgment, judge_reports, prepare
+from sqlcmp_dagster.engine.judge import Budget, JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.layers import CASE_FAULTS, analyze, engine_fault_report, finish_timings, validate
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.report import blocked_report, build_report
 from sqlcmp_dagster.engine.validation import Validation
+
+#: Cases whose deterministic reports wait for the judge together (:meth:`Evaluator.evaluate_stream`): enough for
+#: its concurrency to be used, few enough that the waiting reports and prompts stay bounded.
+JUDGED_TOGETHER = 256
 
 
 def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *,
@@ -133,54 +137,64 @@ class Evaluator:
             return None, f"{shown}: {type(failure).__name__}: {redact(str(failure), target)}"
 
     def evaluate_all(self, cases: Sequence[CompareRequest], *, workers: int = 1,
-                     progress: Callable[[Report], None] | None = None,
-                     finished: Callable[[int, Report], None] | None = None) -> list[Report]:
-        """Reports of ``cases`` in their order, identical whatever ``workers`` is.
+                     progress: Callable[[Report], None] | None = None) -> list[Report]:
+        """Reports of ``cases`` in their order, identical whatever ``workers`` is (:meth:`evaluate_stream`, the
+        cases scheduled as one window: they are in memory already)."""
+        reports = dict(self.evaluate_stream(cases, workers=workers, progress=progress, window=max(1, len(cases))))
+        return [reports[index] for index in range(len(cases))]
+
+    def evaluate_stream(self, cases: Iterable[CompareRequest], *, workers: int = 1,
+                        progress: Callable[[Report], None] | None = None,
+                        window: int | None = None) -> Generator[tuple[int, Report], None, None]:
+        """Each case's index in ``cases`` and final report, as soon as that is known; the reports are those
+        :meth:`evaluate_all` gives, whatever ``workers`` is. ``cases`` is read as the work goes (with workers,
+        ``window`` cases at a time, :data:`~sqlcmp_dagster.engine.batch.WINDOW` unless given): a stream of any
+        length holds a few windows of cases and reports, never all of them.
 
         ``workers`` > 1 runs the cases in that many processes (the engine's own work is Python that holds the
-        GIL, so threads would not scale). Cases that share a database and expected SQL go to the same worker, so
+        GIL, so threads would not scale), and the reports come in the order they finish; one worker runs them
+        here, in order. Cases that share a database and expected SQL go to the same worker within a window, so
         the batch's expected-result cache (:class:`~sqlcmp_dagster.engine.cache.ExpectedResults`) serves them
-        there. The advisory judge, when configured, then runs over the batch in this process with its own
-        bounded concurrency and budget. The deterministic part runs with Python's garbage collector set for a
-        batch (:func:`~sqlcmp_dagster.engine.collector.batch_collector`; a tenth of a Spider dev run was
-        collection).
+        there. The advisory judge, when configured, runs in this process on :data:`JUDGED_TOGETHER` cases at a
+        time (and on the rest at the end), with its own bounded concurrency, one budget for the batch and a memory
+        of the model's answers per such group (its ``cache_dir`` keeps them across groups and runs). The
+        deterministic part runs with Python's garbage collector set for a batch
+        (:func:`~sqlcmp_dagster.engine.collector.batch_collector`; a tenth of a Spider dev run was collection).
 
-        ``progress`` is given each case's deterministic report as it finishes; ``finished`` each case's index
-        in ``cases`` and its final report as soon as that is known: as the case finishes, or, for a case the
-        judge reviews, after the judge's pass. What ``finished`` was given is what an interrupted batch (an
-        exception, or a stop signal turned into one) has done; its workers are ended before the exception
-        leaves this method.
+        ``progress`` is given each case's deterministic report as it finishes (before the judge). A report
+        yielded is what an interrupted batch (an exception, or a stop signal turned into one, in ``progress``
+        or while the caller holds the stream) has done; close the stream (``contextlib.closing``) when leaving
+        it early: its workers are ended then.
         """
-        judged = self.judge is not None
+        judge = self.judge
+        budget = Budget(judge.max_total_tokens, judge.max_total_cost_usd) if judge is not None else None
+        waiting: list[tuple[int, Report, PendingJudgment]] = []
 
-        def arrived(index: int, outcome: Done) -> None:
-            if progress is not None:
-                progress(outcome[0])
-            if finished is not None and not (judged and outcome[1] is not None):
-                finished(index, outcome[0])
+        def judged() -> Iterator[tuple[int, Report]]:
+            assert judge is not None
+            outcomes = judge_reports([item for _, _, item in waiting], judge, budget=budget)
+            yield from ((index, apply_judgment(report, outcome))
+                        for (index, report, _), outcome in zip(waiting, outcomes, strict=True))
+            waiting.clear()
 
         self.begin_batch()
         try:
             with batch_collector():
-                if workers <= 1 or len(cases) <= 1:
-                    done = []
-                    for index, case in enumerate(cases):
-                        done.append(self.deterministic(case))
-                        arrived(index, done[-1])
-                else:
-                    done = in_processes(self, cases, workers, arrived)
+                outcomes = in_processes(self, cases, workers, window=window) if workers > 1 \
+                    else ((index, self.deterministic(case)) for index, case in enumerate(cases))
+                for index, (report, item) in outcomes:
+                    if progress is not None:
+                        progress(report)
+                    if judge is None or item is None:
+                        yield index, report
+                        continue
+                    waiting.append((index, report, item))
+                    if len(waiting) >= JUDGED_TOGETHER:
+                        yield from judged()
         finally:
             self._cache = None
-        if self.judge is None:
-            return [report for report, _ in done]
-        pending = [item for _, item in done if item is not None]
-        outcomes = iter(judge_reports(pending, self.judge))
-        reports = [apply_judgment(report, next(outcomes)) if item is not None else report for report, item in done]
-        if finished is not None:
-            for index, (report, item) in enumerate(zip(reports, done)):
-                if item[1] is not None:
-                    finished(index, report)
-        return reports
+        if waiting:
+            yield from judged()
 
     def adapter(self, target: str) -> ExecutionAdapter:
         """The shared adapter of ``target`` (timeouts and row caps come from each case's config per call)."""

@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlcmp_dagster.engine import bird_metrics
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
@@ -47,6 +47,7 @@ from sqlcmp_dagster.engine.spider_match import (
     exact_set_match,
     read_schema,
 )
+from sqlcmp_dagster.engine.tally import RunningSum
 
 if TYPE_CHECKING:
     from sqlcmp_dagster.engine.validation import Side, Validation
@@ -212,34 +213,95 @@ def _blocked_value(report: Report, metric: str) -> Any:
 
 def summarize_published(reports: Iterable[Report]) -> dict[str, Any]:
     """The published metrics of the valid cases of ``reports``: overall, per Spider hardness and per difficulty
-    label. Each rate is a fraction (R-VES too: BIRD prints it times 100); a metric no case carries is left out."""
-    valid = [r for r in reports if r.validity.get("case_valid", True)]
-    values = [(r, case_values(r)) for r in valid]
-    carried = [name for name, (layer, metric, _, _) in PUBLISHED.items()
-               if any((r.metrics.get(layer) or {}).get(metric) is not None for r in valid)]
-    if not carried:
-        return {}
+    label. Each rate is a fraction (R-VES too: BIRD prints it times 100); a metric no case carries is left out.
+    (:class:`PublishedTally` over the reports, in their order.)"""
+    tally = PublishedTally()
+    for report in reports:
+        if report.validity.get("case_valid", True):
+            tally.add(published_facts(report))
+    return tally.figures()
 
-    def group(members: Sequence[tuple[Report, dict[str, Any]]]) -> dict[str, Any]:
-        row: dict[str, Any] = {"cases": len(members)}
+
+class PublishedFacts(NamedTuple):
+    """What the summary reads of one valid report's published metrics (:func:`published_facts`)."""
+
+    #: :func:`case_values`, in the order of :data:`CASE_COLUMNS`.
+    values: tuple[Any, ...]
+    #: Per metric of :data:`PUBLISHED`, in its order: whether the report carries it (its layer holds a value).
+    carried: tuple[bool, ...]
+    #: The case's Spider hardness and difficulty label as the breakdowns name them; None when it has none.
+    hardness: str | None
+    difficulty: str | None
+
+
+def published_facts(report: Report) -> PublishedFacts:
+    values = case_values(report)
+    carried = tuple((report.metrics.get(layer) or {}).get(metric) is not None
+                    for layer, metric, _, _ in PUBLISHED.values())
+    hardness, difficulty = (report.run_metadata.get(label) for label in ("hardness", "difficulty"))
+    return PublishedFacts(tuple(values[column] for column in CASE_COLUMNS), carried,
+                          str(hardness) if hardness else None, str(difficulty) if difficulty else None)
+
+
+class PublishedTally:
+    """:func:`summarize_published` added up one valid case at a time (:meth:`add`): per group of cases (all, each
+    hardness level, each difficulty label) a count and, per metric, how many cases have a value and their running
+    sum (:class:`~sqlcmp_dagster.engine.tally.RunningSum`, so each mean is the one a list gives)."""
+
+    def __init__(self) -> None:
+        self.carried = [False] * len(PUBLISHED)
+        self.overall = _Group()
+        self.levels: dict[str, dict[str, _Group]] = {"hardness": {}, "difficulty": {}}
+
+    def add(self, facts: PublishedFacts) -> None:
+        self.carried = [held or now for held, now in zip(self.carried, facts.carried, strict=True)]
+        self.overall.add(facts.values)
+        for label, name in (("hardness", facts.hardness), ("difficulty", facts.difficulty)):
+            if name is not None:
+                self.levels[label].setdefault(name, _Group()).add(facts.values)
+
+    def figures(self) -> dict[str, Any]:
+        """What :func:`summarize_published` returns for the cases added."""
+        carried = [name for name, held in zip(PUBLISHED, self.carried, strict=True) if held]
+        if not carried:
+            return {}
+
+        def by(label: str, order: Sequence[str]) -> dict[str, Any]:
+            groups = self.levels[label]
+            ordered = sorted(groups, key=lambda n: (order.index(n) if n in order else len(order), n))
+            return {name: groups[name].row(carried) for name in ordered}
+
+        return {"overall": self.overall.row(carried), "per_hardness": by("hardness", HARDNESS_LEVELS),
+                "per_difficulty": by("difficulty", BIRD_DIFFICULTIES)}
+
+
+class _Group:
+    """One group's cases and, per metric of :data:`PUBLISHED`, the running sum of its per-case values (R-VES:
+    of the rewards' square roots, :func:`~sqlcmp_dagster.engine.bird_metrics.r_ves_term`)."""
+
+    def __init__(self) -> None:
+        self.cases = 0
+        self.sums = {name: RunningSum() for name in PUBLISHED}
+
+    def add(self, values: tuple[Any, ...]) -> None:
+        self.cases += 1
+        for name, total in self.sums.items():
+            value = values[_COLUMN_INDEX[name]]
+            if value is not None:
+                total.add(bird_metrics.r_ves_term(value) if name == "bird_r_ves" else float(value))
+
+    def row(self, carried: list[str]) -> dict[str, Any]:
+        row: dict[str, Any] = {"cases": self.cases}
         for name in carried:
-            column = PUBLISHED[name][2]
-            found = [v[column] for _, v in members if v[column] is not None]
-            if name == "bird_r_ves":
-                row[name] = _rounded(bird_metrics.r_ves(found))
-            else:
-                row[name] = _rounded(sum(float(x) for x in found) / len(found) if found else None)
-            if len(found) != len(members):
-                row[f"{name}_cases"] = len(found)
+            total = self.sums[name]
+            row[name] = _rounded(total.value / total.count if total.count else None)
+            if total.count != self.cases:
+                row[f"{name}_cases"] = total.count
         return row
 
-    def by(label: str, order: Sequence[str]) -> dict[str, Any]:
-        names = {str(r.run_metadata.get(label)) for r, _ in values if r.run_metadata.get(label)}
-        ordered = sorted(names, key=lambda n: (order.index(n) if n in order else len(order), n))
-        return {name: group([m for m in values if str(m[0].run_metadata.get(label)) == name]) for name in ordered}
 
-    return {"overall": group(values), "per_hardness": by("hardness", HARDNESS_LEVELS),
-            "per_difficulty": by("difficulty", BIRD_DIFFICULTIES)}
+#: Where each published metric's per-case value is in :attr:`PublishedFacts.values`.
+_COLUMN_INDEX = {name: CASE_COLUMNS.index(column) for name, (_, _, column, _) in PUBLISHED.items()}
 
 
 def overall_figures(published: dict[str, Any]) -> dict[str, float | None]:

@@ -8,16 +8,19 @@ database ships without rows) reads better when a person can see how many there a
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
 from sqlcmp_dagster.engine.hardness import HARDNESS_LEVELS
 from sqlcmp_dagster.engine.models import Report, Severity
-from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_COUNTEREXAMPLE, failed_by_counterexample, robustness
-from sqlcmp_dagster.engine.published_metrics import render_table, summarize_published
+from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_COUNTEREXAMPLE, NeighborFacts, Robustness, \
+    failed_by_counterexample, neighbor_facts
+from sqlcmp_dagster.engine.published_metrics import PublishedFacts, PublishedTally, published_facts, render_table
+from sqlcmp_dagster.engine.tally import RunningSum
 
 SEVERITIES: tuple[Severity, ...] = ("pass", "minor issue", "moderate issue", "major issue", "critical failure")
 
@@ -25,39 +28,125 @@ SEVERITIES: tuple[Severity, ...] = ("pass", "minor issue", "moderate issue", "ma
 def summarize(reports: Iterable[Report], *, load_errors: int = 0) -> dict[str, Any]:
     """Pass rate, severity counts, attribution counts, error types, invalid cases, breakdowns of ``reports``
     per database, per Spider hardness of the expected query and per the benchmark's own difficulty label, and the
-    benchmarks' published metrics (``published_metrics``: Spider EM, BIRD EX, Soft-F1, R-VES)."""
-    reports = list(reports)
-    valid = [r for r in reports if r.validity.get("case_valid", True)]
-    passed = sum(r.deterministic_verdict == "pass" for r in valid)
-    vacuous = sum(is_vacuous_pass(r) for r in valid)
-    severity = Counter(r.severity for r in valid)
-    attribution = Counter(likely_source_label(r) for r in valid
-                          if r.deterministic_verdict == "fail" and r.blocked_reason is None)
-    blocked = Counter(r.blocked_reason for r in valid if r.blocked_reason)
-    errors = Counter(e for r in valid for e in r.error_types)
-    return {
-        "cases": len(reports),
-        "valid_cases": len(valid),
-        "invalid_cases": len(reports) - len(valid),
-        "invalid_case_ids": [r.case_id for r in reports if not r.validity.get("case_valid", True)],
-        "load_errors": load_errors,
-        "passed": passed,
-        "failed": len(valid) - passed,
-        "pass_rate": round(passed / len(valid), 6) if valid else None,
-        "vacuous_passes": vacuous,
-        **robustness(valid, is_vacuous_pass),
-        "severity_counts": {label: severity.get(label, 0) for label in SEVERITIES},
-        "attribution_counts": dict(attribution.most_common()),
-        "blocked_counts": dict(blocked.most_common()),
-        "error_type_counts": dict(errors.most_common()),
-        "mean_overall_score": round(sum(r.overall_score for r in valid) / len(valid), 6) if valid else None,
-        "per_database": _breakdown(reports, lambda r: database_label(r.run_metadata.get("database"))),
-        "per_hardness": _breakdown(reports, lambda r: r.run_metadata.get("hardness") or "unknown",
-                                   order=HARDNESS_LEVELS),
-        "per_difficulty": _breakdown([r for r in reports if r.run_metadata.get("difficulty")],
-                                     lambda r: str(r.run_metadata["difficulty"]), order=BIRD_DIFFICULTIES),
-        "published_metrics": summarize_published(valid),
-    }
+    benchmarks' published metrics (``published_metrics``: Spider EM, BIRD EX, Soft-F1, R-VES). A
+    :class:`Summary` fed the reports in their order."""
+    summary = Summary()
+    for report in reports:
+        summary.add(case_facts(report))
+    return summary.figures(load_errors=load_errors)
+
+
+@dataclass(frozen=True, slots=True)
+class CaseFacts:
+    """What the summary reads of one report (:func:`case_facts`): a few hundred bytes where the report is tens
+    of kilobytes, so that a run can hold the facts of the reports that arrived ahead of their turn."""
+
+    case_id: str
+    valid: bool
+    passed: bool
+    vacuous: bool
+    severity: str
+    #: The fail's likely source clause as counted (:func:`likely_source_label`), for a valid unblocked fail.
+    source: str | None
+    blocked: str | None
+    error_types: tuple[str, ...]
+    overall_score: float
+    database: str
+    #: ``run_metadata.hardness`` and ``difficulty`` as they are (None when absent).
+    hardness: Any
+    difficulty: Any
+    #: For a valid pass: its neighbor search (:func:`~sqlcmp_dagster.engine.neighbor_report.neighbor_facts`).
+    neighborhood: NeighborFacts | None
+    #: For a valid case: its published metrics (:func:`~sqlcmp_dagster.engine.published_metrics.published_facts`).
+    published: PublishedFacts | None
+
+
+def case_facts(report: Report) -> CaseFacts:
+    valid = report.validity.get("case_valid", True)
+    passed = report.deterministic_verdict == "pass"
+    source = likely_source_label(report) if valid and report.deterministic_verdict == "fail" \
+        and report.blocked_reason is None else None
+    return CaseFacts(report.case_id, valid, passed, is_vacuous_pass(report), report.severity, source,
+                     report.blocked_reason, tuple(report.error_types), report.overall_score,
+                     database_label(report.run_metadata.get("database")), report.run_metadata.get("hardness"),
+                     report.run_metadata.get("difficulty"), neighbor_facts(report) if valid and passed else None,
+                     published_facts(report) if valid else None)
+
+
+class Summary:
+    """The summary of a run added up one case at a time (:meth:`add`, in the suite's order: ties among the
+    counts are listed in the order their labels first came), holding counts, running sums and the invalid
+    cases' ids, never the reports; :meth:`figures` is what :func:`summarize` gives for the same reports."""
+
+    def __init__(self) -> None:
+        self.cases = self.valid = self.passed = self.vacuous = 0
+        self.invalid_case_ids: list[str] = []
+        self.severity: Counter[str] = Counter()
+        self.attribution: Counter[str] = Counter()
+        self.blocked: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.overall_score = RunningSum()
+        self.robustness = Robustness()
+        self.published = PublishedTally()
+        #: Per breakdown, per group: cases, valid cases, passes, vacuous passes.
+        self.breakdowns: dict[str, dict[Any, list[int]]] = {key: {} for key in _BREAKDOWNS}
+
+    def add(self, facts: CaseFacts) -> None:
+        self.cases += 1
+        groups = {"per_database": facts.database, "per_hardness": facts.hardness or "unknown",
+                  "per_difficulty": str(facts.difficulty) if facts.difficulty else None}
+        for key, name in groups.items():
+            if name is not None:
+                counts = self.breakdowns[key].setdefault(name, [0, 0, 0, 0])
+                counts[0] += 1
+                if facts.valid:
+                    counts[1] += 1
+                    counts[2] += facts.passed
+                    counts[3] += facts.vacuous
+        if not facts.valid:
+            self.invalid_case_ids.append(facts.case_id)
+            return
+        self.valid += 1
+        self.passed += facts.passed
+        self.vacuous += facts.vacuous
+        self.severity[facts.severity] += 1
+        if facts.source is not None:
+            self.attribution[facts.source] += 1
+        if facts.blocked:
+            self.blocked[facts.blocked] += 1
+        for error in facts.error_types:
+            self.errors[error] += 1
+        self.overall_score.add(facts.overall_score)
+        self.robustness.add(facts.passed, facts.neighborhood, facts.vacuous)
+        if facts.published is not None:
+            self.published.add(facts.published)
+
+    def figures(self, *, load_errors: int = 0) -> dict[str, Any]:
+        valid = self.valid
+        return {
+            "cases": self.cases,
+            "valid_cases": valid,
+            "invalid_cases": self.cases - valid,
+            "invalid_case_ids": list(self.invalid_case_ids),
+            "load_errors": load_errors,
+            "passed": self.passed,
+            "failed": valid - self.passed,
+            "pass_rate": round(self.passed / valid, 6) if valid else None,
+            "vacuous_passes": self.vacuous,
+            **self.robustness.figures(valid),
+            "severity_counts": {label: self.severity.get(label, 0) for label in SEVERITIES},
+            "attribution_counts": dict(self.attribution.most_common()),
+            "blocked_counts": dict(self.blocked.most_common()),
+            "error_type_counts": dict(self.errors.most_common()),
+            "mean_overall_score": round(self.overall_score.value / valid, 6) if valid else None,
+            **{key: _breakdown(self.breakdowns[key], order) for key, order in _BREAKDOWNS.items()},
+            "published_metrics": self.published.figures(),
+        }
+
+
+#: The breakdowns of a summary, each with the groups it lists first, in that order.
+_BREAKDOWNS: dict[str, Sequence[str]] = {"per_database": (), "per_hardness": HARDNESS_LEVELS,
+                                         "per_difficulty": BIRD_DIFFICULTIES}
 
 
 def likely_source_label(report: Report) -> str:
@@ -87,21 +176,14 @@ def database_label(identifier: str | None) -> str:
     return PurePosixPath(path).stem or identifier
 
 
-def _breakdown(reports: list[Report], label: Callable[[Report], str], order: Sequence[str] = ()) \
-        -> dict[str, dict[str, Any]]:
-    """Cases, passes (and how many of them vacuous), failures, invalid cases and pass rate per group of
-    ``reports`` (grouped by ``label``): the groups named in ``order`` first, in that order, then the rest by name."""
-    groups: dict[str, list[Report]] = defaultdict(list)
-    for report in reports:
-        groups[label(report)].append(report)
+def _breakdown(groups: dict[Any, list[int]], order: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Cases, passes (and how many of them vacuous), failures, invalid cases and pass rate per group (counted by
+    :meth:`Summary.add`): the groups named in ``order`` first, in that order, then the rest by name."""
     breakdown = {}
     for name in sorted(groups, key=lambda g: (order.index(g) if g in order else len(order), g)):
-        valid = [r for r in groups[name] if r.validity.get("case_valid", True)]
-        passed = sum(r.deterministic_verdict == "pass" for r in valid)
-        breakdown[name] = {"cases": len(groups[name]), "passed": passed, "failed": len(valid) - passed,
-                           "vacuous_passes": sum(is_vacuous_pass(r) for r in valid),
-                           "invalid": len(groups[name]) - len(valid),
-                           "pass_rate": round(passed / len(valid), 6) if valid else None}
+        cases, valid, passed, vacuous = groups[name]
+        breakdown[name] = {"cases": cases, "passed": passed, "failed": valid - passed, "vacuous_passes": vacuous,
+                           "invalid": cases - valid, "pass_rate": round(passed / valid, 6) if valid else None}
     return breakdown
 
 

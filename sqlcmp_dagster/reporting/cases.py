@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from sqlcmp_dagster.engine.atomic import atomic_path, read_lines
+from sqlcmp_dagster.engine.atomic import read_lines
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.published_metrics import CASE_COLUMNS as PUBLISHED_COLUMNS
 from sqlcmp_dagster.engine.published_metrics import case_values
@@ -86,17 +85,13 @@ def case_row(report: Report) -> dict[str, Any]:
     }
 
 
-def write_csv(reports: list[Report], out: Path) -> None:
-    """The per-case table as CSV (one row per report, :data:`CASE_COLUMNS`), written atomically.
+def csv_row(report: Report) -> dict[str, Any]:
+    """One report as a row of the per-case CSV (:data:`CASE_COLUMNS`).
 
     A text cell is the case's text (its id, question, SQL, a database's error): one that starts as a formula does
     is written after a ``'`` (:func:`~sqlcmp_dagster.escaping.spreadsheet_text`), so that opening the file never
     runs what a case wrote (``=HYPERLINK(...)``, ``=cmd|...``)."""
-    with atomic_path(out) as partial, partial.open("w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CASE_COLUMNS)
-        writer.writeheader()
-        for report in reports:
-            writer.writerow({name: spreadsheet_text(value) for name, value in case_row(report).items()})
+    return {name: spreadsheet_text(value) for name, value in case_row(report).items()}
 
 
 def find_report(reports: list[Report], case_id: str) -> Report | None:

@@ -10,9 +10,13 @@ cells marked, the explanations and the re-execution probes. The table can be pre
 from __future__ import annotations
 
 import hashlib
+import os
+import pickle
 import re
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
@@ -29,8 +33,18 @@ _ENVIRONMENT = Environment(loader=PackageLoader("sqlcmp_dagster.reporting", "tem
                            autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
 
 
-def write_report_html(reports: list[Report], summary: dict[str, Any], out: Path, *, title: str) -> None:
-    """Write the HTML report of ``reports`` (the table and details) with ``summary`` (over the whole run)."""
+class CaseViews(Protocol):
+    """Case views (:func:`case_view`) as :func:`report_page` reads them: counted, and iterated more than once."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[dict[str, Any]]: ...
+
+
+def report_page(cases: CaseViews, summary: dict[str, Any], *, title: str) -> Iterator[str]:
+    """The HTML report, piece by piece as it is written: the summary (over the whole run) and ``cases`` (case
+    views, :func:`case_view`, in the table's order), which the page counts and reads twice (the table, then the
+    details): a :class:`ViewSpool` serves a run of any length from disk."""
     charts = [("Outcome", {"passed": summary["passed"], "failed": summary["failed"],
                            "invalid": summary["invalid_cases"]}),
               ("Severity", {k: summary["severity_counts"].get(k, 0) for k in SEVERITIES}),
@@ -39,9 +53,45 @@ def write_report_html(reports: list[Report], summary: dict[str, Any], out: Path,
                                                      ("per_difficulty", "Per difficulty"),
                                                      ("per_database", "Per database"))
                   if (rows := summary.get(key))]
-    _write(out, "report.html", title=title, summary=summary, charts=charts, breakdowns=breakdowns,
-           robustness=robust_line(summary), severity_note=severity_note(summary),
-           cases=[case_view(r) for r in reports])
+    return _ENVIRONMENT.get_template("report.html").generate(
+        engine_version=ENGINE_VERSION, title=title, summary=summary, charts=charts, breakdowns=breakdowns,
+        robustness=robust_line(summary), severity_note=severity_note(summary), cases=cases)
+
+
+class ViewSpool:
+    """Case views (:func:`case_view`) kept on disk in the order they are added, for :func:`report_page`: the page
+    needs the summary, known only when the run ends, before any case, and a run's views do not fit in memory.
+    Each view is pickled into a temporary file that has no name (it goes with its handle, even when the process
+    is killed), in ``folder``; iterating reads them back in order, as often as asked. A write that fails (a full
+    disk) is raised to the caller, which gives up the page."""
+
+    def __init__(self, folder: Path) -> None:
+        self._file = tempfile.TemporaryFile(dir=folder)
+        self._count = 0
+
+    @staticmethod
+    def pack(view: dict[str, Any]) -> bytes:
+        """``view`` as :meth:`add` takes it (made while its report is at hand, added when its turn comes)."""
+        body = pickle.dumps(view, protocol=pickle.HIGHEST_PROTOCOL)
+        return len(body).to_bytes(8, "little") + body
+
+    def add(self, packed: bytes) -> None:
+        self._file.write(packed)
+        self._count += 1
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self._file.flush()
+        descriptor, position = self._file.fileno(), 0
+        for _ in range(self._count):
+            size = int.from_bytes(os.pread(descriptor, 8, position), "little")
+            yield pickle.loads(os.pread(descriptor, size, position + 8))
+            position += 8 + size
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def severity_note(summary: dict[str, Any]) -> str | None:

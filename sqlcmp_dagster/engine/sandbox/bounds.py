@@ -214,23 +214,41 @@ class _Watchdog:
                 self._lock.wait(self._deadlines[0][0] - now if self._deadlines else None)
 
 
-_watchdog = _Watchdog()
+#: The process's watchdog, made at the first :func:`interrupt_after` (:func:`_the_watchdog`), never at import.
+_watchdog: _Watchdog | None = None
+#: Held while the first watchdog is made, so that two threads arming their first queries make one.
+_making = threading.Lock()
+
+
+def _the_watchdog() -> _Watchdog:
+    """The process's watchdog, made at its first use, which also registers the fork handler that gives a forked
+    child one of its own (:func:`_fresh_watchdog`). Importing this module changes nothing in the process, as
+    importing the engine does not (``engine.context``); its state is kept here, not in the engine context,
+    because DuckDB's query process runs this file as a script that imports nothing of the package."""
+    global _watchdog
+    watchdog = _watchdog
+    if watchdog is not None:
+        return watchdog
+    with _making:
+        if _watchdog is None:
+            os.register_at_fork(after_in_child=_fresh_watchdog)  # once: a forked child inherits the handler
+            _watchdog = _Watchdog()
+        return _watchdog
 
 
 def _fresh_watchdog() -> None:
-    """A forked child has no watchdog thread (and its lock may have been held at the fork): start over."""
-    global _watchdog
+    """A forked child has no watchdog thread, and a lock (the watchdog's, or :data:`_making`) may have been held
+    at the fork: start over with new ones. The child's watchdog starts its thread at its first query."""
+    global _watchdog, _making
+    _making = threading.Lock()
     _watchdog = _Watchdog()
-
-
-os.register_at_fork(after_in_child=_fresh_watchdog)
 
 
 @contextmanager
 def interrupt_after(interrupt: Callable[[], object], timeout_ms: int) -> Iterator[None]:
     """Call ``interrupt`` (a DuckDB or SQLite connection's ``interrupt``, a psycopg2 connection's ``cancel``)
     from the process's watchdog thread once ``timeout_ms`` has passed, unless the block has ended."""
-    watchdog = _watchdog
+    watchdog = _the_watchdog()
     key = watchdog.arm(interrupt, timeout_ms / 1000)
     try:
         yield

@@ -1,0 +1,152 @@
+"""Spider dev through docs/dagster.md's scale-out deployment, against ``sqlcmp evaluate`` on the same cores: the
+figure of the target "the Celery path's wall time for Spider dev <= 3x the CLI's".
+
+    SQLCMP_SPIDER_DIR=$S python benchmarks/celery_spider.py --suite spider.jsonl \\
+        --pg-admin-url postgresql://sqlcmp:sqlcmp@127.0.0.1:5432/postgres --redis-url redis://127.0.0.1:6379/9
+
+``--suite`` is Spider dev imported by ``sqlcmp import spider``. The deployment is the one the scale-out tests
+start (tests/test_scale_out.py's :class:`Processes`): PostgreSQL run/event/schedule storage in a fresh database
+(dropped afterwards), two ``dagster-celery`` workers of concurrency 1 on the Redis database of ``--redis-url``
+(emptied before and after), the daemon running the case sensor, a local case store. Its time runs from the
+daemon's start to the moment every case's report is in the store and every run of the case sensor has ended:
+the sensor's first tick, planning, launching, every layer's steps on the workers, and storing. The peer is
+``sqlcmp evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
+
+``--cases-per-run`` is the deployment's ``SQLCMP_CASES_PER_RUN``: how many runs the first load is split into,
+each a process of its own whose steps the workers take.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the deployment the scale-out tests start, not a copy of it
+
+import dagster as dg
+import sqlalchemy as sa
+import yaml
+from test_scale_out import BIN, CELERY_YAML, DONE, Processes
+
+from sqlcmp_dagster.event_log_postgres import postgres_instance
+from sqlcmp_dagster.resources.storage import read_asset
+
+#: The target: the deployment's wall time over the CLI's.
+TARGET = 3.0
+
+
+def cli_seconds(suite: Path, db_dir: Path, work: Path) -> float:
+    """Wall time of ``sqlcmp evaluate --workers 2`` over ``suite``, the gold cache off (the deployment's is cold)."""
+    started = time.perf_counter()
+    done = subprocess.run([str(BIN / "sqlcmp"), "evaluate", str(suite), "--db-dir", str(db_dir), "--workers", "2",
+                           "--no-cache", "--quiet", "--out", str(work / "cli.jsonl")], capture_output=True, text=True, check=False)
+    if done.returncode not in (0, 1):  # 1: some case failed, as some of Spider dev's do
+        raise RuntimeError(f"sqlcmp evaluate exited {done.returncode}: {done.stderr[-2000:]}")
+    return time.perf_counter() - started
+
+
+def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str, redis_url: str,
+                       cases_per_run: int) -> tuple[float, str]:
+    """Wall time of the deployment over ``suite`` (see the module's docstring) and its :func:`breakdown`."""
+    import redis
+
+    case_ids = {json.loads(line)["case_id"] for line in suite.read_text(encoding="utf-8").splitlines() if line}
+    cases, home, store = work / "cases", work / "dagster_home", work / "store"
+    cases.mkdir()
+    home.mkdir()
+    (cases / "suite.jsonl").write_bytes(suite.read_bytes())
+    admin = sa.create_engine(pg_admin_url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    database = f"sqlcmp_bench_{uuid.uuid4().hex[:10]}"
+    with admin.connect() as connection:
+        connection.execute(sa.text(f"CREATE DATABASE {database}"))
+    url = sa.make_url(pg_admin_url).set(database=database).render_as_string(hide_password=False)
+    (home / "dagster.yaml").write_text(yaml.safe_dump({**postgres_instance(url), "telemetry": {"enabled": False}}),
+                                       encoding="utf-8")
+    (home / "celery.yaml").write_text(CELERY_YAML, encoding="utf-8")
+    broker = redis.Redis.from_url(redis_url)
+    broker.flushdb()
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
+           "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": str(store), "SQLCMP_EXECUTOR": "celery",
+           "SQLCMP_CELERY_BROKER": redis_url, "SQLCMP_CASES_PER_RUN": str(cases_per_run)}
+    processes = Processes(work, env)
+    try:
+        for command in (["instance", "migrate"], ["sensor", "start", "case_sensor", "-w", "workspace.yaml"]):
+            subprocess.run([str(BIN / "dagster"), *command], cwd=ROOT, env=env, check=True, capture_output=True)
+        for name in ("sqlcmp-w1", "sqlcmp-w2"):
+            processes.start(name, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
+                            "-y", str(home / "celery.yaml"), "-n", name, "--", "--concurrency=1")
+        started = time.perf_counter()
+        processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            while True:
+                time.sleep(1)
+                runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": "case_sensor"}))
+                if runs and all(run.status in DONE for run in runs) and store.exists() and \
+                        case_ids <= set(read_asset(str(store), "case_reports")["case_id"].to_list()):
+                    return time.perf_counter() - started, breakdown(instance, runs, started)
+                if any(process.poll() is not None for process, _ in processes.started):
+                    raise RuntimeError(f"a process of the deployment ended:\n{processes.logs()}")
+                if time.perf_counter() - started > 3600:
+                    raise TimeoutError(f"not done in an hour:\n{processes.logs()}")
+    finally:
+        processes.stop()
+        broker.flushdb()
+        with admin.connect() as connection:
+            connection.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+        admin.dispose()
+
+
+def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: float) -> str:
+    """Where a deployment's time went: per run, when it started after the daemon did, its length, and each
+    step's length (from its STEP_START to its STEP_SUCCESS or STEP_FAILURE)."""
+    origin = time.time() - (time.perf_counter() - started)
+    created = min(instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp() for run in runs)
+    lines = [(f"  the case sensor's first run created at +{created - origin:.1f} s (the daemon's and its code "
+             f"server's start, the first tick: hashing every case, adding the partitions)")]
+    for run in sorted(runs, key=lambda r: r.run_id):
+        record = instance.get_run_record_by_id(run.run_id)
+        begun, ended = (record.start_time or origin), (record.end_time or origin)
+        steps: dict[str, float] = {}
+        for entry in instance.all_logs(run.run_id):
+            event = entry.dagster_event
+            if event is None or event.step_key is None:
+                continue
+            if event.event_type == dg.DagsterEventType.STEP_START:
+                steps[event.step_key] = -entry.timestamp
+            elif event.event_type in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
+                steps[event.step_key] = steps.get(event.step_key, 0.0) + entry.timestamp
+        lines.append(f"  run {run.run_id[:8]}: started at +{begun - origin:.1f} s, took {ended - begun:.1f} s; "
+                     + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in steps.items()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--suite", type=Path, required=True, help="Spider dev imported by 'sqlcmp import spider'")
+    parser.add_argument("--db-dir", type=Path, help="its databases (default: $SQLCMP_SPIDER_DIR/database)")
+    parser.add_argument("--pg-admin-url", required=True, help="a PostgreSQL role that may create databases")
+    parser.add_argument("--redis-url", required=True, help="a Redis database the benchmark may empty")
+    parser.add_argument("--cases-per-run", type=int, default=520)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args()
+    db_dir = args.db_dir or Path(os.environ["SQLCMP_SPIDER_DIR"]) / "database"
+    for round_ in range(1, args.rounds + 1):
+        with tempfile.TemporaryDirectory() as cli_work, tempfile.TemporaryDirectory() as deployment_work:
+            cli = cli_seconds(args.suite, db_dir, Path(cli_work))
+            deployed, where = deployment_seconds(args.suite, db_dir, Path(deployment_work), args.pg_admin_url,
+                                                args.redis_url, args.cases_per_run)
+        print(f"round {round_}: CLI --workers 2 {cli:.1f} s; Celery deployment (runs of <= {args.cases_per_run} "
+              f"cases, 2 workers) {deployed:.1f} s: {deployed / cli:.2f}x (target <= {TARGET:.0f}x)\n{where}",
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()
