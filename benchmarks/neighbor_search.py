@@ -1,7 +1,7 @@
 """Neighbor databases over Spider dev: precision, recall on semantic mutants, and the cost on SuperSQL.
 
     python benchmarks/neighbor_search.py [--spider DIR] [--part precision|recall|supersql|all]
-                                         [--workers 2] [--neighbors N]
+                                         [--workers 2] [--neighbors N] [--rounds 3]
 
 * precision: every gold query against itself and against its equivalence-preserving rewrites (sqlglot's
   optimizer, IN -> EXISTS and back, BETWEEN -> two comparisons and back, commuted join), the search forced where
@@ -10,7 +10,9 @@
   database, the share that gets a counterexample, per kind and overall; provably equivalent mutants must get
   none.
 * supersql: SuperSQL's predictions with the search off (``neighbor_count`` 0) and with the defaults, each run
-  twice, alternating (the machine is shared): time ratio, passes with a counterexample, vacuous passes resolved.
+  ``--rounds`` times (3), alternating (the machine is shared): wall-clock and process CPU time ratios (per round,
+  and the least time with the search over the least without), passes with a counterexample, vacuous passes
+  resolved.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from neighbor_mutants import MUTATIONS, REWRITES, variants
 
+from sqlcmp_dagster.engine.context import reset
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -34,14 +37,19 @@ DEFAULT_SPIDER = Path(os.environ.get("SQLCMP_SPIDER_DIR", Path(__file__).resolve
                                      / "spider"))
 
 
-def evaluate(spider: Path, cases: list[CompareRequest], workers: int) -> tuple[list[Report], float]:
+def evaluate(spider: Path, cases: list[CompareRequest], workers: int) -> tuple[list[Report], float, float]:
+    """The reports, the wall-clock seconds and this process's CPU seconds (the whole work at one worker, which
+    runs in this process; at more, only the parent's share). Each run starts from a fresh engine context, as a
+    new ``sqlcmp evaluate`` does: the schemas, samples and search outcomes an earlier run kept would make the
+    next one cheaper than any real run."""
+    reset()
     evaluator = Evaluator(db_dir=spider / "database")
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     try:
         reports = evaluator.evaluate_all(cases, workers=workers)
     finally:
         evaluator.close()
-    return reports, time.perf_counter() - started
+    return reports, time.perf_counter() - started, time.process_time() - cpu
 
 
 def neighborhood(report: Report) -> dict[str, Any]:
@@ -60,7 +68,7 @@ def variant_cases(rows: list[tuple[int, str, str, str, str, str | None]], *, for
 
 def precision(spider: Path, workers: int, neighbors: int | None) -> None:
     rows = variants(spider, REWRITES)
-    reports, seconds = evaluate(spider, variant_cases(rows, forced=True, neighbors=neighbors), workers)
+    reports, seconds, _ = evaluate(spider, variant_cases(rows, forced=True, neighbors=neighbors), workers)
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     alarms = []
     for row, report in zip(rows, reports):
@@ -82,7 +90,7 @@ def precision(spider: Path, workers: int, neighbors: int | None) -> None:
 
 def recall(spider: Path, workers: int, neighbors: int | None) -> None:
     rows = variants(spider, MUTATIONS)
-    reports, seconds = evaluate(spider, variant_cases(rows, neighbors=neighbors), workers)
+    reports, seconds, _ = evaluate(spider, variant_cases(rows, neighbors=neighbors), workers)
     by_kind: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     equivalent_alarms = []
     reasons: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -120,7 +128,7 @@ def recall(spider: Path, workers: int, neighbors: int | None) -> None:
         print(f"  EQUIVALENT MUTANT WITH A COUNTEREXAMPLE #{index} {kind} {db}: {sql}: {sentence}")
 
 
-def supersql(spider: Path, workers: int, neighbors: int | None) -> None:
+def supersql(spider: Path, workers: int, neighbors: int | None, rounds: int) -> None:
     from sqlcmp_dagster.cli import main as sqlcmp
     from sqlcmp_dagster.cases.suite import load_suite
     import tempfile
@@ -137,11 +145,15 @@ def supersql(spider: Path, workers: int, neighbors: int | None) -> None:
                  for c in cases]
     off = [c.model_copy(update={"config": c.config.model_copy(update={"neighbor_count": 0})}) for c in cases]
     times: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
     reports: list[Report] = []
-    for _ in range(2):
-        times["off"].append(evaluate(spider, off, workers)[1])
-        reports, seconds = evaluate(spider, cases, workers)
+    for _ in range(rounds):
+        _, seconds, used = evaluate(spider, off, workers)
+        times["off"].append(seconds)
+        cpu["off"].append(used)
+        reports, seconds, used = evaluate(spider, cases, workers)
         times["on"].append(seconds)
+        cpu["on"].append(used)
     passes = [r for r in reports if r.deterministic_verdict == "pass"]
     found = [r for r in passes if neighborhood(r).get("counterexample_found")]
     vacuous = [r for r in passes if is_vacuous_pass(r)]
@@ -149,9 +161,13 @@ def supersql(spider: Path, workers: int, neighbors: int | None) -> None:
     exposed = [r for r in vacuous if neighborhood(r).get("counterexample_found")]
     nondeterministic = [r for r in passes if neighborhood(r).get("nondeterminism")]
     ratios = [on / off for on, off in zip(times["on"], times["off"])]
+    cpu_ratios = [on / off for on, off in zip(cpu["on"], cpu["off"])]
     print(f"supersql: {len(cases)} cases, {len(passes)} passes, workers={workers}")
     print(f"  time off {', '.join(f'{t:.1f}' for t in times['off'])} s; on {', '.join(f'{t:.1f}' for t in times['on'])}"
           f" s; ratio on/off {', '.join(f'{r:.2f}' for r in ratios)}")
+    print(f"  process CPU off {', '.join(f'{t:.2f}' for t in cpu['off'])} s; on "
+          f"{', '.join(f'{t:.2f}' for t in cpu['on'])} s; ratio on/off per round {', '.join(f'{r:.2f}' for r in cpu_ratios)}"
+          f"; min on / min off {min(cpu['on']) / min(cpu['off']):.2f}")
     print(f"  passes with a counterexample: {len(found)} of {len(passes)} "
           f"(robust pass rate {(len(passes) - len(found)) / len(cases):.1%} vs pass rate {len(passes) / len(cases):.1%})")
     print(f"  vacuous passes: {len(vacuous)}; compared on non-empty neighbor results: {len(resolved)}; "
@@ -170,12 +186,17 @@ def main() -> None:
     parser.add_argument("--part", choices=("precision", "recall", "supersql", "all"), default="all")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--neighbors", type=int, default=None, help="neighbor_count (default: EvalConfig's)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="supersql: alternating runs without and with the search (the machine is shared)")
     args = parser.parse_args()
     if not (args.spider / "dev_gold.sql").is_file():
         sys.exit(f"the Spider dev set is not at {args.spider} (set SQLCMP_SPIDER_DIR or pass --spider)")
-    for name, run in (("precision", precision), ("recall", recall), ("supersql", supersql)):
-        if args.part in (name, "all"):
-            run(args.spider, args.workers, args.neighbors)
+    if args.part in ("precision", "all"):
+        precision(args.spider, args.workers, args.neighbors)
+    if args.part in ("recall", "all"):
+        recall(args.spider, args.workers, args.neighbors)
+    if args.part in ("supersql", "all"):
+        supersql(args.spider, args.workers, args.neighbors, args.rounds)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ from sqlglot import parse_one
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.neighbors.classes import CLASSES
-from sqlcmp_dagster.engine.neighbors.generation import PROFILES, neighbor_numbers, neighbor_rows, seed_of
+from sqlcmp_dagster.engine.neighbors.generation import PROFILES, neighbor_numbers, neighbor_rows, seed_of, \
+    unreferenced_dropped
 from sqlcmp_dagster.engine.neighbors.hints import hints
 from sqlcmp_dagster.engine.neighbors.schema import read_schema, sample
 
@@ -135,3 +136,39 @@ def test_no_neighbor_holds_null_in_a_primary_key_column(tmp_path: Path) -> None:
         database.close()
     report = compare(path, expected, actual, neighbor_count=3 * len(PROFILES), neighbor_skip_proven=False)
     assert report.deterministic_verdict == "pass" and not neighborhood_of(report)["counterexample_found"]
+
+
+def test_a_parent_no_query_reads_keeps_only_the_rows_the_neighbor_references(shop: Path) -> None:
+    """``owner`` is in scope only as ``item``'s parent: a neighbor keeps the owners its items reference (an
+    item's key given as text meets its INTEGER owner too) and no other, and the queries still tell the
+    accident apart on it."""
+    expected, actual = "SELECT id FROM item WHERE price > 30", "SELECT id FROM item WHERE price >= 30"
+    database = ExecutionAdapter(str(shop))
+    try:
+        schema = read_schema(database, 40, 5000)
+        assert not isinstance(schema, str)
+        found = hints([parse_one(expected), parse_one(actual)], schema)
+        tables = schema.scope(found.tables)
+        assert "owner" in tables and "owner" not in found.tables
+        assert sample(database, schema, tables, time.monotonic() + 60, 5000) is None
+        for number in neighbor_numbers(2 * len(PROFILES), tables, found):
+            rows = neighbor_rows(schema, tables, found, number, random.Random(seed_of(0, number)))
+            referenced = {str(row[1]) for row in rows["item"] if row[1] is not None}
+            assert all(str(owner[0]) in referenced for owner in rows["owner"]), (number, rows)
+    finally:
+        database.close()
+    assert unreferenced_dropped(schema, ["owner", "item"], {"owner": [(1, "ann"), (2, "bob"), (3, "cy")],
+                                                           "item": [(1, "2", None, 5, None)]}, {"item"}) \
+        == {"owner": [(2, "bob")], "item": [(1, "2", None, 5, None)]}
+    assert neighborhood_of(compare(shop, expected, actual))["counterexample_found"]
+
+
+def test_a_counterexample_without_its_profiles_fact_names_another_class_its_rows_hold(shop: Path) -> None:
+    """EXCEPT over names against NOT IN over keys: two owners sharing a name tell them apart, whatever profile
+    found the difference, and the sentence says so."""
+    report = compare(shop, "SELECT name FROM owner WHERE id NOT IN (SELECT owner_id FROM item WHERE price > 30)",
+                     "SELECT name FROM owner EXCEPT SELECT owner.name FROM owner JOIN item ON item.owner_id = "
+                     "owner.id WHERE price > 30", neighbor_classes=["boundary"])
+    example = neighborhood_of(report)["counterexample"]
+    assert example is not None and "share name" in example["sentence"], example
+    assert example["class"] == "duplicate"

@@ -1325,3 +1325,32 @@ def test_only_the_tables_in_the_searchs_scope_are_read(tmp_path: Path) -> None:
         assert not isinstance(schema, str) and set(schema.sample) == {"dept", "emp"}
     finally:
         database.close()
+
+
+def test_a_repeated_case_gets_the_search_of_the_first_without_building_its_neighbors(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A suite that asks one question twice, answered alike: the second case's search is the first's (the
+    outcome the clock did not cut is kept), no neighbor is built for it, and its report says the same; a third
+    case whose actual query is written otherwise is searched on its own."""
+    path = sqlite_file(tmp_path / "twice.sqlite", "CREATE TABLE t (a INTEGER PRIMARY KEY, b INTEGER);"
+                       + "".join(f"INSERT INTO t VALUES ({i}, {i * 10});" for i in range(1, 6)))
+    built: list[int] = []
+    real = neighbor_search_module.neighbor_rows
+    monkeypatch.setattr(neighbor_search_module, "neighbor_rows",
+                        lambda *args, **kwargs: built.append(args[3]) or real(*args, **kwargs))
+    expected, actual = "SELECT a FROM t WHERE b > 20", "SELECT a FROM t WHERE b >= 30"
+    reset()
+    evaluator = Evaluator(default_db=str(path))
+    try:
+        reports, counts = [], []
+        for n, sql in enumerate((actual, actual, actual + " ")):
+            reports.append(evaluator.evaluate(CompareRequest(case_id=str(n), expected_sql=expected, actual_sql=sql)))
+            counts.append(len(built))
+    finally:
+        evaluator.close()
+    first, second, third = (neighborhood_of(report) for report in reports)
+    assert counts[0] > 0 and counts[1] == counts[0] and counts[2] == 2 * counts[0]
+    assert first["counterexample_found"] and first["elapsed_ms"] > second["elapsed_ms"]
+    clock = ("elapsed_ms", "time_limit_ms")  # the time each case had and took
+    assert {k: v for k, v in first.items() if k not in clock} == {k: v for k, v in second.items() if k not in clock}
+    assert third["counterexample"] == first["counterexample"]

@@ -86,6 +86,9 @@ class EngineContext:
         #: least recently kept first (``neighbors.scratch.neighborhood``); each has a ``close()``.
         self.idle_neighborhoods: Guarded[OrderedDict[tuple[int, tuple[str, ...]], tuple[weakref.ref[Any], Any]]] = \
             Guarded(OrderedDict())
+        #: Neighbor search outcomes by what they depend on (database content, queries, options), least recently
+        #: used first (``neighbors.search.neighbor_search``).
+        self.searches: Guarded[OrderedDict[tuple[Any, ...], dict[str, Any]]] = Guarded(OrderedDict())
         #: Spider schemas of SQLite files by (path, size, modification time), least recently used first
         #: (``published_metrics``).
         self.spider_schemas: Guarded[OrderedDict[tuple[str, int, int], Any]] = Guarded(OrderedDict())

@@ -10,10 +10,12 @@ Rows that break a declared constraint are not filtered here but rejected by the 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from sqlcmp_dagster.engine.neighbors.classes import CLASSES, can_change, emptied, nulled, partnerless, shared_values
@@ -125,7 +127,7 @@ def neighbor_rows(schema: Schema, tables: list[str], found: Hints, index: int, r
     rows = reach_joins(schema, tables, rows, found, rng)
     for joined in profile.joined:
         rows = joined(schema, tables, rows, found, rng)
-    return admissible(schema, rows)
+    return unreferenced_dropped(schema, tables, admissible(schema, rows), found.tables)
 
 
 def admissible(schema: Schema, rows: Rows) -> Rows:
@@ -133,10 +135,90 @@ def admissible(schema: Schema, rows: Rows) -> Rows:
     SQLite's legacy quirk lets a table that is no rowid alias store, and a neighbor stays within what any engine
     would accept (the engine rejects the rows that break the other declared constraints when it builds it)."""
     for name, current in rows.items():
-        keys = [i for i, column in enumerate(schema.tables[name].columns) if column.primary_key]
-        if keys:
-            rows[name] = [row for row in current if all(row[i] is not None for i in keys)]
+        keys = schema.tables[name].primary_positions
+        if len(keys) == 1:
+            (key,) = keys
+            rows[name] = [row for row in current if row[key] is not None]
+        elif keys:
+            rows[name] = [row for row in current if None not in itemgetter(*keys)(row)]
     return rows
+
+
+def unreferenced_dropped(schema: Schema, tables: list[str], rows: Rows, read: Collection[str]) -> Rows:
+    """``rows`` without the rows of the tables neither query reads (not in ``read``: in scope only as the parents
+    a foreign key needs) that no row of the neighbor can reference. Those tables held a third of a Spider dev
+    neighbor's rows; what the queries return depends on their rows only through the child rows they let in, and
+    a child row is let in by a parent row that holds its key, which is kept: both queries return what they
+    returned with every row (unless a row left out had kept a referenced one out by repeating its unique value:
+    another neighbor then, as valid), on a database that still satisfies every declared constraint, built and
+    shrunk faster. "Can reference" is decided loosely, one column of
+    a key at a time (:func:`_loose`: a number meets a text that reads as it, a text meets itself in any case and
+    without trailing spaces), so that no row SQLite would match under a column's affinity or collation goes; a
+    value of another kind keeps the whole table, and so does a table that references itself."""
+    for name in reversed(tables):  # children first: an unread table's rows that go reference nothing in turn
+        if name in read or not rows.get(name):
+            continue
+        wanted = _referenced(schema, tables, rows, name)
+        if wanted is not None:
+            rows[name] = [row for row in rows[name] if any(all(
+                _meets(row[i], exact, loose) for i, exact, loose in key) for key in wanted)]
+    return rows
+
+
+def _meets(value: Any, exact: set[Any], loose: frozenset[tuple[str, Any]]) -> bool:
+    """Whether a parent's ``value`` may meet a child's: one of the values ``exact``, or one of their
+    :func:`_loose` forms; a value of another kind may meet anything."""
+    if value in exact:
+        return True
+    form = _loose(value)
+    return form is None or bool(form & loose)
+
+
+def _referenced(schema: Schema, tables: list[str], rows: Rows, parent: str) \
+        -> list[list[tuple[int, set[Any], frozenset[tuple[str, Any]]]]] | None:
+    """Per foreign key of a table in scope that references ``parent``, per column: the parent's column, the
+    values the key's rows hold there and their :func:`_loose` forms (a NULL references nothing); None where a
+    value cannot be told (not a number, text or binary) or ``parent`` references itself."""
+    wanted = []
+    for child in tables:
+        for key in schema.tables[child].foreign_keys:
+            if key.parent != parent:
+                continue
+            if child == parent:
+                return None
+            referencing = [row for row in rows.get(child, []) if None not in (row[i] for i in key.columns)]
+            columns = []
+            for at, parent_at in zip(key.columns, key.parent_columns):
+                exact = set(map(itemgetter(at), referencing))
+                forms = [form for value in exact if (form := _loose(value)) is not None]
+                if len(forms) < len(exact):
+                    return None
+                columns.append((parent_at, exact, frozenset[tuple[str, Any]]().union(*forms)))
+            wanted.append(columns)
+    return wanted
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _loose(value: Any) -> frozenset[tuple[str, Any]] | None:
+    """What ``value`` may equal in a foreign-key match, loosely (:func:`unreferenced_dropped`): a number, and a
+    text that reads as one, as that number; a text in lower case without trailing spaces; a binary as itself;
+    NULL as nothing; None for a value of another kind (anything may meet it). Kept per value: a search meets the
+    same sampled values neighbor after neighbor."""
+    if value is None:
+        return frozenset()
+    if isinstance(value, bytes):
+        return frozenset({("b", value)})
+    if isinstance(value, str):
+        try:
+            return frozenset({("s", value.lower().rstrip()), ("n", float(value))})
+        except (ValueError, OverflowError):
+            return frozenset({("s", value.lower().rstrip())})
+    if isinstance(value, (int, float)):
+        try:
+            return frozenset({("n", float(value))})
+        except OverflowError:
+            return None
+    return None
 
 
 def neighbor_numbers(count: int, tables: list[str], found: Hints, classes: Collection[str] = CLASSES,

@@ -92,6 +92,12 @@ class Table:
         return frozenset(i for unique in self.unique_sets for i in unique)
 
     @functools.cached_property
+    def primary_positions(self) -> tuple[int, ...]:
+        """The positions of the columns of its PRIMARY KEY, kept once computed (every neighbor drops the rows
+        holding NULL there)."""
+        return tuple(i for i, column in enumerate(self.columns) if column.primary_key)
+
+    @functools.cached_property
     def defers_keys(self) -> bool:
         """Whether a foreign key of the table may be checked only at commit (its DDL says ``DEFERRED``)."""
         return bool(_DEFERRED.search(self.ddl))

@@ -246,9 +246,13 @@ def _insert(writer: _Writer, schema: Schema, tables: list[str], rows: Rows, enfo
 def stored(schema: Schema, tables: list[str], place: Neighborhood, inserted: Rows) -> Rows:
     """The rows of the neighbor open in ``place`` read back as the engine stored them (a key SQLite assigned to
     an ``INTEGER PRIMARY KEY`` given as NULL, a value converted to its column's type), through the search's
-    sandboxed adapter (:func:`stored_rows`); a table that cannot be read back keeps its ``inserted`` rows."""
+    sandboxed adapter (:func:`stored_rows`); a table that cannot be read back keeps its ``inserted`` rows, and
+    one into which no row went is not read (a shrunk counterexample leaves most of its tables so)."""
     rows: Rows = {}
     for table in tables:
+        if not inserted.get(table):
+            rows[table] = []
+            continue
         spec = schema.tables[table]
         result = place.adapter.execute(f'SELECT * FROM {quoted(spec.name)}')
         rows[table] = stored_rows(result.relation) \
