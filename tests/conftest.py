@@ -332,3 +332,14 @@ def fresh_pg_database() -> Iterator[Callable[[], str]]:
         for name in names:
             connection.execute(sa.text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
     admin.dispose()
+
+
+def untimed(value: Any) -> Any:
+    """A report's JSON without run_metadata and timings, at any depth: the only parts in which two runs of one
+    case may differ (another worker count, a cached run, a resumed or streamed one)."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items()
+                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
+    if isinstance(value, list):
+        return [untimed(v) for v in value]
+    return value

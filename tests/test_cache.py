@@ -14,6 +14,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from conftest import untimed
 from sqlcmp_dagster.assets import LAYERS
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
@@ -246,16 +247,6 @@ def test_a_parse_is_read_back_as_it_was_computed(tmp_path: Path) -> None:
     assert (second.normalized_sql, second.tree, second.ast) == (first.normalized_sql, first.tree, first.ast)
     assert ExpectedResults(store=Store(tmp_path)).parse(sql, "duckdb", 10_000, None) is not None
     assert Store(tmp_path).info().entries == {"parse": 2}  # another dialect is another entry
-
-
-def untimed(value: object) -> object:
-    """A report's JSON without run_metadata and timings (the only parts a cached run may change)."""
-    if isinstance(value, dict):
-        return {k: untimed(v) for k, v in value.items()
-                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
-    if isinstance(value, list):
-        return [untimed(v) for v in value]
-    return value
 
 
 def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(

@@ -20,6 +20,7 @@ from typing import Any
 import polars as pl
 import pytest
 
+from conftest import untimed
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -141,7 +142,7 @@ def _command(suite: Path, db_dir: Path, out: Path, *extra: str) -> list[str]:
 
 def _untimed(out: Path) -> list[Any]:
     """The reports of ``out`` without what two runs of a case may differ in (run metadata, timings)."""
-    return [_untimed_value(json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
+    return [untimed(json.loads(line)) for line in out.read_text(encoding="utf-8").splitlines()]
 
 
 def _journal_lines(journal: Path) -> int:
@@ -386,19 +387,9 @@ def _stored(store: Path, asset: str) -> dict[str, Any]:
 
     frame = read_asset(str(store), asset)
     if asset == "case_reports":
-        return {r.case_id: _untimed_value(r.model_dump(mode="json")) for r in reports_from_frame(frame)}
+        return {r.case_id: untimed(r.model_dump(mode="json")) for r in reports_from_frame(frame)}
     return {row["case_id"]: row for row in frame.drop([c for c in frame.columns if "ms" in c or "time" in c])
             .to_dicts()}
-
-
-def _untimed_value(value: Any) -> Any:
-    """``value`` (a report as JSON) without run metadata and timings, at any depth."""
-    if isinstance(value, dict):
-        return {k: _untimed_value(v) for k, v in value.items()
-                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
-    if isinstance(value, list):
-        return [_untimed_value(v) for v in value]
-    return value
 
 
 def test_the_store_heals_damaged_and_removed_objects_and_drops_deleted_cases(tmp_path: Path,

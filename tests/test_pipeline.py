@@ -9,9 +9,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import untimed
 from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
@@ -308,18 +310,8 @@ def test_a_panic_in_polars_is_its_cases_fault_report(monkeypatch: pytest.MonkeyP
     assert "internal engine error: pyo3_runtime.PanicException: called `Result::unwrap()`" in str(reports[1].evidence)
 
 
-def _untimed(value: object) -> object:
-    """A report's JSON without run_metadata and timings (the only parts two runs of a case may differ in)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items()
-                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
-
-
 def _dump(report: Report) -> object:
-    return _untimed(report.model_dump(mode="json"))
+    return untimed(report.model_dump(mode="json"))
 
 
 def test_worker_processes_give_the_serial_reports(sample_dir: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from conftest import untimed
 from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, SAMPLE_SUITE, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
@@ -24,16 +25,6 @@ from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import Summary, case_facts, summarize
 from sqlcmp_dagster.engine.tally import RunningSum
-
-
-def _untimed(value: Any) -> Any:
-    """A report's JSON without run_metadata and timings (the only parts two runs of a case may differ in)."""
-    if isinstance(value, dict):
-        return {k: _untimed(v) for k, v in value.items()
-                if k != "run_metadata" and not k.endswith("_ms") and "time" not in k}
-    if isinstance(value, list):
-        return [_untimed(v) for v in value]
-    return value
 
 
 def _held(value: object) -> int:
@@ -114,8 +105,8 @@ def test_a_stream_is_read_as_the_workers_take_it(sample_dir: Path) -> None:
     assert sorted(reports) == list(range(len(cases)))
     assert max(ahead) <= 2 * 4 + 1 and read == len(cases)
     serial = evaluator.evaluate_all(cases)
-    assert [_untimed(reports[i].model_dump(mode="json")) for i in range(len(cases))] == \
-        [_untimed(r.model_dump(mode="json")) for r in serial]
+    assert [untimed(reports[i].model_dump(mode="json")) for i in range(len(cases))] == \
+        [untimed(r.model_dump(mode="json")) for r in serial]
 
 
 class _Killing(Evaluator):
@@ -156,7 +147,7 @@ def test_evaluate_hands_its_reports_on_in_suite_order_whatever_order_they_finish
               "--summary-out", str(folder / "summary.json"), "--csv", str(folder / "cases.csv"), "--html",
               str(folder / "report.html"), "--workers", workers, "--quiet", "--no-cache", *flags])
         lines = (folder / "reports.jsonl").read_text(encoding="utf-8").splitlines()
-        runs[workers] = [_untimed(json.loads(line)) for line in lines]
+        runs[workers] = [untimed(json.loads(line)) for line in lines]
     assert [r["case_id"] for r in runs["2"]] == [json.loads(line)["case_id"] for line in suite.read_text().splitlines()]
     assert runs["2"] == runs["1"]
     again = tmp_path / "again"
