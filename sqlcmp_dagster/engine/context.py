@@ -62,7 +62,7 @@ class EngineContext:
             Guarded(OrderedDict())
         #: SHA-256 prefixes of database files by (path, size, modification time) (``execution``).
         self.file_digests: Guarded[dict[tuple[str, int, int], str]] = Guarded({})
-        #: Neighbor schemas with their sample rows by (database, fingerprint, sample rows), oldest first
+        #: Neighbor schemas with their sample rows by (database, version, sample rows), oldest first
         #: (``neighbors.schema.read_schema``).
         self.schemas: Guarded[dict[tuple[str, str, int], Any]] = Guarded({})
         #: Idle SQLite neighborhoods by (id of their schema, tables), each with a weak reference to that schema,

@@ -339,6 +339,22 @@ class ExecutionAdapter:
             return str(self._sqlite_path)
         return self._duckdb_database if self._duckdb_database not in (None, ":memory:") else None
 
+    def version(self) -> str:
+        """What changes whenever the database's content may have changed, read without reading the content: a
+        SQLite or DuckDB file's path, size, modification time and inode, and its write-ahead log's; a server's or
+        a neighbor's :meth:`fingerprint` (its address). The key of what one process keeps per database (the
+        neighbor search's schema and sample rows), which :meth:`fingerprint` keyed by the file's bytes: reading a
+        1 GB file whole took 1.4-2.1 s of the first case that searched (``benchmarks/large_database.py``), to
+        tell a copy from the original, which only what outlives the process needs. A file rewritten to the same
+        size within one tick of the file system's clock keeps its version (as the batch's expected results
+        keep theirs, ``cache.file_state``)."""
+        file = self.database_file
+        if file is None:
+            return self.fingerprint()
+        path = Path(file)
+        wal = path.with_name(path.name + ("-wal" if self._sqlite_path is not None else ".wal"))
+        return repr([_file_state(path), _file_state(wal)])
+
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
         DuckDB file's is its bytes' (a DuckDB file's write-ahead log's too); a server's, its address's. A DuckDB
@@ -449,6 +465,15 @@ def _db_message(failure: BaseException) -> str:
 
 def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
+
+
+def _file_state(path: Path) -> tuple[str, int, int, int] | None:
+    """A file's path, size, modification time (ns) and inode; None when there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 def _file_digest(path: Path) -> str:
