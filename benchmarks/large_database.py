@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import hashlib
 import inspect
 import json
@@ -303,6 +304,8 @@ class Recorder:
 
     times: dict[str, float] = field(default_factory=lambda: defaultdict(float))
     calls: Counter[str] = field(default_factory=Counter)
+    #: The two queries' texts and the rows the engine kept of each (what ``--bare`` runs again).
+    queries: list[tuple[str, int]] = field(default_factory=list)
 
     def install(self) -> Callable[[], None]:
         """Wrap the adapter's methods; returns what restores them."""
@@ -318,6 +321,7 @@ class Recorder:
             recorder.times[label] += execution.elapsed_ms
             if label == QUERIES:
                 recorder.times[GATE] += wall - execution.elapsed_ms
+                recorder.queries.append((sql, execution.relation.height if execution.relation is not None else 0))
             else:
                 recorder.times[label] += wall - execution.elapsed_ms
             return execution
@@ -355,11 +359,16 @@ class Recorder:
             return SCHEMA
         return f"other queries: {module}.{function}"
 
-    def take(self) -> tuple[dict[str, float], Counter[str]]:
+    def take(self) -> tuple[dict[str, float], Counter[str], list[tuple[str, int]]]:
         """What the case that just finished spent, and a fresh start for the next one."""
-        taken = dict(self.times), self.calls
-        self.times, self.calls = defaultdict(float), Counter()
+        taken = dict(self.times), self.calls, self.queries
+        self.times, self.calls, self.queries = defaultdict(float), Counter(), []
         return taken
+
+
+#: What the engine runs on top of the two queries, each a query of its own: the time beyond them that is not the
+#: engine's own work (:attr:`CaseTime.own_ms`).
+OTHER_QUERIES = (TIE, PROBES, SCHEMA, NEIGHBORS)
 
 
 @dataclass
@@ -370,6 +379,8 @@ class CaseTime:
     queries_ms: float
     kinds: dict[str, float]
     calls: Counter[str]
+    queries: list[tuple[str, int]]
+    bare_ms: float | None = None  # the two queries through a bare sqlite3 connection (--bare)
 
     @property
     def beyond_ms(self) -> float:
@@ -379,6 +390,17 @@ class CaseTime:
     def share(self) -> float:
         return self.beyond_ms / self.total_ms if self.total_ms else 0.0
 
+    @property
+    def own_ms(self) -> float:
+        """The engine's own work: the time beyond every query it ran (the two, the tie re-check, the probes, the
+        schema reads and the neighbor databases' queries)."""
+        return self.beyond_ms - sum(self.kinds.get(kind, 0.0) for kind in OTHER_QUERIES) \
+            - sum(v for k, v in self.kinds.items() if k.startswith("other queries"))
+
+    @property
+    def own_share(self) -> float:
+        return self.own_ms / self.total_ms if self.total_ms else 0.0
+
 
 def evaluate(cases: list[CompareRequest], db_dir: Path, profile: cProfile.Profile | None = None) -> list[CaseTime]:
     """Evaluate ``cases`` one at a time on the databases under ``db_dir``, each case's time attributed."""
@@ -386,12 +408,12 @@ def evaluate(cases: list[CompareRequest], db_dir: Path, profile: cProfile.Profil
     evaluator = Evaluator(db_dir=db_dir)
 
     def finished(report: Report) -> None:
-        kinds, calls = recorder.take()
+        kinds, calls, queries_run = recorder.take()
         timings = report.run_metadata["timings"]
         queries = kinds.pop(QUERIES, 0.0)
         kinds[REST] = timings["total_ms"] - queries - sum(kinds.values())
         timed.append(CaseTime(report.case_id, report.deterministic_verdict if report.blocked_reason is None
-                              else report.blocked_reason, timings["total_ms"], queries, kinds, calls))
+                              else report.blocked_reason, timings["total_ms"], queries, kinds, calls, queries_run))
 
     restore = recorder.install()
     try:
@@ -409,13 +431,34 @@ def evaluate(cases: list[CompareRequest], db_dir: Path, profile: cProfile.Profil
 # ------------------------------------------------------------------------------------------------- the figures
 
 
+def shares(label: str, timed: list[CaseTime], share: Callable[[CaseTime], float],
+           part: Callable[[CaseTime], float]) -> str:
+    """One line of figures: the median and p95 of ``share`` over the cases, the sum of ``part`` over the sum of
+    case times, and the cases at 10% or less."""
+    values = [share(t) for t in timed]
+    p95 = statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
+    weighted = sum(part(t) for t in timed) / sum(t.total_ms for t in timed)
+    return (f"  {label:<44} median {statistics.median(values):6.1%}, p95 {p95:6.1%}, sum-weighted {weighted:6.1%};"
+            f" <= 10% in {sum(v <= 0.10 for v in values)} of {len(values)}")
+
+
 def summary(label: str, timed: list[CaseTime]) -> None:
-    shares = [t.share for t in timed]
     total, beyond = sum(t.total_ms for t in timed), sum(t.beyond_ms for t in timed)
-    p95 = statistics.quantiles(shares, n=20)[-1] if len(shares) > 1 else shares[0]
-    print(f"{label}: {len(timed)} cases, {total / 1000:.1f} s in all, the two queries {(total - beyond) / 1000:.1f} s;"
-          f" time beyond them: median {statistics.median(shares):.1%}, p95 {p95:.1%}, "
-          f"sum-weighted {beyond / total:.1%}; cases at <= 10%: {sum(s <= 0.10 for s in shares)} of {len(timed)}")
+    print(f"{label}: {len(timed)} cases, {total / 1000:.1f} s in all, the two queries {(total - beyond) / 1000:.1f} s")
+    groups = {"every case": timed}
+    for verdict in sorted({t.verdict for t in timed}):
+        groups[f"{verdict} cases"] = [t for t in timed if t.verdict == verdict]
+    for name, group in groups.items():
+        print(shares(f"time beyond the two queries, {name}", group, lambda t: t.share, lambda t: t.beyond_ms))
+    print(shares("the engine's own work (beyond every query)", timed, lambda t: t.own_share, lambda t: t.own_ms))
+    bare = [t for t in timed if t.bare_ms is not None]
+    if bare:
+        print(shares("time beyond the two queries run bare", bare,
+                     lambda t: 1 - (t.bare_ms or 0.0) / t.total_ms if t.total_ms else 0.0,
+                     lambda t: t.total_ms - (t.bare_ms or 0.0)))
+        engine, plain = sum(t.queries_ms for t in bare), sum(t.bare_ms or 0.0 for t in bare)
+        print(f"  the two queries through the engine {engine / 1000:.1f} s, bare {plain / 1000:.1f} s "
+              f"({engine / plain:.2f}x: the sandbox, the text decoding and the size accounting of the fetch)")
 
 
 def breakdown(timed: list[CaseTime]) -> None:
@@ -432,14 +475,44 @@ def breakdown(timed: list[CaseTime]) -> None:
         print(f"  {kind:<55} {spent / 1000:8.2f} s {spent / total:6.1%}{count}")
 
 
+def run_bare(path: Path, timed: list[CaseTime], timeout_ms: int) -> None:
+    """Time each case's two queries again through a plain read-only sqlite3 connection (its own text decoding,
+    no sandbox), fetching as many rows as the engine kept: what executing them costs without the engine."""
+    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        for t in timed:
+            t.bare_ms = 0.0
+            for sql, rows in t.queries:
+                deadline = time.monotonic() + timeout_ms / 1000
+                connection.set_progress_handler(functools.partial(_past, deadline), 10_000)
+                started = time.perf_counter()
+                try:
+                    cursor = connection.execute(sql)
+                    left = rows
+                    while left > 0 and (chunk := cursor.fetchmany(min(left, 1024))):
+                        left -= len(chunk)
+                    cursor.close()
+                except sqlite3.Error:
+                    pass  # the engine's run failed too (a timeout): the time until the failure counts
+                t.bare_ms += (time.perf_counter() - started) * 1000
+    finally:
+        connection.close()
+
+
+def _past(deadline: float) -> bool:
+    return time.monotonic() > deadline
+
+
 def per_case(timed: list[CaseTime], reference: dict[str, CaseTime]) -> None:
-    print(f"{'case':<16} {'verdict':<17} {'total ms':>9} {'queries':>9} {'beyond':>8} {'share':>6} "
-          f"{'original':>8}  largest beyond")
+    print(f"{'case':<12} {'verdict':<17} {'total ms':>9} {'queries':>9} {'bare':>8} {'beyond':>8} {'share':>6} "
+          f"{'own':>6} {'original':>8}  largest beyond")
     for t in timed:
         largest = max(t.kinds.items(), key=lambda item: item[1])
         small = reference.get(t.case_id)
-        print(f"{t.case_id:<16} {t.verdict:<17} {t.total_ms:9.1f} {t.queries_ms:9.1f} {t.beyond_ms:8.1f} "
-              f"{t.share:6.1%} {small.share if small else float('nan'):8.1%}  {largest[0]} {largest[1]:.1f} ms")
+        bare = f"{t.bare_ms:8.1f}" if t.bare_ms is not None else f"{'-':>8}"
+        print(f"{t.case_id:<12} {t.verdict:<17} {t.total_ms:9.1f} {t.queries_ms:9.1f} {bare} {t.beyond_ms:8.1f} "
+              f"{t.share:6.1%} {t.own_share:6.1%} {small.share if small else float('nan'):8.1%}  "
+              f"{largest[0]} {largest[1]:.1f} ms")
 
 
 def imported_cases(spider: Path, db_id: str, work: Path) -> list[CompareRequest]:
@@ -466,6 +539,8 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=0, help="evaluate a seeded sample of N cases (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=int, default=0, help="print the N functions with the most own time")
+    parser.add_argument("--bare", action="store_true",
+                        help="also time each case's two queries through a bare sqlite3 connection (the peer)")
     args = parser.parse_args()
     if args.spider is None or not (Path(args.spider) / "dev_gold.sql").is_file():
         sys.exit("the Spider dev set is needed: set SQLCMP_SPIDER_DIR or pass --spider")
@@ -489,6 +564,8 @@ def main() -> None:
     started = time.perf_counter()
     large = evaluate(cases, work, profile)
     print(f"large database evaluated in {time.perf_counter() - started:.1f} s\n")
+    if args.bare:
+        run_bare(path, large, cases[0].config.query_timeout_ms)
     per_case(large, {t.case_id: t for t in reference})
     print()
     summary(f"original {args.db}", reference)
