@@ -79,7 +79,7 @@ class EngineContext:
         #: ``cache.FINGERPRINTS_KEPT`` (``cache.database_fingerprint``).
         self.fingerprints: Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]] = \
             Guarded(OrderedDict())
-        #: Neighbor schemas with their sample rows by (database, fingerprint, sample rows), oldest first
+        #: Neighbor schemas with their sample rows by (database, version, sample rows), oldest first
         #: (``neighbors.schema.read_schema``).
         self.schemas: Guarded[dict[tuple[str, str, int], Any]] = Guarded({})
         #: Idle SQLite neighborhoods by (id of their schema, tables), each with a weak reference to that schema,

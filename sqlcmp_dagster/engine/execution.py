@@ -17,10 +17,10 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlcmp_dagster.engine.context import current
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     import sqlalchemy as sa
 
 __all__ = ["DUCKDB_SUFFIXES", "ExecutionAdapter", "PrivilegedRoleError", "resolve_database"]
+
+T = TypeVar("T")
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
@@ -210,17 +212,20 @@ class ExecutionAdapter:
                                                 max_cell_bytes)
                 return names, fetched, (time.perf_counter() - started) * 1000
         with self._session(timeout, max_cell_bytes) as raw:
-            # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
-            cursor = raw.cursor()
-            try:
-                cursor.execute(_strip_terminator(sql))
-                fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
-                if cursor.description is None:
-                    raise _NoRows()
-                return [str(c[0]) for c in cursor.description], fetched, (time.perf_counter() - started) * 1000
-            finally:
-                if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
-                    cursor.close()
+            def run() -> tuple[list[str], Fetched, float]:
+                # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
+                cursor = raw.cursor()
+                try:
+                    cursor.execute(_strip_terminator(sql))
+                    fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
+                    if cursor.description is None:
+                        raise _NoRows()
+                    return [str(c[0]) for c in cursor.description], fetched, (time.perf_counter() - started) * 1000
+                finally:
+                    if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
+                        cursor.close()
+
+            return _utf8_first(raw, run) if self._sqlite is not None else run()
 
     def _error(self, failure: Exception, timeout: int, max_cell_bytes: int, terminated: bool) -> ExecutionError:
         """The query's own failure as the report names it; anything that is not one is raised again (an engine
@@ -339,6 +344,22 @@ class ExecutionAdapter:
             return str(self._sqlite_path)
         return self._duckdb_database if self._duckdb_database not in (None, ":memory:") else None
 
+    def version(self) -> str:
+        """What changes whenever the database's content may have changed, read without reading the content: a
+        SQLite or DuckDB file's path, size, modification time and inode, and its write-ahead log's; a server's or
+        a neighbor's :meth:`fingerprint` (its address). The key of what one process keeps per database (the
+        neighbor search's schema and sample rows), which :meth:`fingerprint` keyed by the file's bytes: reading a
+        1 GB file whole took 1.4-2.1 s of the first case that searched (``benchmarks/large_database.py``), to
+        tell a copy from the original, which only what outlives the process needs. A file rewritten to the same
+        size within one tick of the file system's clock keeps its version (as the batch's expected results
+        keep theirs, ``cache.file_state``)."""
+        file = self.database_file
+        if file is None:
+            return self.fingerprint()
+        path = Path(file)
+        wal = path.with_name(path.name + ("-wal" if self._sqlite_path is not None else ".wal"))
+        return repr([_file_state(path), _file_state(wal)])
+
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
         DuckDB file's is its bytes' (a DuckDB file's write-ahead log's too); a server's, its address's. A DuckDB
@@ -449,6 +470,38 @@ def _db_message(failure: BaseException) -> str:
 
 def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
+
+
+#: How Python's sqlite3 starts the error of a text value that is not UTF-8 under its own decoding.
+_NOT_UTF8 = "Could not decode to UTF-8"
+
+
+def _utf8_first(connection: sqlite3.Connection, run: Callable[[], T]) -> T:
+    """``run()`` on ``connection`` with its text decoded by SQLite's driver itself, and only when some text is
+    not UTF-8 again with the connection's own decoder, which gives such text replacement characters
+    (``sandbox.sqlite``): that decoder is a Python call per text cell, which made fetching a million rows of
+    three short texts take 0.9 s instead of 0.5 s (``benchmarks/large_database.py`` times the engine's fetch
+    against a bare connection's). The rows are the same either way; the second run is in the same session, so
+    the query's timeout holds for both runs together."""
+    replacing = connection.text_factory
+    connection.text_factory = str
+    try:
+        return run()
+    except sqlite3.OperationalError as error:
+        if not str(error).startswith(_NOT_UTF8):
+            raise
+    finally:
+        connection.text_factory = replacing
+    return run()
+
+
+def _file_state(path: Path) -> tuple[str, int, int, int] | None:
+    """A file's path, size, modification time (ns) and inode; None when there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 def _file_digest(path: Path) -> str:

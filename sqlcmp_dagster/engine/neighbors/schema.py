@@ -204,9 +204,10 @@ class Schema:
 
 
 def read_schema(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) -> Schema | str:
-    """The schema, cached per database content with the rows :func:`sample` reads into it (at most
-    ``sample_rows`` per table); a string says why it could not be read."""
-    key, kept = (database.identifier, database.fingerprint(), sample_rows), _schemas()
+    """The schema, cached per database version (:meth:`~ExecutionAdapter.version`: its files' state, not their
+    bytes) with the rows :func:`sample` reads into it (at most ``sample_rows`` per table); a string says why it
+    could not be read."""
+    key, kept = (database.identifier, database.version(), sample_rows), _schemas()
     with kept.lock:
         if key in kept.entries:
             return kept.entries[key]
