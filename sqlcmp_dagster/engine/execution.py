@@ -17,10 +17,10 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.context import current
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
@@ -34,15 +34,14 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
     Request, memory_bound
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
-from sqlcmp_dagster.engine.sandbox.sqlite import SqliteConnections, sqlite_memory_read_only, sqlite_read_only
+from sqlcmp_dagster.engine.sandbox.sqlite import SqliteConnections, sqlite_memory_read_only, sqlite_read_only, \
+    utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
 __all__ = ["DUCKDB_SUFFIXES", "ExecutionAdapter", "PrivilegedRoleError", "resolve_database"]
-
-T = TypeVar("T")
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
@@ -225,7 +224,7 @@ class ExecutionAdapter:
                     if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
                         cursor.close()
 
-            return _utf8_first(raw, run) if self._sqlite is not None else run()
+            return utf8_first(raw, run) if self._sqlite is not None else run()
 
     def _error(self, failure: Exception, timeout: int, max_cell_bytes: int, terminated: bool) -> ExecutionError:
         """The query's own failure as the report names it; anything that is not one is raised again (an engine
@@ -470,29 +469,6 @@ def _db_message(failure: BaseException) -> str:
 
 def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
-
-
-#: How Python's sqlite3 starts the error of a text value that is not UTF-8 under its own decoding.
-_NOT_UTF8 = "Could not decode to UTF-8"
-
-
-def _utf8_first(connection: sqlite3.Connection, run: Callable[[], T]) -> T:
-    """``run()`` on ``connection`` with its text decoded by SQLite's driver itself, and only when some text is
-    not UTF-8 again with the connection's own decoder, which gives such text replacement characters
-    (``sandbox.sqlite``): that decoder is a Python call per text cell, which made fetching a million rows of
-    three short texts take 0.9 s instead of 0.5 s (``benchmarks/large_database.py`` times the engine's fetch
-    against a bare connection's). The rows are the same either way; the second run is in the same session, so
-    the query's timeout holds for both runs together."""
-    replacing = connection.text_factory
-    connection.text_factory = str
-    try:
-        return run()
-    except sqlite3.OperationalError as error:
-        if not str(error).startswith(_NOT_UTF8):
-            raise
-    finally:
-        connection.text_factory = replacing
-    return run()
 
 
 def _file_state(path: Path) -> tuple[str, int, int, int] | None:
