@@ -21,7 +21,7 @@ from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
-from sqlcmp_dagster.engine import cache
+from sqlcmp_dagster.engine import cache, execution
 from sqlcmp_dagster.engine.cache import (
     ENVIRONMENT,
     ExpectedResults,
@@ -183,6 +183,22 @@ def test_the_fingerprints_a_process_remembers_are_bounded(tmp_path: Path, monkey
         assert database_fingerprint(path) is not None
     assert [state[0][0] for state in current().fingerprints.entries] == [paths[0], paths[2]]
     assert not reset().fingerprints.entries
+
+
+def test_the_file_digests_a_process_remembers_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SHA-256 digests of database files (an adapter's fingerprint) are kept for at most FILE_DIGESTS_KEPT file
+    versions, the least recently used dropped first; a rewritten file is digested anew."""
+    monkeypatch.setattr(execution, "FILE_DIGESTS_KEPT", 2)
+    reset()
+    paths = [make_db(tmp_path / f"{name}.sqlite", [(1, name)]) for name in "abc"]
+    digests = {path: ExecutionAdapter(str(path)).fingerprint() for path in (paths[0], paths[1], paths[0], paths[2])}
+    assert [key[0] for key in current().file_digests.entries] == [str(paths[0]), str(paths[2])]
+    assert len(set(digests.values())) == 3
+    with sqlite3.connect(paths[0]) as connection:
+        connection.execute("INSERT INTO t VALUES (2, 'z')")
+    os.utime(paths[0], ns=(1, 1))  # another version even where the clock's tick would hide the write
+    assert ExecutionAdapter(str(paths[0])).fingerprint() != digests[paths[0]]
+    assert not reset().file_digests.entries
 
 
 def executions(cache_: ExpectedResults, adapter: ExecutionAdapter, sql: str, config: EvalConfig) -> Execution | None:

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlcmp_dagster.engine.context import current
+from sqlcmp_dagster.engine.context import current, keep_recent
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
 from sqlcmp_dagster.engine.plans import Plan, plan_of
@@ -45,6 +45,9 @@ __all__ = ["DUCKDB_SUFFIXES", "ExecutionAdapter", "PrivilegedRoleError", "resolv
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
+#: Most database file versions whose digest one process keeps (a digest is 16 characters; the bound is for a
+#: process that lives through many rewrites of its databases, not for memory a suite's files take).
+FILE_DIGESTS_KEPT = 4096
 #: File suffixes opened with DuckDB when a path (not a URL) is given.
 DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 
@@ -481,15 +484,19 @@ def _file_state(path: Path) -> tuple[str, int, int, int] | None:
 
 
 def _file_digest(path: Path) -> str:
-    """The first 16 hex digits of the file's SHA-256, kept in the engine context per file version."""
+    """The first 16 hex digits of the file's SHA-256, kept in the engine context per file version (at most
+    :data:`FILE_DIGESTS_KEPT` versions, least recently used out first)."""
     stat = path.stat()
     key, digests = (str(path), stat.st_size, stat.st_mtime_ns), current().file_digests
     with digests.lock:
-        if key not in digests.entries:
-            digest = hashlib.sha256()
-            with path.open("rb") as handle:
-                for block in iter(lambda: handle.read(1 << 20), b""):
-                    digest.update(block)
-            digests.entries[key] = digest.hexdigest()[:16]
-        return digests.entries[key]
+        known = digests.entries.get(key)
+        if known is not None:
+            digests.entries.move_to_end(key)
+            return known
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    keep_recent(digests, key, digest.hexdigest()[:16], FILE_DIGESTS_KEPT)
+    return digest.hexdigest()[:16]
 
