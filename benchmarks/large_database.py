@@ -2,6 +2,7 @@
 
     SQLCMP_SPIDER_DIR=$S python benchmarks/large_database.py [--db world_1] [--gigabytes 1.0]
                                       [--work DIR] [--cases N] [--seed 0] [--bare] [--profile N]
+                                      [--fix-search-budget-ms MS]
 
 Issue 35's large-database goal: on a database of at least 1 GB, the time a case spends beyond executing its two
 queries is at most 10% of the case's time.
@@ -23,6 +24,9 @@ SHA-256 is the one recorded.
 does), the cases of ``--db`` kept (``--cases N``: N of them, a seeded sample in suite order), evaluated one at a
 time with the default configuration by ``Evaluator.evaluate_all`` in this process, first on the original
 database (the reference: the same cases where executing costs next to nothing), then on the large one.
+``--fix-search-budget-ms`` sets the one option that decides how much the verified-fix search runs (10000, the
+query timeout, searches as the engine did before the option existed); each case's line says what the search
+did (found a fix, searched without one, skipped), and the summary counts them.
 
 **What counts as executing the two queries.** The actual query's and the expected query's executions on the
 case's database, as the engine times them (``Execution.elapsed_ms``: from taking a connection to the last row
@@ -385,6 +389,7 @@ class CaseTime:
     kinds: dict[str, float]
     calls: Counter[str]
     queries: list[tuple[str, int]]
+    fix: str = ""  # what the verified-fix search did (:func:`fix_outcome`)
     bare_ms: float | None = None  # the two queries through a bare sqlite3 connection (--bare)
 
     @property
@@ -405,6 +410,15 @@ class CaseTime:
     @property
     def own_share(self) -> float:
         return self.own_ms / self.total_ms if self.total_ms else 0.0
+
+
+def fix_outcome(report: Report) -> str:
+    """What the verified-fix search did for a case: ``found``, ``no fix``, ``skipped`` (a warning says why:
+    ``fix_search_budget_ms`` or the case's budget), or nothing (not searched: a pass, a case that did not run)."""
+    fix = (report.diagnostic_scores or {}).get("suggested_fix")
+    if fix is not None:
+        return "found" if fix["found"] else "no fix"
+    return "skipped" if any(w.startswith("fix search skipped") for w in report.warnings) else ""
 
 
 def bare_ms(connection: sqlite3.Connection, queries: list[tuple[str, int]], timeout_ms: int) -> float:
@@ -445,7 +459,8 @@ def evaluate(cases: list[CompareRequest], db_dir: Path, profile: cProfile.Profil
         queries = kinds.pop(QUERIES, 0.0)
         kinds[REST] = timings["total_ms"] - queries - sum(kinds.values())
         timed.append(CaseTime(report.case_id, report.deterministic_verdict if report.blocked_reason is None
-                              else report.blocked_reason, timings["total_ms"], queries, kinds, calls, queries_run))
+                              else report.blocked_reason, timings["total_ms"], queries, kinds, calls, queries_run,
+                              fix_outcome(report)))
         if plain is not None:
             if profile is not None:
                 profile.disable()
@@ -491,6 +506,9 @@ def summary(label: str, timed: list[CaseTime]) -> None:
     for name, group in groups.items():
         print(shares(f"time beyond the two queries, {name}", group, lambda t: t.share, lambda t: t.beyond_ms))
     print(shares("the engine's own work (beyond every query)", timed, lambda t: t.own_share, lambda t: t.own_ms))
+    searched = Counter(t.fix for t in timed if t.fix)
+    print(f"  verified-fix search: {searched['found']} fixes found, {searched['no fix']} searched without one, "
+          f"{searched['skipped']} skipped")
     bare = [t for t in timed if t.bare_ms is not None]
     if bare:
         print(shares("time beyond the two queries run bare", bare,
@@ -517,13 +535,13 @@ def breakdown(timed: list[CaseTime]) -> None:
 
 def per_case(timed: list[CaseTime], reference: dict[str, CaseTime]) -> None:
     print(f"{'case':<12} {'verdict':<17} {'total ms':>9} {'queries':>9} {'bare':>8} {'beyond':>8} {'share':>6} "
-          f"{'own':>6} {'original':>8}  largest beyond")
+          f"{'own':>6} {'original':>8} {'fix':>8}  largest beyond")
     for t in timed:
         largest = max(t.kinds.items(), key=lambda item: item[1])
         small = reference.get(t.case_id)
         bare = f"{t.bare_ms:8.1f}" if t.bare_ms is not None else f"{'-':>8}"
         print(f"{t.case_id:<12} {t.verdict:<17} {t.total_ms:9.1f} {t.queries_ms:9.1f} {bare} {t.beyond_ms:8.1f} "
-              f"{t.share:6.1%} {t.own_share:6.1%} {small.share if small else float('nan'):8.1%}  "
+              f"{t.share:6.1%} {t.own_share:6.1%} {small.share if small else float('nan'):8.1%} {t.fix or '-':>8}  "
               f"{largest[0]} {largest[1]:.1f} ms")
 
 
@@ -551,6 +569,9 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=0, help="evaluate a seeded sample of N cases (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=int, default=0, help="print the N functions with the most own time")
+    parser.add_argument("--fix-search-budget-ms", type=int, default=None,
+                        help="the cases' fix_search_budget_ms (default: the option's default; 10000, the query "
+                             "timeout, searches as before it existed)")
     parser.add_argument("--bare", action="store_true",
                         help="also time each case's two queries through a bare sqlite3 connection (the peer)")
     args = parser.parse_args()
@@ -570,7 +591,12 @@ def main() -> None:
     if args.cases and args.cases < len(cases):
         chosen = set(random.Random(args.seed).sample(range(len(cases)), args.cases))
         cases = [case for index, case in enumerate(cases) if index in chosen]
-    print(f"cases: {len(cases)} of {args.db} (SuperSQL against gold), default configuration, one at a time")
+    if args.fix_search_budget_ms is not None:
+        cases = [case.model_copy(update={"config": case.config.model_copy(
+            update={"fix_search_budget_ms": args.fix_search_budget_ms})}) for case in cases]
+    print(f"cases: {len(cases)} of {args.db} (SuperSQL against gold), fix_search_budget_ms="
+          f"{cases[0].config.fix_search_budget_ms if cases else '-'}, otherwise the default configuration, "
+          "one at a time")
     reference = evaluate(cases, spider / "database")  # also the warm-up: imports, sqlglot's caches
     profile = cProfile.Profile() if args.profile else None
     started = time.perf_counter()
