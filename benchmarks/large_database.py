@@ -2,6 +2,7 @@
 
     SQLCMP_SPIDER_DIR=$S python benchmarks/large_database.py [--db world_1] [--gigabytes 1.0]
                                       [--work DIR] [--cases N] [--seed 0] [--bare] [--profile N]
+                                      [--fix-search-budget-ms MS]
 
 Issue 35's large-database goal: on a database of at least 1 GB, the time a case spends beyond executing its two
 queries is at most 10% of the case's time.
@@ -17,12 +18,15 @@ times, a lookup by a declared key still finds one row, and every ORDER BY ... LI
 checked: row counts ``factor`` times the original's, and ``PRAGMA foreign_key_check`` finds ``factor`` times the
 original's violations (Spider's own: world_1 has none). It is kept in ``--work`` (default: a folder under the
 system's temporary directory) with a manifest, and reused when the manifest's parameters match and the file's
-SHA-256 is the one recorded.
+SHA-256 is the one recorded (``scaled_database.py``).
 
 **The cases.** Spider dev imported with SuperSQL's predictions by ``sqlcmp import spider`` (as the test suite
 does), the cases of ``--db`` kept (``--cases N``: N of them, a seeded sample in suite order), evaluated one at a
 time with the default configuration by ``Evaluator.evaluate_all`` in this process, first on the original
 database (the reference: the same cases where executing costs next to nothing), then on the large one.
+``--fix-search-budget-ms`` sets the one option that decides how much the verified-fix search runs (10000, the
+query timeout, searches as the engine did before the option existed); each case's line says what the search
+did (found a fix, searched without one, skipped), and the summary counts them.
 
 **What counts as executing the two queries.** The actual query's and the expected query's executions on the
 case's database, as the engine times them (``Execution.elapsed_ms``: from taking a connection to the last row
@@ -48,14 +52,10 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import hashlib
 import inspect
-import json
-import math
 import os
 import pstats
 import random
-import re
 import sqlite3
 import statistics
 import sys
@@ -63,11 +63,13 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from scaled_database import large_database
 
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main as sqlcmp
@@ -76,8 +78,6 @@ from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.relation import Execution
 
-#: Bumped whenever the way the database is built changes: a manifest of another version is rebuilt.
-GENERATOR_VERSION = 1
 #: The label of the two queries' executions (:class:`Recorder`).
 QUERIES = "the two queries"
 #: Labels of the time beyond executing them, in the order they are printed.
@@ -88,214 +88,6 @@ BEYOND = (GATE, TIE, PROBES, SCHEMA, NEIGHBORS, HASH, REST)
 
 
 # ------------------------------------------------------------------------------------------------ the database
-
-
-@dataclass
-class Source:
-    """A Spider database read whole: its tables' DDL and rows, its indexes' DDL and which columns are keys."""
-
-    tables: dict[str, str]  # name -> CREATE TABLE, in the file's order
-    indexes: list[str]
-    rows: dict[str, list[tuple[Any, ...]]]
-    keyed: dict[str, set[int]] = field(default_factory=dict)  # table -> positions of the columns made fresh
-
-    @property
-    def stride(self) -> int:
-        """A power of ten above every integer key value (negative ones included), so that ``value + copy *
-        stride`` never meets another copy's value."""
-        values = (_integer(row[i]) for name, rows in self.rows.items() for row in rows for i in self.keyed.get(name, ()))
-        largest = max((abs(v) for v in values if v is not None), default=0)
-        return 10 ** (len(str(largest)) + 1)
-
-
-def _integer(value: Any) -> Any:
-    """``value`` as an int when it is one or a text that spells one (a text column referencing an integer key,
-    as car_1's ``car_makers.Country`` does), else None."""
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"-?\d{1,18}", value):
-        return int(value)
-    return None
-
-
-def read_source(path: Path) -> Source:
-    """The tables, rows, indexes and key columns of the Spider database at ``path`` (opened read-only)."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        entries = connection.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL "
-                                     "AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY rowid").fetchall()
-        tables = {name: sql for kind, name, sql in entries if kind == "table"}
-        source = Source(tables, [sql for kind, _, sql in entries if kind == "index"],
-                        {name: connection.execute(f"SELECT * FROM {_quoted(name)}").fetchall() for name in tables})
-        source.keyed = _key_columns(connection, list(tables))
-    finally:
-        connection.close()
-    return source
-
-
-def _key_columns(connection: sqlite3.Connection, tables: list[str]) -> dict[str, set[int]]:
-    """Per table, the positions of the columns each copy gives fresh values: both ends of every declared foreign
-    key, and every column of a PRIMARY KEY or UNIQUE set that has none of those (a set that has one is unique
-    per copy already: its other columns keep their values, so ``Language = 'English'`` still finds every copy)."""
-    positions = {t.lower(): {row[1].lower(): row[0] for row in connection.execute(f"PRAGMA table_info({_quoted(t)})")}
-                 for t in tables}
-    names = {t.lower(): t for t in tables}
-    keyed: dict[str, set[int]] = defaultdict(set)
-    for table in tables:
-        for row in connection.execute(f"PRAGMA foreign_key_list({_quoted(table)})"):
-            parent, child_column, parent_column = row[2].lower(), row[3].lower(), row[4]
-            if parent not in positions:
-                continue
-            if parent_column is None:  # REFERENCES parent: its primary key
-                parent_column = next(r[1] for r in connection.execute(
-                    f"PRAGMA table_info({_quoted(names[parent])})") if r[5] == 1)
-            keyed[table].add(positions[table.lower()][child_column])
-            keyed[names[parent]].add(positions[parent][parent_column.lower()])
-    for table in tables:
-        info = connection.execute(f"PRAGMA table_info({_quoted(table)})").fetchall()
-        sets = [{r[0] for r in info if r[5]}]
-        for index in connection.execute(f"PRAGMA index_list({_quoted(table)})"):
-            if index[2]:
-                sets.append({positions[table.lower()][r[2].lower()]
-                             for r in connection.execute(f"PRAGMA index_info({_quoted(index[1])})") if r[2]})
-        for unique in sets:
-            if unique and not unique & keyed[table]:
-                keyed[table] |= unique
-    return dict(keyed)
-
-
-def copies(source: Source, table: str, factor: int, stride: int) -> Iterator[tuple[Any, ...]]:
-    """The rows of ``table`` in ``factor`` copies, the key columns of copy ``k`` made fresh (copy 0 is the
-    original)."""
-    keyed = sorted(source.keyed.get(table, ()))
-    rows = source.rows[table]
-    for copy in range(factor):
-        if copy == 0 or not keyed:
-            yield from rows
-            continue
-        for row in rows:
-            values = list(row)
-            for i in keyed:
-                values[i] = _fresh(values[i], copy, stride)
-            yield tuple(values)
-
-
-def _fresh(value: Any, copy: int, stride: int) -> Any:
-    """``value`` in copy ``copy``: the same function of the value at both ends of a foreign key."""
-    number = _integer(value)
-    if number is not None:
-        moved = number + copy * stride
-        return str(moved) if isinstance(value, str) else moved
-    if isinstance(value, float):
-        return value + copy * stride
-    if isinstance(value, str):
-        return f"{value}#{copy}"
-    return value  # NULL (references nothing) and blobs (no Spider key is one)
-
-
-def write_database(source: Source, path: Path, factor: int) -> None:
-    """Write ``factor`` copies of ``source`` to a new SQLite file at ``path``: no journal, no syncs, one
-    transaction, the indexes made after the rows."""
-    path.unlink(missing_ok=True)
-    connection = sqlite3.connect(path, isolation_level=None)
-    try:
-        connection.execute("PRAGMA journal_mode = OFF")
-        connection.execute("PRAGMA synchronous = OFF")
-        connection.execute("PRAGMA cache_size = -262144")  # 256 MiB: the autoindexes of text keys fill pages
-        connection.execute("BEGIN")
-        for sql in source.tables.values():
-            connection.execute(sql)
-        stride = source.stride
-        for table in source.tables:
-            width = len(source.rows[table][0]) if source.rows[table] else 0
-            if width:
-                connection.executemany(f"INSERT INTO {_quoted(table)} VALUES ({', '.join('?' * width)})",
-                                       copies(source, table, factor, stride))
-        for sql in source.indexes:
-            connection.execute(sql)
-        connection.execute("COMMIT")
-    finally:
-        connection.close()
-
-
-def calibrated_factor(source: Source, target_bytes: int, work: Path) -> int:
-    """The copies needed for ``target_bytes``: the size of a 16-copy build, extrapolated (the pages of a copy
-    fill alike), plus 2% for the extrapolation's error."""
-    trial = work / "calibration.sqlite"
-    write_database(source, trial, 16)
-    per_copy = trial.stat().st_size / 16
-    trial.unlink()
-    return max(1, math.ceil(target_bytes * 1.02 / per_copy))
-
-
-def foreign_key_violations(path: Path) -> Counter[str]:
-    """Rows whose declared foreign key finds no parent, per table (``PRAGMA foreign_key_check``)."""
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return Counter(row[0] for row in connection.execute("PRAGMA foreign_key_check"))
-    finally:
-        connection.close()
-
-
-def row_counts(path: Path, tables: list[str]) -> dict[str, int]:
-    connection = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        return {t: connection.execute(f"SELECT count(*) FROM {_quoted(t)}").fetchone()[0] for t in tables}
-    finally:
-        connection.close()
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def large_database(original: Path, db_id: str, target_bytes: int, work: Path) -> tuple[Path, dict[str, Any]]:
-    """The database built from ``original`` under ``work/<db_id>/<db_id>.sqlite`` (the layout a db id resolves
-    to), reused when its manifest matches and its content is the one recorded, else built and checked."""
-    folder = work / db_id
-    folder.mkdir(parents=True, exist_ok=True)
-    path, manifest_path = folder / f"{db_id}.sqlite", folder / "manifest.json"
-    wanted = {"generator": GENERATOR_VERSION, "source_sha256": sha256(original), "target_bytes": target_bytes}
-    if path.is_file() and manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
-        started = time.perf_counter()
-        if {k: manifest.get(k) for k in wanted} == wanted and sha256(path) == manifest["sha256"]:
-            print(f"reusing {path} (content checked against its manifest in {time.perf_counter() - started:.1f} s)")
-            return path, manifest
-        print(f"rebuilding {path}: its manifest or content does not match")
-    manifest_path.unlink(missing_ok=True)
-    started = time.perf_counter()
-    source = read_source(original)
-    factor = calibrated_factor(source, target_bytes, folder)
-    print(f"building {path}: {factor} copies of {db_id} ...", flush=True)
-    write_database(source, path, factor)
-    built = time.perf_counter()
-    counts = row_counts(path, list(source.tables))
-    for table, rows in source.rows.items():
-        if counts[table] != factor * len(rows):
-            sys.exit(f"{table}: {counts[table]} rows, expected {factor} x {len(rows)}")
-    violations, original_violations = foreign_key_violations(path), foreign_key_violations(original)
-    for table in set(violations) | set(original_violations):
-        if violations[table] != factor * original_violations[table]:
-            sys.exit(f"{table}: {violations[table]} foreign-key violations, the original has "
-                     f"{original_violations[table]} (x {factor} expected)")
-    manifest = {**wanted, "factor": factor, "bytes": path.stat().st_size, "sha256": sha256(path), "rows": counts,
-                "foreign_key_violations": dict(violations), "build_s": round(built - started, 1),
-                "check_s": round(time.perf_counter() - built, 1)}
-    manifest_path.write_text(json.dumps(manifest, indent=1))
-    print(f"built in {manifest['build_s']} s, checked in {manifest['check_s']} s")
-    return path, manifest
-
-
-def _quoted(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
-# --------------------------------------------------------------------------------------------- the attribution
 
 
 @dataclass
@@ -385,6 +177,7 @@ class CaseTime:
     kinds: dict[str, float]
     calls: Counter[str]
     queries: list[tuple[str, int]]
+    fix: str = ""  # what the verified-fix search did (:func:`fix_outcome`)
     bare_ms: float | None = None  # the two queries through a bare sqlite3 connection (--bare)
 
     @property
@@ -405,6 +198,15 @@ class CaseTime:
     @property
     def own_share(self) -> float:
         return self.own_ms / self.total_ms if self.total_ms else 0.0
+
+
+def fix_outcome(report: Report) -> str:
+    """What the verified-fix search did for a case: ``found``, ``no fix``, ``skipped`` (a warning says why:
+    ``fix_search_budget_ms`` or the case's budget), or nothing (not searched: a pass, a case that did not run)."""
+    fix = (report.diagnostic_scores or {}).get("suggested_fix")
+    if fix is not None:
+        return "found" if fix["found"] else "no fix"
+    return "skipped" if any(w.startswith("fix search skipped") for w in report.warnings) else ""
 
 
 def bare_ms(connection: sqlite3.Connection, queries: list[tuple[str, int]], timeout_ms: int) -> float:
@@ -445,7 +247,8 @@ def evaluate(cases: list[CompareRequest], db_dir: Path, profile: cProfile.Profil
         queries = kinds.pop(QUERIES, 0.0)
         kinds[REST] = timings["total_ms"] - queries - sum(kinds.values())
         timed.append(CaseTime(report.case_id, report.deterministic_verdict if report.blocked_reason is None
-                              else report.blocked_reason, timings["total_ms"], queries, kinds, calls, queries_run))
+                              else report.blocked_reason, timings["total_ms"], queries, kinds, calls, queries_run,
+                              fix_outcome(report)))
         if plain is not None:
             if profile is not None:
                 profile.disable()
@@ -491,6 +294,9 @@ def summary(label: str, timed: list[CaseTime]) -> None:
     for name, group in groups.items():
         print(shares(f"time beyond the two queries, {name}", group, lambda t: t.share, lambda t: t.beyond_ms))
     print(shares("the engine's own work (beyond every query)", timed, lambda t: t.own_share, lambda t: t.own_ms))
+    searched = Counter(t.fix for t in timed if t.fix)
+    print(f"  verified-fix search: {searched['found']} fixes found, {searched['no fix']} searched without one, "
+          f"{searched['skipped']} skipped")
     bare = [t for t in timed if t.bare_ms is not None]
     if bare:
         print(shares("time beyond the two queries run bare", bare,
@@ -517,13 +323,13 @@ def breakdown(timed: list[CaseTime]) -> None:
 
 def per_case(timed: list[CaseTime], reference: dict[str, CaseTime]) -> None:
     print(f"{'case':<12} {'verdict':<17} {'total ms':>9} {'queries':>9} {'bare':>8} {'beyond':>8} {'share':>6} "
-          f"{'own':>6} {'original':>8}  largest beyond")
+          f"{'own':>6} {'original':>8} {'fix':>8}  largest beyond")
     for t in timed:
         largest = max(t.kinds.items(), key=lambda item: item[1])
         small = reference.get(t.case_id)
         bare = f"{t.bare_ms:8.1f}" if t.bare_ms is not None else f"{'-':>8}"
         print(f"{t.case_id:<12} {t.verdict:<17} {t.total_ms:9.1f} {t.queries_ms:9.1f} {bare} {t.beyond_ms:8.1f} "
-              f"{t.share:6.1%} {t.own_share:6.1%} {small.share if small else float('nan'):8.1%}  "
+              f"{t.share:6.1%} {t.own_share:6.1%} {small.share if small else float('nan'):8.1%} {t.fix or '-':>8}  "
               f"{largest[0]} {largest[1]:.1f} ms")
 
 
@@ -551,6 +357,9 @@ def main() -> None:
     parser.add_argument("--cases", type=int, default=0, help="evaluate a seeded sample of N cases (0: all)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile", type=int, default=0, help="print the N functions with the most own time")
+    parser.add_argument("--fix-search-budget-ms", type=int, default=None,
+                        help="the cases' fix_search_budget_ms (default: the option's default; 10000, the query "
+                             "timeout, searches as before it existed)")
     parser.add_argument("--bare", action="store_true",
                         help="also time each case's two queries through a bare sqlite3 connection (the peer)")
     args = parser.parse_args()
@@ -570,7 +379,12 @@ def main() -> None:
     if args.cases and args.cases < len(cases):
         chosen = set(random.Random(args.seed).sample(range(len(cases)), args.cases))
         cases = [case for index, case in enumerate(cases) if index in chosen]
-    print(f"cases: {len(cases)} of {args.db} (SuperSQL against gold), default configuration, one at a time")
+    if args.fix_search_budget_ms is not None:
+        cases = [case.model_copy(update={"config": case.config.model_copy(
+            update={"fix_search_budget_ms": args.fix_search_budget_ms})}) for case in cases]
+    print(f"cases: {len(cases)} of {args.db} (SuperSQL against gold), fix_search_budget_ms="
+          f"{cases[0].config.fix_search_budget_ms if cases else '-'}, otherwise the default configuration, "
+          "one at a time")
     reference = evaluate(cases, spider / "database")  # also the warm-up: imports, sqlglot's caches
     profile = cProfile.Profile() if args.profile else None
     started = time.perf_counter()

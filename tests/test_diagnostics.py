@@ -7,6 +7,7 @@ must pass all of them, and every reported fix is re-run through ``compare`` agai
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from pathlib import Path
@@ -303,6 +304,48 @@ def test_without_probes_there_is_no_search(evaluator: Evaluator) -> None:
                              config=EvalConfig(enable_counterfactual_probes=False))
     report = evaluator.evaluate(request)
     assert report.diagnostic_scores["suggested_fix"] is None and report.evidence["probes"] == []
+
+
+class SlowDatabase(ExecutionAdapter):
+    """The sample database as if every query took ``SLOW_MS`` longer: the measured times a large database gives,
+    injected, so that what follows from them does not depend on the machine's speed."""
+
+    SLOW_MS = 700.0
+
+    def execute(self, sql: str, **options: Any) -> Any:
+        execution = super().execute(sql, **options)
+        return dataclasses.replace(execution, elapsed_ms=execution.elapsed_ms + self.SLOW_MS)
+
+
+def test_the_fix_search_is_skipped_when_the_two_queries_alone_exceed_its_budget(sample_db: Path) -> None:
+    """Issue 35 item 3: each candidate of the fix search is a query like the case's two, up to 32 of them, so on
+    a database where those took 1.4 s together (above fix_search_budget_ms, 1 s by default) the search is not
+    run, and the report says why and which option to raise; with the option raised it finds the fix, and the same
+    case on a database where the queries are fast is searched under the default."""
+    request = CompareRequest(expected_sql="SELECT DISTINCT city FROM customers", actual_sql="SELECT city FROM customers")
+    slow = SlowDatabase(str(sample_db))
+    report = compare(request, slow)
+    assert report.deterministic_verdict == "fail"
+    assert report.diagnostic_scores["suggested_fix"] is None and report.evidence["probes"] == []
+    [warning] = [w for w in report.warnings if w.startswith("fix search")]
+    took = report.run_metadata["timings"]["execution_ms"]
+    assert warning == (f"fix search skipped: the two queries took {took:.0f} ms on this database, above "
+                       "fix_search_budget_ms=1000 (each candidate is a query like them); raise it to search")
+    assert not inconsistencies(report)
+    raised = compare(request.model_copy(update={"config": EvalConfig(fix_search_budget_ms=60_000)}), slow)
+    assert raised.diagnostic_scores["suggested_fix"]["clauses"] == ["distinct"]
+    assert not any(w.startswith("fix search") for w in raised.warnings)
+    fast = compare(request, ExecutionAdapter(str(sample_db)))
+    assert fast.diagnostic_scores["suggested_fix"]["clauses"] == ["distinct"]
+    assert not any(w.startswith("fix search") for w in fast.warnings)
+    slow.close()
+
+
+def test_a_pass_with_slow_queries_warns_of_no_search(sample_db: Path) -> None:
+    """A pass is not searched, so slow queries skip nothing there and no warning says they did."""
+    report = compare(CompareRequest(expected_sql="SELECT city FROM customers", actual_sql="SELECT city FROM customers"),
+                     SlowDatabase(str(sample_db)))
+    assert report.deterministic_verdict == "pass" and not any(w.startswith("fix search") for w in report.warnings)
 
 
 def test_a_match_by_the_luck_of_a_tie_at_limit_is_not_a_fix(run: Any) -> None:

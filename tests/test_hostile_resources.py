@@ -401,20 +401,22 @@ def test_the_fix_search_rewrites_stop_at_its_budget() -> None:
 
 def test_case_timeout_ms_caps_the_probes_and_names_the_cut(pg_url: str) -> None:
     """Issue 11 item 9: probes (the fix search's candidates) re-run the slow actual query, so a case cost several
-    query timeouts. With case_timeout_ms the queries a case runs fit in its budget, and the cut is named."""
+    query timeouts. With case_timeout_ms the queries a case runs fit in its budget, and the cut is named (the
+    search's own budget, fix_search_budget_ms, is raised above the slow queries so that the case's is the cut)."""
     adapter = ExecutionAdapter(pg_url)
     request = CompareRequest(
         expected_sql="SELECT a FROM sqlcmp_hostile_res.t WHERE a > 2 ORDER BY a DESC",
         # 0.2 s per row kept: about 1.2 s, and as long again in each candidate that keeps the projection
         actual_sql="SELECT a + length(pg_sleep(0.2)::text) AS a FROM sqlcmp_hostile_res.t WHERE a > 3 ORDER BY a",
-        config=EvalConfig(query_timeout_ms=5000, case_timeout_ms=2000))
+        config=EvalConfig(query_timeout_ms=5000, case_timeout_ms=2000, fix_search_budget_ms=5000))
     report = compare(request, adapter)
     timings = report.run_metadata["timings"]
     assert report.metrics["validation"]["execution_success_actual"], report.metrics["validation"]
     assert timings["parse_ms"] + timings["execution_ms"] + timings["probe_execution_ms"] < 2000 + 500, timings
     assert any(w.startswith("fix search") and "case_timeout_ms=2000" in w for w in report.warnings), \
         report.warnings
-    unbounded = compare(request.model_copy(update={"config": EvalConfig(query_timeout_ms=5000)}), adapter)
+    unbounded = compare(request.model_copy(update={"config": EvalConfig(query_timeout_ms=5000,
+                                                                        fix_search_budget_ms=5000)}), adapter)
     assert not any("case_timeout_ms" in w for w in unbounded.warnings)  # 3 x 5 s: nothing was cut
     starved = compare(request.model_copy(update={"config": EvalConfig(query_timeout_ms=5000, case_timeout_ms=300)}),
                       adapter)
@@ -431,7 +433,7 @@ def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_p
     report's execution_ms)."""
     case = {"case_id": "budget", "db": "shop", "expected_sql": "SELECT price, name FROM products ORDER BY price LIMIT 2",
             "actual_sql": "SELECT price, name FROM products ORDER BY price DESC LIMIT 2",
-            "config": {"query_timeout_ms": 10_000, "case_timeout_ms": 10_000}}
+            "config": {"query_timeout_ms": 10_000, "case_timeout_ms": 10_000, "fix_search_budget_ms": 10_000}}
     folder = tmp_path / "cases"
     folder.mkdir()
     (folder / "suite.jsonl").write_text(json.dumps(case) + "\n", encoding="utf-8")

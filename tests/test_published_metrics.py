@@ -20,10 +20,12 @@ from sqlcmp_dagster.engine import bird_metrics
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.published_metrics import (
+    bird_scores,
     case_values,
     render_table,
     summarize_published,
 )
+from sqlcmp_dagster.engine.relation import relation_from_rows
 from sqlcmp_dagster.engine.spider_execution import passes_test_suite
 from sqlcmp_dagster.engine.spider_match import (
     SpiderSchema,
@@ -281,3 +283,20 @@ def test_a_test_suite_comparison_with_too_many_column_assignments_has_no_verdict
     files = [Path("a.sqlite"), Path("b.sqlite")]
     assert passes_test_suite("SELECT gold", "SELECT other", files, execute(shifted)) is None
     assert passes_test_suite("SELECT gold", "SELECT other", files, execute(wide)) is True
+
+
+@pytest.mark.parametrize(("gold", "predicted"), [
+    ([(1, "a"), (1, "a"), (2, None)], [(1, "a"), (1, "a"), (2, None)]),  # equal: told from the columns
+    ([(i, f"t{i}", i / 3) for i in range(3000)], [(i, f"t{i}", i / 3) for i in range(3000)]),  # past PLAIN_CELLS
+    ([(float("nan"), 1)], [(float("nan"), 1)]),  # NaN equals nothing: scored from the rows
+    ([], []), ([(1,)], []), ([(1, "a")], [("a", 1)]), ([(1, "a"), (2, "b")], [(2, "b"), (1, "a")]),
+    ([(1, 2)], [(1.0, 2)]),
+])
+def test_bird_scores_are_the_rules_on_the_rows(gold: list[tuple[object, ...]], predicted: list[tuple[object, ...]]
+                                               ) -> None:
+    """BIRD EX and Soft-F1 of two results equal column by column are given without making rows of them; every
+    pair scores as the rules do on the rows."""
+    width = len((gold or predicted or [(None,)])[0])
+    names = [f"c{i}" for i in range(width)]
+    scores = bird_scores(relation_from_rows(names, gold), relation_from_rows(names, predicted))
+    assert scores == (bird_metrics.execution_match(gold, predicted), round(bird_metrics.soft_f1(gold, predicted), 6))

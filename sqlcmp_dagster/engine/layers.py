@@ -165,8 +165,7 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
 
     Every candidate of the search is derived from the actual query and runs exactly as the actual query did:
     through the adapter's read-only gate and connection, within the case's timeout. The whole search gets the
-    case's ``query_timeout_ms`` as its budget, or what is left of ``case_timeout_ms`` when that is less (a
-    warning names the cut). The neighbor search of a pass gets what is left of the case's budget after that,
+    budget :func:`fix_search_budget` gives (a warning names a skip or a cut). The neighbor search of a pass gets what is left of the case's budget after that,
     capped by ``neighbor_time_budget_ms`` (a warning names the limit when the search hits it). Returns the diagnostics, the
     milliseconds the candidates spent executing and the fix search's warnings (returned, not added to
     ``validation``: in Dagster this layer is its own step, and only what it returns reaches the report).
@@ -175,10 +174,10 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
     expected_side = validation.expected[index]
     expected_shape = expected_side.shape(dialect)
     probe_ms = [0.0]
-    budget_ms = remaining_timeout(validation)  # the search's whole budget: at most what the case has left
     # A pass is diagnosed from its comparison alone: the trees a fix is transplanted between (two copies) and the
     # duplicate counts (polars' n_unique) are made for a failure only, the only case run() is called for.
     expected_tree = None if result.mode_pass else _transplantable(expected_side)
+    budget_ms, budget_warning = fix_search_budget(validation, expected_side, searched=expected_tree is not None)
     expected_ties: list[Relation | None] = []  # the expected query's own tie at its cut, computed once
 
     def execute(tree: exp.Expression, timeout_ms: int, sql: str | None = None) -> Execution:
@@ -223,13 +222,36 @@ def diagnostic_layer(validation: Validation, index: int, structure: StructuralCo
                  budget_ms=budget_ms or 0,
                  duplicates=Duplicates(_duplicate_rows(expected_side.relation),
                                        _duplicate_rows(validation.actual.relation)))
-    warnings = []
-    if can_probe and (budget_ms is None or budget_ms < config.query_timeout_ms):
-        warnings.append(f"fix search {'skipped' if budget_ms is None else f'limited to {budget_ms} ms'}"
-                        f": what was left of case_timeout_ms={config.case_budget_ms()}")
+    warnings = [budget_warning] if can_probe and budget_warning is not None else []
     diagnostics["neighborhood"] = neighbor_search(validation, index, structure, result, database,
                                                   budget_ms=case_time_left(validation, probe_ms[0]))
     return diagnostics, probe_ms[0], warnings
+
+
+def fix_search_budget(validation: Validation, expected: Side, *, searched: bool) -> tuple[int | None, str | None]:
+    """The verified-fix search's whole budget in milliseconds (None: it is not run) and the warning that names
+    why it is less than ``fix_search_budget_ms``, for a case whose chosen expected side is ``expected``.
+
+    The search gets ``fix_search_budget_ms``, or ``query_timeout_ms`` or what is left of ``case_timeout_ms`` when
+    that is less. When ``searched`` (a failure: a pass is not searched) it is skipped if the two queries took
+    longer than ``fix_search_budget_ms`` together: each candidate is a query like them, so not even one would fit,
+    and on a large database a search costs many times the case's own queries. That is decided from the two
+    queries' recorded times, so a case whose queries are far from the bound (every Spider case) is searched the
+    same way on every run, whatever the machine's load during the search.
+    """
+    config = validation.request.config
+    left = case_time_left(validation)
+    if left is None:
+        return None, f"fix search skipped: what was left of case_timeout_ms={config.case_budget_ms()}"
+    queries_ms = sum(side.execution.elapsed_ms for side in (validation.actual, expected) if side.execution)
+    if searched and queries_ms > config.fix_search_budget_ms:
+        return None, (f"fix search skipped: the two queries took {queries_ms:.0f} ms on this database, above "
+                      f"fix_search_budget_ms={config.fix_search_budget_ms} (each candidate is a query like them); "
+                      "raise it to search")
+    budget_ms = min(config.query_timeout_ms, config.fix_search_budget_ms)
+    if left < budget_ms:
+        return left, f"fix search limited to {left} ms: what was left of case_timeout_ms={config.case_budget_ms()}"
+    return budget_ms, None
 
 
 def _tied_rows(tree: exp.Expression, kept: Relation, dialect: str,

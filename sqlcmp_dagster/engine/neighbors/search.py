@@ -323,8 +323,10 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
     # run; the clock is only a safety cap, and a search that hits it says so (``budget_cuts``, warnings). So an
     # outcome the clock did not cut is the outcome of every case with the same queries, options and database
     # content (a suite asks the same question twice, and a model answers it the same way): kept for them.
-    # Every option as pydantic prints it (in its own code, a tenth of what config_hash's JSON and digest cost).
-    key = (database.identifier, database.fingerprint(), validation.dialect, validation.actual.sql,
+    # The content is told by the file's state (``version``), as the schema cache tells it: its bytes' hash read
+    # a 1 GB file whole in the first case that searched. Every option as pydantic prints it (in its own code, a
+    # tenth of what config_hash's JSON and digest cost).
+    key = (database.identifier, database.version(), validation.dialect, validation.actual.sql,
            tuple((i, validation.expected[i].sql) for i in validation.runnable()), index, config.model_dump_json(),
            result.comparison_mode)
     searches = current().searches
