@@ -12,7 +12,7 @@ running the case sensor, and the case store ``--store`` (default: a local folder
 ``s3://bucket/prefix`` with its ``AWS_*`` variables set). Its time runs from the daemon's start to the moment
 every case's report is in the store and every run of the case sensor has ended: the daemon's and its code
 server's start, the sensor's first tick, the run queue, every run on the workers, and storing. The workers are
-started before it, as they are already running in a deployment that gets a suite. The peer is ``sqlcmp
+started and ready before it, as they are already running in a deployment that gets a suite. The peer is ``sqlcmp
 evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
 
 ``--cases-per-run`` is the deployment's ``SQLCMP_CASES_PER_RUN``: how many runs the first load is split into,
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the deployment the scale-out tests st
 import dagster as dg
 import sqlalchemy as sa
 import yaml
-from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, Processes
+from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, WORKERS, Processes
 
 from sqlcmp_dagster.event_log_postgres import postgres_instance
 from sqlcmp_dagster.resources.storage import read_asset
@@ -84,11 +84,12 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
     processes = Processes(work, env)
     try:
         processes.prepare(home)
+        wait_for_workers(processes)
         started = time.perf_counter()
         processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
         with dg.DagsterInstance.from_config(str(home)) as instance:
             while True:
-                time.sleep(1)
+                time.sleep(0.25)  # the end is known to a quarter of a second
                 runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": "case_sensor"}))
                 if runs and all(run.status in DONE for run in runs) and \
                         case_ids <= set(read_asset(store, "case_reports")["case_id"].to_list()):
@@ -103,6 +104,17 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
         with admin.connect() as connection:
             connection.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         admin.dispose()
+
+
+def wait_for_workers(processes: Processes, timeout: float = 300) -> None:
+    """Return once every worker started by ``processes`` has said it is ready (Celery's "<name>@<host> ready."
+    in its log): a worker still importing would share the cores with the daemon's start, which is timed."""
+    deadline = time.monotonic() + timeout
+    workers = [log for _, log in processes.started if log.stem in WORKERS]
+    while not all(" ready." in log.read_text(errors="replace") for log in workers):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the workers were not ready in {timeout:.0f} s:\n{processes.logs()}")
+        time.sleep(0.2)
 
 
 def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: float) -> str:
