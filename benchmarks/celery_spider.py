@@ -6,14 +6,17 @@ figure of the target "the Celery path's wall time for Spider dev <= 3x the CLI's
 
 ``--suite`` is Spider dev imported by ``sqlcmp import spider``. The deployment is the one the scale-out tests
 start (tests/test_scale_out.py's :class:`Processes`): PostgreSQL run/event/schedule storage in a fresh database
-(dropped afterwards), two ``dagster-celery`` workers of concurrency 1 on the Redis database of ``--redis-url``
-(emptied before and after), the daemon running the case sensor, a local case store. Its time runs from the
-daemon's start to the moment every case's report is in the store and every run of the case sensor has ended:
-the sensor's first tick, planning, launching, every layer's steps on the workers, and storing. The peer is
-``sqlcmp evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
+(dropped afterwards), runs launched onto two ``dagster-celery`` workers of concurrency 1 on the Redis database of
+``--redis-url`` (emptied before and after), each run executed whole by the worker that takes it, the daemon
+running the case sensor, and the case store ``--store`` (default: a local folder; an object store's URL such as
+``s3://bucket/prefix`` with its ``AWS_*`` variables set). Its time runs from the daemon's start to the moment
+every case's report is in the store and every run of the case sensor has ended: the daemon's and its code
+server's start, the sensor's first tick, the run queue, every run on the workers, and storing. The workers are
+started and ready before it, as they are already running in a deployment that gets a suite. The peer is ``sqlcmp
+evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
 
 ``--cases-per-run`` is the deployment's ``SQLCMP_CASES_PER_RUN``: how many runs the first load is split into,
-each a process of its own whose steps the workers take.
+each a Celery task that one worker executes.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the deployment the scale-out tests st
 import dagster as dg
 import sqlalchemy as sa
 import yaml
-from test_scale_out import BIN, CELERY_YAML, DONE, Processes
+from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, WORKERS, Processes
 
 from sqlcmp_dagster.event_log_postgres import postgres_instance
 from sqlcmp_dagster.resources.storage import read_asset
@@ -54,12 +57,13 @@ def cli_seconds(suite: Path, db_dir: Path, work: Path) -> float:
 
 
 def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str, redis_url: str,
-                       cases_per_run: int) -> tuple[float, str]:
+                       cases_per_run: int, store: str | None) -> tuple[float, str]:
     """Wall time of the deployment over ``suite`` (see the module's docstring) and its :func:`breakdown`."""
     import redis
 
     case_ids = {json.loads(line)["case_id"] for line in suite.read_text(encoding="utf-8").splitlines() if line}
-    cases, home, store = work / "cases", work / "dagster_home", work / "store"
+    cases, home = work / "cases", work / "dagster_home"
+    store = store or str(work / "store")
     cases.mkdir()
     home.mkdir()
     (cases / "suite.jsonl").write_bytes(suite.read_bytes())
@@ -68,29 +72,27 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
     with admin.connect() as connection:
         connection.execute(sa.text(f"CREATE DATABASE {database}"))
     url = sa.make_url(pg_admin_url).set(database=database).render_as_string(hide_password=False)
-    (home / "dagster.yaml").write_text(yaml.safe_dump({**postgres_instance(url), "telemetry": {"enabled": False}}),
-                                       encoding="utf-8")
+    (home / "dagster.yaml").write_text(yaml.safe_dump({**postgres_instance(url), **RUN_LAUNCHER,
+                                                       "telemetry": {"enabled": False}}), encoding="utf-8")
     (home / "celery.yaml").write_text(CELERY_YAML, encoding="utf-8")
     broker = redis.Redis.from_url(redis_url)
     broker.flushdb()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
-           "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": str(store), "SQLCMP_EXECUTOR": "celery",
-           "SQLCMP_CELERY_BROKER": redis_url, "SQLCMP_CASES_PER_RUN": str(cases_per_run)}
+           "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store,
+           "SQLCMP_EXECUTOR": "in_process", "SQLCMP_CELERY_BROKER": redis_url,
+           "SQLCMP_CASES_PER_RUN": str(cases_per_run)}
     processes = Processes(work, env)
     try:
-        for command in (["instance", "migrate"], ["sensor", "start", "case_sensor", "-w", "workspace.yaml"]):
-            subprocess.run([str(BIN / "dagster"), *command], cwd=ROOT, env=env, check=True, capture_output=True)
-        for name in ("sqlcmp-w1", "sqlcmp-w2"):
-            processes.start(name, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-                            "-y", str(home / "celery.yaml"), "-n", name, "--", "--concurrency=1")
+        processes.prepare(home)
+        wait_for_workers(processes)
         started = time.perf_counter()
         processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
         with dg.DagsterInstance.from_config(str(home)) as instance:
             while True:
-                time.sleep(1)
+                time.sleep(0.25)  # the end is known to a quarter of a second
                 runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/sensor_name": "case_sensor"}))
-                if runs and all(run.status in DONE for run in runs) and store.exists() and \
-                        case_ids <= set(read_asset(str(store), "case_reports")["case_id"].to_list()):
+                if runs and all(run.status in DONE for run in runs) and \
+                        case_ids <= set(read_asset(store, "case_reports")["case_id"].to_list()):
                     return time.perf_counter() - started, breakdown(instance, runs, started)
                 if any(process.poll() is not None for process, _ in processes.started):
                     raise RuntimeError(f"a process of the deployment ended:\n{processes.logs()}")
@@ -102,6 +104,17 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
         with admin.connect() as connection:
             connection.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
         admin.dispose()
+
+
+def wait_for_workers(processes: Processes, timeout: float = 300) -> None:
+    """Return once every worker started by ``processes`` has said it is ready (Celery's "<name>@<host> ready."
+    in its log): a worker still importing would share the cores with the daemon's start, which is timed."""
+    deadline = time.monotonic() + timeout
+    workers = [log for _, log in processes.started if log.stem in WORKERS]
+    while not all(" ready." in log.read_text(errors="replace") for log in workers):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the workers were not ready in {timeout:.0f} s:\n{processes.logs()}")
+        time.sleep(0.2)
 
 
 def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: float) -> str:
@@ -135,6 +148,7 @@ def main() -> None:
     parser.add_argument("--pg-admin-url", required=True, help="a PostgreSQL role that may create databases")
     parser.add_argument("--redis-url", required=True, help="a Redis database the benchmark may empty")
     parser.add_argument("--cases-per-run", type=int, default=520)
+    parser.add_argument("--store", help="the case store's URL (default: a local folder of the run's own)")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
     db_dir = args.db_dir or Path(os.environ["SQLCMP_SPIDER_DIR"]) / "database"
@@ -142,7 +156,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cli_work, tempfile.TemporaryDirectory() as deployment_work:
             cli = cli_seconds(args.suite, db_dir, Path(cli_work))
             deployed, where = deployment_seconds(args.suite, db_dir, Path(deployment_work), args.pg_admin_url,
-                                                args.redis_url, args.cases_per_run)
+                                                args.redis_url, args.cases_per_run, args.store)
         print(f"round {round_}: CLI --workers 2 {cli:.1f} s; Celery deployment (runs of <= {args.cases_per_run} "
               f"cases, 2 workers) {deployed:.1f} s: {deployed / cli:.2f}x (target <= {TARGET:.0f}x)\n{where}",
               flush=True)

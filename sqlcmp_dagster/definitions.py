@@ -67,6 +67,9 @@ def executor_from_environment() -> dg.ExecutorDefinition | None:
 
     - unset or ``multiprocess``: Dagster's default, each step of a launched run in its own process
       (``materialize()`` and ``sqlcmp demo`` stay in-process);
+    - ``in_process``: every step in the run's own process, one after another: for runs that a run launcher
+      starts in a process that has the code loaded already, as dagster-celery's ``CeleryRunLauncher`` does on a
+      worker (docs/dagster.md's deployment: a step's own process or Celery task would cost more than most steps);
     - ``celery``: ``dagster_celery.celery_executor``, each step a task on the broker ``SQLCMP_CELERY_BROKER``
       (e.g. ``redis://host:6379/0``) with results on ``SQLCMP_CELERY_BACKEND`` (default: the broker's URL),
       executed by ``dagster-celery`` workers that import this module with the same environment.
@@ -77,8 +80,10 @@ def executor_from_environment() -> dg.ExecutorDefinition | None:
     choice = os.environ.get("SQLCMP_EXECUTOR", "multiprocess").strip()
     if choice == "multiprocess":
         return None
+    if choice == "in_process":
+        return dg.in_process_executor
     if choice != "celery":
-        raise ValueError(f"SQLCMP_EXECUTOR must be 'multiprocess' or 'celery', not {choice!r}")
+        raise ValueError(f"SQLCMP_EXECUTOR must be 'multiprocess', 'in_process' or 'celery', not {choice!r}")
     from dagster_celery import (
         celery_executor,  # the 'celery' extra: pip install 'sqlcmp-dagster[celery]'
     )

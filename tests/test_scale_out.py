@@ -1,6 +1,7 @@
 """Scale-out: the unchanged evaluation job on Dagster's multiprocess executor and on two Celery workers
-(``dagster-celery``, Redis broker), with PostgreSQL run/event storage and the S3-compatible case store; the case
-sensor's first load split into runs of at most N cases by the layer assets' ``BackfillPolicy.multi_run(N)``.
+(``dagster-celery``, Redis broker, each run a task that a worker executes whole), with PostgreSQL run/event
+storage and the S3-compatible case store; the case sensor's first load split into runs of at most N cases by the
+layer assets' ``BackfillPolicy.multi_run(N)``.
 
 Every service is the one ``.ci/services.sh`` starts (Redis, PostgreSQL, moto on loopback); every command is
 docs/dagster.md's ("Scale-out"). The reports must equal those of the in-process run, timings aside.
@@ -43,8 +44,23 @@ CELERY_YAML = """execution:
     backend:
       env: SQLCMP_CELERY_BROKER
 """
-#: 100 cases: two runs, each of whose steps goes to whichever worker is free (two runs keep both busy).
-CASES_PER_RUN = 50
+#: The deployment's two Celery workers.
+WORKERS = ("sqlcmp-w1", "sqlcmp-w2")
+#: Settings of ``$DAGSTER_HOME/dagster.yaml``. The runs go to the broker as Celery tasks (dagster-celery's run
+#: launcher), and each worker executes a whole run, its steps one after another in the worker's process (the
+#: in-process executor): no process to start per run, no task and no round trip through the broker per step.
+#: Dagster's run queue lets as many runs go as there are workers, checking every second: a run waiting on the
+#: broker is STARTING, which run monitoring fails after 180 s, while one waiting in Dagster's queue is QUEUED.
+RUN_LAUNCHER = {"run_launcher": {"module": "dagster_celery.launcher", "class": "CeleryRunLauncher",
+                                 "config": {"broker": {"env": "SQLCMP_CELERY_BROKER"},
+                                            "backend": {"env": "SQLCMP_CELERY_BROKER"}}},
+                "run_queue": {"max_concurrent_runs": len(WORKERS), "dequeue_interval_seconds": 1}}
+#: Each worker: one process (a run at a time), the code location imported once as it starts (``-i``) rather than
+#: by its first run, and a run taken from the broker only when that process is free: by default a busy worker
+#: also holds the next task, while the other worker may have none.
+WORKER_OPTIONS = ("-i", "sqlcmp_dagster.definitions", "--", "--concurrency=1", "--disable-prefetch")
+#: Spider dev's 1,034 cases: two runs, one per worker.
+CASES_PER_RUN = 520
 #: Clock limits of the sampled cases, far above what any of them needs even on a heavily loaded machine. The
 #: engine's clocks are safety caps (a query's timeout, the case's budget, the fix search's and the neighbor
 #: search's share of it): a case that hits one says so in its report, so on a machine slow enough to hit one
@@ -65,13 +81,14 @@ DONE = (dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunS
 @pytest.fixture
 def dagster_home(tmp_path: Path, fresh_pg_database: Any) -> Path:
     """A DAGSTER_HOME whose dagster.yaml puts run, event-log and schedule storage in a fresh PostgreSQL database
-    of the CI server (dropped afterwards), with this project's batched event log, as docs/dagster.md's deployment."""
+    of the CI server (dropped afterwards), with this project's batched event log, and launches runs onto the
+    Celery workers, as docs/dagster.md's deployment."""
     pytest.importorskip("dagster_postgres")
     home = tmp_path / "dagster_home"
     home.mkdir()
     from sqlcmp_dagster.event_log_postgres import postgres_instance
 
-    (home / "dagster.yaml").write_text(yaml.safe_dump({**postgres_instance(fresh_pg_database()),
+    (home / "dagster.yaml").write_text(yaml.safe_dump({**postgres_instance(fresh_pg_database()), **RUN_LAUNCHER,
                                                        "telemetry": {"enabled": False}}), encoding="utf-8")
     (home / "celery.yaml").write_text(CELERY_YAML, encoding="utf-8")
     return home
@@ -103,6 +120,29 @@ class Processes:
             process = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                        start_new_session=True)
         self.started.append((process, log))
+
+    def prepare(self, home: Path) -> None:
+        """docs/dagster.md's deployment up to the daemon: the storage's tables, the two workers, the case sensor
+        turned on. The tables first, by one process: Dagster's PostgreSQL storage creates missing tables as an
+        instance opens, and instances opening at once on a fresh database race (DuplicateTable)."""
+        self.dagster("instance", "migrate")
+        for name in WORKERS:
+            self.start(name, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
+                       "-y", str(home / "celery.yaml"), "-n", name, *WORKER_OPTIONS)
+        self.dagster("sensor", "start", "case_sensor", "-w", "workspace.yaml")
+
+    def dagster(self, *command: str) -> None:
+        """A ``dagster`` command in the deployment's environment, which must succeed."""
+        done = subprocess.run([str(BIN / "dagster"), *command], cwd=ROOT, env=self.env, capture_output=True,
+                              text=True, timeout=300, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"dagster {' '.join(command)}: {done.stdout[-3000:]}{done.stderr[-3000:]}"
+                               f"{self.logs()}")
+
+    def named(self, pid: int) -> str:
+        """The name of the started command whose session holds process ``pid`` (a worker's pool process)."""
+        session = os.getsid(pid)
+        return next(log.stem for process, log in self.started if process.pid == session)
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for _, log in self.started)
@@ -192,41 +232,30 @@ def _wait_for_sensor_runs(instance: dg.DagsterInstance, count: int, processes: P
                 f"{[(r.run_id[:8], r.status.value) for r in instance.get_runs()]}\n{processes.logs()}")
 
 
-def _spider_sample(spider_suites: dict[str, Path], folder: Path, count: int) -> list[str]:
-    """``count`` SuperSQL cases spread over Spider dev (every tenth, so every database takes part), under
-    :data:`UNHURRIED` clock limits."""
+def _spider_dev(spider_suites: dict[str, Path], folder: Path) -> list[str]:
+    """Spider dev's SuperSQL cases, all 1,034, under :data:`UNHURRIED` clock limits, as a suite in ``folder``."""
     cases = [json.loads(line) for line in spider_suites["supersql"].read_text(encoding="utf-8").splitlines()]
-    sample = [{**case, "config": {**(case.get("config") or {}), **UNHURRIED}} for case in cases[::10][:count]]
+    suite = [{**case, "config": {**(case.get("config") or {}), **UNHURRIED}} for case in cases]
     folder.mkdir()
-    (folder / "spider.jsonl").write_text("".join(json.dumps(case) + "\n" for case in sample), encoding="utf-8")
-    return [case["case_id"] for case in sample]
+    (folder / "spider.jsonl").write_text("".join(json.dumps(case) + "\n" for case in suite), encoding="utf-8")
+    return [case["case_id"] for case in suite]
 
 
 @pytest.mark.spider
-def test_100_spider_cases_on_two_celery_workers_match_the_in_process_run(
+def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
         tmp_path: Path, spider_suites: dict[str, Path], dagster_home: Path, broker: str, bucket: str) -> None:
     pytest.importorskip("dagster_celery")
     cases = tmp_path / "cases"
-    case_ids = _spider_sample(spider_suites, cases, 100)
+    case_ids = _spider_dev(spider_suites, cases)
     store = f"s3://{bucket}/store"
-    env = _environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="celery",
+    env = _environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="in_process",
                        SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN=str(CASES_PER_RUN))
     processes = Processes(tmp_path, env)
     try:
-        # The storage's tables first, by one process: Dagster's PostgreSQL storage creates missing tables as an
-        # instance opens, and instances opening at once on a fresh database race (DuplicateTable).
-        migrated = subprocess.run([str(BIN / "dagster"), "instance", "migrate"], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=300)
-        assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
-        for worker in ("sqlcmp-w1", "sqlcmp-w2"):
-            processes.start(worker, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-                            "-y", str(dagster_home / "celery.yaml"), "-n", worker, "--", "--concurrency=1")
-        started = subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
-                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:] + processes.logs()
+        processes.prepare(dagster_home)
         processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
-        # The reference run meanwhile: the deployment spends most of its time waiting (process starts, the
-        # sensor's interval, the executor's polling), and the reports must not depend on the machine's load.
+        # The reference run meanwhile: the deployment spends much of its time waiting (process starts, the
+        # sensor's first tick, the run queue), and the reports must not depend on the machine's load.
         in_process = _in_process_reports(cases, spider_suites["db_dir"], tmp_path / "local_store")
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             runs = _wait_for_sensor_runs(instance, math.ceil(len(case_ids) / CASES_PER_RUN), processes)
@@ -235,12 +264,14 @@ def test_100_spider_cases_on_two_celery_workers_match_the_in_process_run(
             ranges = [(run.tags[RANGE_START], run.tags[RANGE_END]) for run in runs]
             order = instance.get_dynamic_partitions("cases")
             spans = sorted(order[order.index(start):order.index(end) + 1] for start, end in ranges)
-            assert [len(span) for span in spans] == [CASES_PER_RUN] * len(runs)  # multi_run(N): runs of N cases
+            assert [len(span) for span in spans] == [CASES_PER_RUN, len(case_ids) - CASES_PER_RUN]  # multi_run(N)
             assert sorted(key for span in spans for key in span) == sorted(case_ids)  # every case once
-            engine_events = [event.dagster_event.engine_event_data.metadata for run in runs
-                             for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT)]
-            workers = {metadata["Celery worker"].value for metadata in engine_events if "Celery worker" in metadata}
-            assert {name.split("@")[0] for name in workers} == {"sqlcmp-w1", "sqlcmp-w2"}
+            # Each run was one Celery task: its steps ran in the pool process of the worker that took it.
+            pids = {run.run_id: {entry.dagster_event.pid for entry in
+                                 instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)}
+                    for run in runs}
+            assert all(len(steps) == 1 for steps in pids.values()), pids
+            assert {processes.named(pid) for steps in pids.values() for pid in steps} == set(WORKERS)
     finally:
         processes.stop()
     # Read before the bucket goes: a difference is reported (and both sides written to tmp_path) from here.
@@ -335,10 +366,10 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
 
 def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, sample_dir: Path,
                                                                dagster_home: Path, broker: str) -> None:
-    """docs/dagster.md's deployment with SQLCMP_RUN_MAX_SECONDS: the Celery worker running a step is killed
-    (SIGKILL) in the middle of it (a case whose queries take seconds), so its run waits on a task nobody runs; the
-    daemon's run monitoring fails the run past its time limit, the case sensor requests its cases again, and
-    every case ends with its report."""
+    """docs/dagster.md's deployment with SQLCMP_RUN_MAX_SECONDS: the Celery worker running a run is killed
+    (SIGKILL) in the middle of a step (a case whose queries take seconds), so the run stays STARTED with nothing
+    running it; the daemon's run monitoring fails the run past its time limit, the case sensor requests its cases
+    again, the other worker takes them, and every case ends with its report."""
     pytest.importorskip("dagster_celery")
     config = yaml.safe_load((dagster_home / "dagster.yaml").read_text(encoding="utf-8"))
     config["run_monitoring"] = {"enabled": True, "poll_interval_seconds": 5}  # a test's patience
@@ -351,19 +382,11 @@ def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, s
     (cases / "suite.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     case_ids = [json.loads(line)["case_id"] for line in lines]
     store = str(tmp_path / "store")
-    env = _environment(dagster_home, cases, sample_dir, store, SQLCMP_EXECUTOR="celery",
+    env = _environment(dagster_home, cases, sample_dir, store, SQLCMP_EXECUTOR="in_process",
                        SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN="4", SQLCMP_RUN_MAX_SECONDS="150")
     processes = Processes(tmp_path, env)
     try:
-        migrated = subprocess.run([str(BIN / "dagster"), "instance", "migrate"], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, timeout=300)
-        assert migrated.returncode == 0, migrated.stdout[-3000:] + migrated.stderr[-3000:]
-        for name in ("sqlcmp-w1", "sqlcmp-w2"):
-            processes.start(name, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
-                            "-y", str(dagster_home / "celery.yaml"), "-n", name, "--", "--concurrency=1")
-        started = subprocess.run([str(BIN / "dagster"), "sensor", "start", "case_sensor", "-w", "workspace.yaml"],
-                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:] + processes.logs()
+        processes.prepare(dagster_home)
         processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             _kill_the_worker_of(instance, processes, "slow", "executions")
@@ -395,22 +418,36 @@ SLOW_SQL = ("WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHER
 
 
 def _kill_the_worker_of(instance: dg.DagsterInstance, processes: Processes, first_case: str, step: str) -> None:
-    """SIGKILL the worker that took ``step`` of the run starting at ``first_case`` as soon as the run logs it
-    (each Celery task logs the worker running it when it starts)."""
+    """SIGKILL the worker running the run that starts at ``first_case`` as soon as the run logs the start of
+    ``step`` (the event names the process it ran in: the worker's pool process)."""
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         for run in instance.get_runs(filters=dg.RunsFilter(tags={RANGE_START: first_case})):
-            for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ENGINE_EVENT):
-                metadata = event.dagster_event.engine_event_data.metadata
-                if "Celery worker" in metadata and metadata["step_keys"].value == step:
-                    name = str(metadata["Celery worker"].value).split("@")[0]
-                    process = next(p for p, log in processes.started if log.name == f"{name}.log")
-                    os.killpg(process.pid, signal.SIGKILL)
+            for event in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START):
+                if event.step_key == step:
+                    os.killpg(os.getsid(event.dagster_event.pid), signal.SIGKILL)
                     return
         time.sleep(0.5)
-    pytest.fail(f"no worker took {step} of the run starting at {first_case}\n{processes.logs()}")
+    pytest.fail(f"no worker started {step} of the run starting at {first_case}\n{processes.logs()}")
 
 
 def _reported_case_ids(store: str) -> list[str]:
     """The case ids with a report in the local store ``store``."""
     return read_asset(store, "case_reports")["case_id"].to_list()
+
+
+def test_executor_is_the_one_sqlcmp_executor_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each choice of SQLCMP_EXECUTOR gives its executor: the deployment's whole runs on a worker run in-process,
+    and Celery's per-step executor stays available."""
+    pytest.importorskip("dagster_celery")
+    from sqlcmp_dagster.definitions import executor_from_environment
+
+    chosen = {}
+    for choice in ("multiprocess", "in_process", "celery"):
+        monkeypatch.setenv("SQLCMP_EXECUTOR", choice)
+        executor = executor_from_environment()
+        chosen[choice] = executor.name if executor else None
+    assert chosen == {"multiprocess": None, "in_process": "in_process", "celery": "celery"}
+    monkeypatch.setenv("SQLCMP_EXECUTOR", "dask")
+    with pytest.raises(ValueError, match="SQLCMP_EXECUTOR must be 'multiprocess', 'in_process' or 'celery'"):
+        executor_from_environment()
