@@ -285,3 +285,56 @@ def test_a_broken_case_never_sinks_the_others_of_its_chunk(tmp_path: Path, sampl
     assert reports["nodb"].blocked_reason == "execution_failure"
     assert "database 'missing' not found" in reports["nodb"].explanations[0]
     assert reports["bad"].deterministic_verdict != "pass"
+
+
+def test_the_sensor_reads_again_only_the_suite_files_or_databases_that_changed(
+        tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sensor keeps its scan of the suite folder in the case store: an unchanged tick reads no suite file, an
+    edited file is read again (and only it), a database whose content changed re-versions its cases, and the
+    versions are those of a full scan every time."""
+    import shutil
+
+    from sqlcmp_dagster.assets import suite_scan
+    from sqlcmp_dagster.assets.sensors import changed_case_runs
+    from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+    from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
+
+    folder = tmp_path / "cases"
+    _write_cases(folder, _cases(6))
+    (folder / "other.jsonl").write_text(json.dumps({**_cases(1)[0], "case_id": "o1"}) + "\n", encoding="utf-8")
+    databases = tmp_path / "db"
+    shutil.copytree(sample_dir, databases)
+    read: list[str] = []
+    load = suite_scan.load_suite
+
+    def counted(path, *rest):  # noqa: ANN001, ANN202
+        read.append(path.name)
+        return load(path, *rest)
+
+    monkeypatch.setattr(suite_scan, "load_suite", counted)
+    store = PartitionedParquetIOManager(base_path=str(tmp_path / "store"))
+    resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(databases))
+
+    def versions(kept: bool = True) -> dict[str, str]:
+        """The version of each case, as a first tick (no cursor) requests them."""
+        result = changed_case_runs(*resources, [], None, lambda ids: {}, store=store if kept else None)
+        return {case: version for request in CursorState.read(result.cursor).pending.values()
+                for case, version in request["cases"].items()}
+
+    monkeypatch.setattr(chunks, "CASE_CHUNKS", 0)  # versions by case, to compare them one by one
+    first = versions()
+    assert sorted(read) == ["other.jsonl", "suite.jsonl"] and len(first) == 7
+    read.clear()
+    assert versions() == first and read == []  # nothing changed: nothing read
+    cases = _cases(6)
+    cases[2] = {**cases[2], "actual_sql": "SELECT 42"}
+    _write_cases(folder, cases)
+    edited = versions()
+    assert read == ["suite.jsonl"] and {k for k in first if edited[k] != first[k]} == {"c02"}
+    assert versions(kept=False) == edited  # as a full scan has them
+    read.clear()
+    with (databases / next(p.name for p in databases.iterdir())).open("ab") as handle:
+        handle.write(b"\0" * 512)  # the database's content changed: every case of it has a new version
+    changed = versions()
+    assert sorted(read) == ["other.jsonl", "suite.jsonl"]
+    assert all(changed[k] != edited[k] for k in edited)

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -16,7 +17,8 @@ from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, LAYER_B
 from sqlcmp_dagster.assets.jobs import evaluation_job
 from sqlcmp_dagster.cases import chunks
 from sqlcmp_dagster.cases.chunks import partition_key_problem, partition_of, partition_versions
-from sqlcmp_dagster.cases.suite import Suite, case_version
+from sqlcmp_dagster.assets.suite_scan import SCAN_OBJECT, scan_suite
+from sqlcmp_dagster.cases.suite import Suite
 from sqlcmp_dagster.escaping import terminal_text
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
@@ -58,18 +60,23 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     again, up to :data:`MAX_ATTEMPTS` failed runs; one with no run after :data:`LAUNCH_GRACE_SECONDS` too. What
     the sensor cannot take from the folder (:func:`suite_problems`) and the requests it gives up go to ``warn``.
 
+    The suite folder is read through :func:`~sqlcmp_dagster.assets.suite_scan.scan_suite`: with ``store``, the
+    scan of the last tick is kept there and only the files that changed are read again.
+
     With ``store``, the case store is checked against the cursor first (:meth:`PartitionedParquetIOManager.heal`):
     cases deleted from the suite leave every layer's objects, and a case the cursor holds as done whose rows some
     layer lacks (a removed or unreadable object) is materialized again.
     """
-    suite = cases.load()
+    kept = store.read_note(SCAN_OBJECT) if store is not None else None
+    scan, scanned = scan_suite(Path(cases.folder), database, kept)
+    if store is not None and scanned != kept:
+        store.write_note(SCAN_OBJECT, scanned)
     if warn is not None:
-        for problem in suite_problems(suite):
+        for problem in scan.problems:
             warn(terminal_text(problem))
     clock = time.time() if now is None else now
     state = CursorState.read(cursor)
-    case_versions = {case.case_id: case_version(case, database.fingerprint(database.with_defaults(case)))
-                     for case in suite.cases if partition_key_problem(case.case_id) is None}
+    case_versions = scan.versions
     versions = partition_versions(case_versions)  # by partition: the cases' own, or their chunks'
     retried = state.settle(outcomes(sorted(state.pending)) if state.pending else {}, versions, clock, warn)
     known = set(existing)

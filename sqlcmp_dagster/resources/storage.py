@@ -170,6 +170,20 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             Path(folder.path).mkdir(parents=True, exist_ok=True)
         _write(folder / f"{_file_name(partition)}.json", json.dumps(marks, sort_keys=True).encode())
 
+    def read_note(self, name: str) -> Any:
+        """The JSON value kept as ``name`` beside the assets' folders (the case sensor's scan), or None."""
+        try:
+            return json.loads(UPath(self.base_path, **self.storage_options).joinpath(name).read_bytes())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write_note(self, name: str, value: Any) -> None:
+        """Keep ``value`` as JSON under ``name`` (see :meth:`read_note`), whole or not at all."""
+        base = UPath(self.base_path, **self.storage_options)
+        if _local(base):
+            Path(base.path).mkdir(parents=True, exist_ok=True)
+        _write(base.joinpath(name), json.dumps(value).encode())
+
     def _remember(self, run_id: str, asset: tuple[str, ...], frame: pl.DataFrame, partitions: set[str]) -> None:
         if run_id != self._written_run:  # only the current run's frames are kept
             self._written.clear()
