@@ -305,13 +305,13 @@ def test_the_sensor_reads_again_only_the_suite_files_or_databases_that_changed(
     databases = tmp_path / "db"
     shutil.copytree(sample_dir, databases)
     read: list[str] = []
-    load = suite_scan.load_suite
+    load = suite_scan.read_suite
 
     def counted(path, *rest):  # noqa: ANN001, ANN202
         read.append(path.name)
         return load(path, *rest)
 
-    monkeypatch.setattr(suite_scan, "load_suite", counted)
+    monkeypatch.setattr(suite_scan, "read_suite", counted)
     store = PartitionedParquetIOManager(base_path=str(tmp_path / "store"))
     resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(databases))
 

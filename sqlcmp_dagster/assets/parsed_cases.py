@@ -7,7 +7,7 @@ import polars as pl
 
 from sqlcmp_dagster.assets.chunked import begin, merged
 from sqlcmp_dagster.assets.common import RECORDS, cases_partitions, layer_asset, per_case
-from sqlcmp_dagster.cases.chunks import chunked, in_partitions, partition_key_problem
+from sqlcmp_dagster.cases.chunks import chunked, in_partitions, partition_key_problem, partition_of
 from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.layers import parse_layer, resolve_dialect
@@ -20,7 +20,8 @@ SCHEMA = frame_schema("parsed_cases")
 @layer_asset("parsed_cases", description="Both queries of each case parsed into ASTs and canonical SQL.")
 def parsed_cases(context: dg.AssetExecutionContext, cases: CaseSuiteResource,
                  database: DatabaseResource) -> pl.DataFrame:
-    suite = cases.load()
+    chunks = set(context.partition_keys)
+    suite = cases.load(wanted=(lambda case_id: partition_of(case_id) in chunks) if chunked() else None)
     by_id = {case.case_id: case for case in suite.cases}
     stored = None
     if chunked():  # the chunks' cases; those unchanged since their chunk's last run are reused

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlcmp_dagster.cases.chunks import partition_key_problem
-from sqlcmp_dagster.cases.suite import SUITE_SUFFIXES, SuiteError, case_version, is_suite_file, load_suite
+from sqlcmp_dagster.cases.suite import SUITE_SUFFIXES, SuiteError, case_version, is_suite_file, read_suite
 from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.resources import DatabaseResource
 
@@ -89,15 +89,16 @@ def _scan_file(path: Path, digest: str, database: DatabaseResource,
     """One suite file read and each case's version computed; a file that is no suite holds no case."""
     if not is_suite_file(path):
         return {"digest": digest, "cases": [], "errors": [], "databases": []}
-    suite = load_suite(path)
-    cases, keys = [], set()
-    for case in suite.cases:
+    cases, errors, keys = [], [], set()
+    for case in read_suite(path):  # a case at a time: a file of 100,000 cases is never in memory whole
+        if isinstance(case, SuiteError):
+            errors.append(str(case))
+            continue
         request = database.with_defaults(case)
         key = _database_key(request)
         keys.add(key)
         cases.append([case.case_id, case_version(case, fingerprint(key, request))])
-    return {"digest": digest, "cases": cases, "errors": [str(error) for error in suite.errors],
-            "databases": sorted(keys)}
+    return {"digest": digest, "cases": cases, "errors": errors, "databases": sorted(keys)}
 
 
 #: The database key of a case that carries both results (it opens no database).

@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,8 +89,11 @@ def _parquet_items(path: Path) -> Iterator[tuple[int, Any]]:
             yield number, row
 
 
-def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
-    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors.
+def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None,
+                wanted: Callable[[str], bool] | None = None) -> Suite:
+    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors. With ``wanted``,
+    only the cases whose id it accepts are kept (the others are read a case at a time and dropped: a Dagster
+    chunk's run holds its own cases, not the suite's 100,000).
 
     A file is a suite when it has a suite's suffix and one of its first records is a case
     (:func:`is_suite_file`). Other files beside the suites, such as reports (``reports.jsonl``) or
@@ -104,15 +107,19 @@ def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) ->
         if not is_suite_file(path):
             skipped.append(f"{path}: not a suite (its first record has no expected_sql)")
             continue
-        suite = load_suite(path, config_overrides)
-        errors += suite.errors
-        for case in suite.cases:
+        duplicates = []  # after the file's own errors, as before
+        for case in read_suite(path, config_overrides):
+            if isinstance(case, SuiteError):
+                errors.append(case)
+                continue
             if case.case_id in seen:
-                errors.append(SuiteError(str(path), 0, f"duplicate case_id {case.case_id!r} (first in "
-                                                       f"{seen[case.case_id]})"))
+                duplicates.append(SuiteError(str(path), 0, f"duplicate case_id {case.case_id!r} (first in "
+                                                           f"{seen[case.case_id]})"))
                 continue
             seen[case.case_id] = str(path)
-            cases.append(case)
+            if wanted is None or wanted(case.case_id):
+                cases.append(case)
+        errors += duplicates
     return Suite(cases, errors, skipped)
 
 
