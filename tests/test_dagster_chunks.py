@@ -290,8 +290,8 @@ def test_a_broken_case_never_sinks_the_others_of_its_chunk(tmp_path: Path, sampl
 def test_the_sensor_reads_again_only_the_suite_files_or_databases_that_changed(
         tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The sensor keeps its scan of the suite folder in the case store: an unchanged tick reads no suite file, an
-    edited file is read again (and only it), a database whose content changed re-versions its cases, and the
-    versions are those of a full scan every time."""
+    edited case's line is read again (and only it), a database whose content changed re-versions its cases, and
+    the versions are those of a full scan every time."""
     import shutil
 
     from sqlcmp_dagster.assets import suite_scan
@@ -304,14 +304,14 @@ def test_the_sensor_reads_again_only_the_suite_files_or_databases_that_changed(
     (folder / "other.jsonl").write_text(json.dumps({**_cases(1)[0], "case_id": "o1"}) + "\n", encoding="utf-8")
     databases = tmp_path / "db"
     shutil.copytree(sample_dir, databases)
-    read: list[str] = []
-    load = suite_scan.read_suite
+    read: list[str] = []  # the case ids whose line was parsed and hashed
+    version_of = suite_scan.case_version
 
-    def counted(path, *rest):  # noqa: ANN001, ANN202
-        read.append(path.name)
-        return load(path, *rest)
+    def counted(case, fingerprint):  # noqa: ANN001, ANN202
+        read.append(case.case_id)
+        return version_of(case, fingerprint)
 
-    monkeypatch.setattr(suite_scan, "read_suite", counted)
+    monkeypatch.setattr(suite_scan, "case_version", counted)
     store = PartitionedParquetIOManager(base_path=str(tmp_path / "store"))
     resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(databases))
 
@@ -323,18 +323,47 @@ def test_the_sensor_reads_again_only_the_suite_files_or_databases_that_changed(
 
     monkeypatch.setattr(chunks, "CASE_CHUNKS", 0)  # versions by case, to compare them one by one
     first = versions()
-    assert sorted(read) == ["other.jsonl", "suite.jsonl"] and len(first) == 7
+    assert sorted(read) == sorted(first) and len(first) == 7
     read.clear()
     assert versions() == first and read == []  # nothing changed: nothing read
     cases = _cases(6)
     cases[2] = {**cases[2], "actual_sql": "SELECT 42"}
     _write_cases(folder, cases)
     edited = versions()
-    assert read == ["suite.jsonl"] and {k for k in first if edited[k] != first[k]} == {"c02"}
+    assert read == ["c02"] and {k for k in first if edited[k] != first[k]} == {"c02"}  # its line alone
     assert versions(kept=False) == edited  # as a full scan has them
     read.clear()
     with (databases / next(p.name for p in databases.iterdir())).open("ab") as handle:
         handle.write(b"\0" * 512)  # the database's content changed: every case of it has a new version
     changed = versions()
-    assert sorted(read) == ["other.jsonl", "suite.jsonl"]
+    assert sorted(read) == sorted(edited)
     assert all(changed[k] != edited[k] for k in edited)
+
+
+def test_a_tick_reads_new_suite_lines_for_a_bounded_time_and_the_next_goes_on(
+        tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past SCAN_SECONDS a tick stops reading the suite (after the line it is on), keeps what it read, requests and
+    deletes nothing, and the next tick goes on from there: a first tick over 100,000 cases stays short."""
+    from sqlcmp_dagster.assets import suite_scan
+    from sqlcmp_dagster.assets.sensors import changed_case_runs
+    from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
+    from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
+
+    folder = tmp_path / "cases"
+    _write_cases(folder, _cases(3))
+    store = PartitionedParquetIOManager(base_path=str(tmp_path / "store"))
+    resources = CaseSuiteResource(folder=str(folder)), DatabaseResource(db_dir=str(sample_dir))
+    monkeypatch.setattr(suite_scan, "SCAN_SECONDS", -1.0)  # out of time at once: one new line a tick
+    skipped = []
+    cursor = None
+    for _ in range(3):
+        result = changed_case_runs(*resources, ["chunk-0"], cursor, lambda ids: {}, store=store)
+        assert not result.run_requests and not result.dynamic_partitions_requests  # nothing deleted meanwhile
+        skipped.append(result.skip_reason.skip_message if result.skip_reason else None)
+        cursor = result.cursor
+    assert skipped == [f"reading the suite folder: {n} case(s) read so far, the rest at the next tick"
+                       for n in (1, 2, 3)]
+    done = changed_case_runs(*resources, [], cursor, lambda ids: {}, store=store)
+    assert len(done.run_requests or []) == 1  # the whole suite known: its chunks requested
+    assert {k for r in CursorState.read(done.cursor).pending.values() for k in r["cases"]} == \
+        {chunk_of(f"c{i:02d}", CHUNKS) for i in range(3)}

@@ -68,9 +68,12 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     layer lacks (a removed or unreadable object) is materialized again.
     """
     kept = store.read_note(SCAN_OBJECT) if store is not None else None
-    scan, scanned = scan_suite(Path(cases.folder), database, kept)
+    scan, scanned = scan_suite(Path(cases.folder), database, kept, timed=store is not None)
     if store is not None and scanned != kept:
         store.write_note(SCAN_OBJECT, scanned)
+    if not scan.complete:  # the rest next tick: a partial view would delete the partitions of cases not read yet
+        return dg.SensorResult(cursor=cursor, skip_reason=f"reading the suite folder: {len(scan.versions):,} "
+                                                          "case(s) read so far, the rest at the next tick")
     if warn is not None:
         for problem in scan.problems:
             warn(terminal_text(problem))

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlcmp_dagster.cases.chunks import partition_key_problem
-from sqlcmp_dagster.cases.suite import SUITE_SUFFIXES, SuiteError, case_version, is_suite_file, read_suite
+from sqlcmp_dagster.cases.suite import SUITE_SUFFIXES, Known, SuiteError, case_version, is_suite_file, \
+    read_suite_known
 from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.resources import DatabaseResource
 
@@ -29,21 +31,30 @@ SCAN_OBJECT = "_suite_scan.json"
 SCAN_FORMAT = 1
 
 
+#: The longest a tick reads suite lines it has not read before: past it, the scan stops after the line it is on
+#: and goes on at the next tick (a first tick over 100,000 cases took 5.7 s; Dagster's sensors should be short).
+SCAN_SECONDS = 3.0
+
+
 @dataclass(frozen=True)
 class SuiteScan:
     """Every case Dagster evaluates, id -> data version in suite order, and what the sensor cannot take from the
     folder (:func:`scan_suite`'s ``problems``, a line each, as :func:`~sqlcmp_dagster.assets.sensors.suite_problems`
-    words them)."""
+    words them). ``complete`` is False when the tick's time ran out before every file was read: ``versions`` then
+    holds only the cases read so far and must not be taken for the suite."""
 
     versions: dict[str, str]
     problems: list[str]
+    complete: bool = True
 
 
-def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | None) \
+def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | None, timed: bool = True) \
         -> tuple[SuiteScan, dict[str, Any]]:
     """The versions of every case directly in ``folder`` (suite files in name order, the first of duplicate ids
     kept, as :func:`~sqlcmp_dagster.cases.suite.load_suites` does) and the scan to keep for the next call;
-    ``kept``: the scan the previous call returned (None: read every file)."""
+    ``kept``: the scan the previous call returned (None: read every file). ``timed``: new lines are read for at
+    most :data:`SCAN_SECONDS` (the scan is then incomplete, and goes on from the scan it returns); untimed, the
+    whole folder is read."""
     settings = _settings(database)
     if not kept or kept.get("format") != SCAN_FORMAT or kept.get("settings") != settings:
         kept = {"files": {}, "databases": {}}
@@ -55,12 +66,21 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
         return fingerprints[key]
 
     files: dict[str, Any] = {}
+    deadline = time.monotonic() + SCAN_SECONDS if timed else float("inf")
+    complete = True
     for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in SUITE_SUFFIXES):
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()
         entry = kept["files"].get(path.name)
+        if not complete:  # out of time: the file is looked at next tick (what was kept of it stays kept)
+            if entry is not None:
+                files[path.name] = entry
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if entry is None or entry["digest"] != digest or any(
                 kept["databases"].get(key) != fingerprint(key) for key in entry["databases"]):
-            entry = _scan_file(path, digest, database, fingerprint)
+            lines = {} if entry is None else {line: case for line, case in entry.get("lines", {}).items()
+                                              if kept["databases"].get(case[2]) == fingerprint(case[2])}
+            entry = _scan_file(path, digest, database, fingerprint, lines, deadline)
+            complete = entry["digest"] == digest
         files[path.name] = entry
     versions: dict[str, str] = {}
     errors: list[str] = []
@@ -81,24 +101,46 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
     used = {key for entry in files.values() for key in entry["databases"]}
     scan = {"format": SCAN_FORMAT, "settings": settings, "files": files,
             "databases": {key: fingerprint(key) for key in sorted(used)}}
-    return SuiteScan(versions, [f"suite line skipped: {error}" for error in errors] + unfit), scan
+    return SuiteScan(versions, [f"suite line skipped: {error}" for error in errors] + unfit, complete), scan
 
 
 def _scan_file(path: Path, digest: str, database: DatabaseResource,
-               fingerprint: Callable[[str, CompareRequest | None], str]) -> dict[str, Any]:
-    """One suite file read and each case's version computed; a file that is no suite holds no case."""
+               fingerprint: Callable[[str, CompareRequest | None], str], lines: dict[str, list[str]],
+               deadline: float) -> dict[str, Any]:
+    """One suite file read and each case's version computed; a file that is no suite holds no case. A JSONL
+    line whose text the file's last scan read (``lines``: its digest -> case id, version, database key, kept only
+    while that database's fingerprint is unchanged) is neither parsed nor hashed again: an edit of one case of a
+    file of 100,000 reads one line. Past ``deadline`` a JSONL file's reading stops after the line it parsed: the
+    entry's digest is then empty (never a file's), and the lines read so far are kept for the next tick."""
     if not is_suite_file(path):
         return {"digest": digest, "cases": [], "errors": [], "databases": []}
-    cases, errors, keys = [], [], set()
-    for case in read_suite(path):  # a case at a time: a file of 100,000 cases is never in memory whole
-        if isinstance(case, SuiteError):
-            errors.append(str(case))
+    cases, errors, keys, read = [], [], set(), {}
+    last: list[str] = []  # the digest of the line read last: the case read_suite_known yields next is its
+
+    def known(text: str) -> Known | None:
+        line = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+        last[:] = [line]
+        case = lines.get(line)
+        return None if case is None else Known(case[0], case)
+
+    for item in read_suite_known(path, None, known if path.suffix.lower() == ".jsonl" else None):
+        if isinstance(item, SuiteError):
+            errors.append(str(item))
             continue
-        request = database.with_defaults(case)
-        key = _database_key(request)
+        if isinstance(item, Known):
+            case_id, version, key = item.value
+        else:  # a case read now, a case at a time: a file of 100,000 cases is never in memory whole
+            request = database.with_defaults(item)
+            case_id, key = item.case_id, _database_key(request)
+            version = case_version(item, fingerprint(key, request))
         keys.add(key)
-        cases.append([case.case_id, case_version(case, fingerprint(key, request))])
-    return {"digest": digest, "cases": cases, "errors": errors, "databases": sorted(keys)}
+        cases.append([case_id, version])
+        if last and not case_id.startswith(f"{path.stem}:"):
+            read[last[0]] = [case_id, version, key]  # not an id from the line's number, which moves
+            if not isinstance(item, Known) and time.monotonic() > deadline:
+                digest = ""
+                break
+    return {"digest": digest, "cases": cases, "errors": errors, "databases": sorted(keys), "lines": read}
 
 
 #: The database key of a case that carries both results (it opens no database).
