@@ -367,3 +367,15 @@ def test_a_tick_reads_new_suite_lines_for_a_bounded_time_and_the_next_goes_on(
     assert len(done.run_requests or []) == 1  # the whole suite known: its chunks requested
     assert {k for r in CursorState.read(done.cursor).pending.values() for k in r["cases"]} == \
         {chunk_of(f"c{i:02d}", CHUNKS) for i in range(3)}
+
+
+def test_the_nightly_run_evaluates_every_case_again(instance: dg.DagsterInstance) -> None:
+    """The nightly schedule evaluates all cases, as it says: its run carries sqlcmp/recompute, without which a
+    run of unchanged chunks would reuse every case."""
+    from sqlcmp_dagster.assets.jobs import nightly_evaluation
+
+    instance.add_dynamic_partitions(cases_partitions.name, ["chunk-0", "chunk-1", "chunk-2"])
+    request = nightly_evaluation(dg.build_schedule_context(instance=instance))
+    assert isinstance(request, dg.RunRequest) and RECOMPUTE_TAG in request.tags
+    assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) \
+        == ("chunk-0", "chunk-2")
