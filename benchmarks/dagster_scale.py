@@ -15,7 +15,7 @@ engine part: the sensor's, the launch's and the memory figures at a size whose w
 
 ``--suite`` is repeated with distinct ids (``<id>~<n>``) up to ``--cases`` (Spider dev: import it first with
 ``sqlcmp import spider ... --out suite.jsonl``). Two parts, each in a child process of its own (peak RSS from
-Linux /proc): ``engine``, every case through ``Evaluator.evaluate_all`` in one process (the peer, as the CLI
+Linux /proc): ``engine``, every case through ``Evaluator.evaluate_stream`` in one process (the peer, as the CLI
 runs them with one worker), and ``dagster``, on the local instance ``sqlcmp demo`` configures (its ``dagster.yaml`` in the Dagster home):
 
 - ``first tick``: the case sensor's evaluation over a suite Dagster has never seen (it hashes every case; over
@@ -28,7 +28,8 @@ runs them with one worker), and ``dagster``, on the local instance ``sqlcmp demo
 - ``one case edited``: one evaluated case's SQL edited, the sensor's tick, the run it requests (its partition
   only) and how many cases that run evaluated again (1: the others of its chunk are reused).
 
-The load average is printed beside each part: the figures of a loaded machine are not comparable.
+Both parts use the gold side's cache as the CLI does by default, each from a cold cache folder of its own
+(``SQLCMP_CACHE_DIR``). The load average is printed beside each part: the figures of a loaded machine are not comparable.
 """
 
 from __future__ import annotations
@@ -64,11 +65,13 @@ def engine_part(folder: Path, db_dir: Path) -> dict[str, float]:
     """Every case through the engine in one process, streamed as ``sqlcmp evaluate --workers 1`` runs them (a
     window of cases in memory at a time, each report dropped once counted)."""
     from sqlcmp_dagster.cases.suite import load_suites
+    from sqlcmp_dagster.engine.cache import default_cache_dir
     from sqlcmp_dagster.engine.pipeline import Evaluator
 
     cases = load_suites(folder).cases
     started = time.perf_counter()
-    count = sum(1 for _ in Evaluator(db_dir=db_dir).evaluate_stream(cases))
+    evaluator = Evaluator(db_dir=db_dir, cache_dir=default_cache_dir())  # the CLI's default, as the Dagster part's
+    count = sum(1 for _ in evaluator.evaluate_stream(cases))
     return {"seconds": time.perf_counter() - started, "cases": count, "peak_mib": peak_mib()}
 
 
@@ -194,6 +197,7 @@ def main() -> None:
             db_dir = work / "db"
             build_sample_database(db_dir / f"{SAMPLE_DB_ID}.sqlite")
             write_suite(folder, args.cases)
+        # each part starts from a cold gold-side cache of its own, in the CLI's default place for it
         env = {**os.environ, "SQLCMP_CASE_CHUNKS": str(args.chunks)}
         if args.cases_per_run:
             env["SQLCMP_CASES_PER_RUN"] = str(args.cases_per_run)
@@ -203,7 +207,8 @@ def main() -> None:
             command = [sys.executable, __file__, "--part", name, "--folder", str(folder), "--db-dir", str(db_dir),
                        *(["--keep", str(work)] if args.keep else []),
                        *(["--max-runs", str(args.max_runs)] if args.max_runs else [])]
-            out = subprocess.run(command, capture_output=True, text=True, env=env)
+            out = subprocess.run(command, capture_output=True, text=True,
+                                 env={**env, "SQLCMP_CACHE_DIR": str(work / f"cache-{name}")})
             if out.returncode != 0:
                 sys.exit(f"{name} failed:\n{out.stderr[-3000:]}")
             figures[name] = {**json.loads(out.stdout.strip().splitlines()[-1]),
