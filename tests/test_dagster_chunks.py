@@ -21,7 +21,7 @@ from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import failures_table
 from sqlcmp_dagster.assets.sensors import CursorState
 from sqlcmp_dagster.cases import chunks
-from sqlcmp_dagster.cases.chunks import chunk_of, partition_versions
+from sqlcmp_dagster.cases.chunks import case_chunks_setting as chunks_setting, chunk_of, partition_versions
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suites
 from sqlcmp_dagster.definitions import build_definitions
@@ -379,3 +379,17 @@ def test_the_nightly_run_evaluates_every_case_again(instance: dg.DagsterInstance
     assert isinstance(request, dg.RunRequest) and RECOMPUTE_TAG in request.tags
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) \
         == ("chunk-0", "chunk-2")
+
+
+@pytest.mark.parametrize(("value", "chunks"), [("", 0), ("0", 0), ("200", 200), (" 7 ", 7)])
+def test_the_setting_reads_a_number_of_chunks_and_unset_means_per_case(monkeypatch: pytest.MonkeyPatch, value: str,
+                                                                       chunks: int) -> None:
+    monkeypatch.setenv("SQLCMP_CASE_CHUNKS", value)
+    assert chunks_setting() == chunks
+
+
+@pytest.mark.parametrize("value", ["-1", "ten", "2.5"])
+def test_a_setting_that_is_no_whole_number_is_refused(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    monkeypatch.setenv("SQLCMP_CASE_CHUNKS", value)
+    with pytest.raises(ValueError, match="SQLCMP_CASE_CHUNKS must be a whole number of chunks"):
+        chunks_setting()
