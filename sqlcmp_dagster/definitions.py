@@ -8,8 +8,10 @@ local folder or an fsspec URL such as ``s3://bucket/prefix``). Each of these tha
 shows the variable's name rather than a value copied when the definitions loaded.
 
 ``SQLCMP_EXECUTOR`` and ``SQLCMP_CASES_PER_RUN`` choose how runs scale out (docs/dagster.md, "Scale-out"); the
-same jobs run under every executor. They shape the definitions themselves (the executor, the layers' backfill
-policy), which Dagster's config cannot, so they are read from the environment as the definitions load. Loading
+same jobs run under every executor. ``SQLCMP_CASE_CHUNKS=N`` makes the partitions N chunks of cases instead of one
+per case (docs/dagster.md, "100,000 cases"; :mod:`sqlcmp_dagster.cases.chunks`). They shape the definitions
+themselves (the executor, the layers' backfill policy, what a partition key is), which Dagster's config cannot, so
+they are read from the environment as the definitions load. Loading
 the definitions sets nothing: Dagster's event batches are turned on by this project's event log storages when
 an instance builds one (:mod:`sqlcmp_dagster.event_log`).
 """

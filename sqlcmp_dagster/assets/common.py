@@ -18,6 +18,8 @@ import polars as pl
 # Not exported at the top level in dagster 1.13; it is the type AssetCheckEvaluation's own field names.
 from dagster._core.definitions.asset_checks.asset_check_evaluation import AssetCheckEvaluationTargetMaterializationData
 
+from sqlcmp_dagster.assets.chunked import complete, reusing
+from sqlcmp_dagster.cases.chunks import chunked, partition_of
 from sqlcmp_dagster.contracts import SCHEMAS, contract_check, contract_spec
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.judge import JudgeOutcome, Judgment
@@ -29,8 +31,8 @@ from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row,
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 
-#: One partition per case id, added and removed by the case sensor as suite files change.
-#: The name of the case partitions (one per case id).
+#: One partition per case id, or per chunk of cases (``SQLCMP_CASE_CHUNKS``: :mod:`sqlcmp_dagster.cases.chunks`),
+#: added and removed by the case sensor as suite files change. The name of the case partitions.
 CASES_PARTITIONS = "cases"
 cases_partitions = dg.DynamicPartitionsDefinition(name=CASES_PARTITIONS)
 #: IO manager key of the per-partition Parquet store.
@@ -91,33 +93,54 @@ def partition_targets(context: dg.AssetExecutionContext, asset_key: dg.AssetKey,
     return targets
 
 
-def layer_asset(name: str, description: str, case_checks: tuple[CaseCheck, ...] = ()) \
+def layer_asset(name: str, description: str, case_checks: tuple[CaseCheck, ...] = (),
+                annotate: Callable[[dg.AssetExecutionContext, pl.DataFrame], None] | None = None) \
         -> Callable[[Callable[..., pl.DataFrame]], dg.AssetsDefinition]:
     """Declare a layer asset: case-partitioned, backfilled under ``LAYER_BACKFILL_POLICY``, stored per case,
     and blocked on its contract check (the frame the function returns is validated before downstream layers
-    may run).
+    may run). ``annotate`` adds each partition's metadata from the whole frame before it is stored.
 
-    ``case_checks`` are recorded per case. Dagster gives a check one result per step, and a step covers many
-    cases, so their results are logged per partition instead; the asset is declared subsettable because that
-    is what makes a check output optional (the one result per step is never yielded)."""
+    ``case_checks`` are recorded per partition. Dagster gives a check one result per step, and a step covers
+    many partitions, so their results are logged per partition instead; the asset is declared subsettable
+    because that is what makes a check output optional (the one result per step is never yielded).
+
+    With partitions of chunks (``SQLCMP_CASE_CHUNKS``), a layer below ``parsed_cases`` computes only the cases
+    not marked complete and takes the others' stored rows, and ``case_reports`` marks its cases complete once
+    its output is stored and its contract holds (:mod:`sqlcmp_dagster.assets.chunked`)."""
 
     def decorate(compute: Callable[..., pl.DataFrame]) -> dg.AssetsDefinition:
+        signature = inspect.signature(compute)
+        wants_context = "context" in signature.parameters
+
         @functools.wraps(compute)
-        def run(*args: Any, **inner: Any) -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult |
-                                                       dg.AssetCheckEvaluation]:
+        def run(context: dg.AssetExecutionContext, *args: Any, **inner: Any) \
+                -> Iterator[dg.Output[pl.DataFrame] | dg.AssetCheckResult | dg.AssetCheckEvaluation]:
+            def call(*given: Any, **named: Any) -> pl.DataFrame:
+                return compute(context, *given, **named) if wants_context else compute(*given, **named)
+
             with batch_collector():
-                frame = compute(*args, **inner)
+                frame = reusing(context, name, call, args, inner) if chunked() and name != LAYER_ASSETS[0] \
+                    else call(*args, **inner)
                 faults = frame.filter(pl.col("fault").is_not_null()).height if "fault" in frame.columns else 0
+                if annotate is not None:
+                    annotate(context, frame)
                 yield dg.Output(frame, output_name=name, metadata={"cases": frame.height, "faults": faults})
-                yield contract_check(name, frame)
+                contract = contract_check(name, frame)
+                yield contract
                 if case_checks:
-                    context = next(a for a in (*args, *inner.values()) if isinstance(a, dg.AssetExecutionContext))
-                    targets = partition_targets(context, dg.AssetKey(name), frame["case_id"].to_list())
+                    partitions = sorted({partition_of(case) for case in frame["case_id"].to_list()})
+                    targets = partition_targets(context, dg.AssetKey(name), partitions)
                     for check in case_checks:
                         yield from check.evaluate(frame, targets)
+                if chunked() and name == LAYER_ASSETS[-1] and contract.passed:
+                    complete(context, frame)
 
-        run.__signature__ = inspect.signature(compute).replace(  # type: ignore[attr-defined]
-            return_annotation=inspect.Signature.empty)
+        parameters = list(signature.parameters.values())
+        if not wants_context:
+            parameters.insert(0, inspect.Parameter("context", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                   annotation=dg.AssetExecutionContext))
+        run.__signature__ = signature.replace(  # type: ignore[attr-defined]
+            parameters=parameters, return_annotation=inspect.Signature.empty)
         return dg.multi_asset(
             name=name,
             # The column schema is the asset's, not each materialization's: as output metadata it was copied into

@@ -9,6 +9,7 @@ import dagster as dg
 import polars as pl
 
 from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
+from sqlcmp_dagster.cases.chunks import partition_of
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.published_metrics import overall_figures, render_table
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -93,7 +94,7 @@ def figure(name: str, value: float | int | None) -> tuple[str, dg.MetadataValue]
 
 def failures_table(reports: list[Report], limit: int = LISTED_FAILURES) -> str:
     """The failing and invalid cases as a Markdown table, the most severe failures first and the invalid cases
-    last: id (a link to its partition's page), outcome, severity, likely source and headline (the first
+    last: id (a link to its partition's page: the case's, or its chunk's), outcome, severity, likely source and headline (the first
     explanation). Case text is escaped as a table cell, and the id in the link's address is percent-encoded,
     so no case can break the table or the link. At most ``limit`` rows; a line counts the others.
 
@@ -115,7 +116,8 @@ def failures_table(reports: list[Report], limit: int = LISTED_FAILURES) -> str:
     for report in listed[:limit]:
         source = likely_source_label(report) if outcome(report) == "fail" else ""
         headline = report.explanations[0] if report.explanations else ""
-        lines.append(f"| [{markdown_cell(report.case_id)}]({PARTITION_PAGE.format(quote(report.case_id, safe=''))}) "
+        page = PARTITION_PAGE.format(quote(partition_of(report.case_id), safe=''))
+        lines.append(f"| [{markdown_cell(report.case_id)}]({page}) "
                      f"| {outcome(report)} | {report.severity} | {markdown_cell(source)} | "
                      f"{markdown_cell(headline[:200])} |")
     if len(listed) > limit:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dagster as dg
 
+from sqlcmp_dagster.assets.chunked import RECOMPUTE_TAG
 from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, RANGE_END, RANGE_START
 
 #: On-demand: pick partitions (cases) in the launchpad, or a range of them.
@@ -20,4 +21,5 @@ def nightly_evaluation(context: dg.ScheduleEvaluationContext) -> dg.RunRequest |
     keys = context.instance.get_dynamic_partitions(CASES_PARTITIONS)
     if not keys:
         return dg.SkipReason("no cases yet: the case sensor adds them")
-    return dg.RunRequest(run_key=None, tags={RANGE_START: keys[0], RANGE_END: keys[-1]})
+    # every case evaluated again, as the schedule says: with chunks, a run reuses its unchanged cases otherwise
+    return dg.RunRequest(run_key=None, tags={RANGE_START: keys[0], RANGE_END: keys[-1], RECOMPUTE_TAG: "nightly"})

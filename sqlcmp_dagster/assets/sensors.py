@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -14,7 +15,10 @@ import dagster as dg
 from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, LAYER_BACKFILL_POLICY, RANGE_END, \
     RANGE_START, cases_partitions
 from sqlcmp_dagster.assets.jobs import evaluation_job
-from sqlcmp_dagster.cases.suite import Suite, case_version
+from sqlcmp_dagster.cases import chunks
+from sqlcmp_dagster.cases.chunks import partition_key_problem, partition_of, partition_versions
+from sqlcmp_dagster.assets.suite_scan import SCAN_OBJECT, scan_suite
+from sqlcmp_dagster.cases.suite import Suite
 from sqlcmp_dagster.escaping import terminal_text
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
@@ -44,8 +48,11 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     tests).
 
     New and edited cases are materialized through every layer; consecutive ones (in partition order) share one
-    run, so a first load of 1,000 cases is a single run, or runs of at most N cases under the layer assets'
-    ``BackfillPolicy.multi_run(N)`` (``SQLCMP_CASES_PER_RUN``). An unchanged re-scan requests nothing.
+    run, so a first load of 1,000 cases is a single run, or runs of at most N partitions under the layer assets'
+    ``BackfillPolicy.multi_run(N)`` (``SQLCMP_CASES_PER_RUN``). An unchanged re-scan requests nothing. With
+    ``SQLCMP_CASE_CHUNKS`` the partitions are chunks of cases (:mod:`sqlcmp_dagster.cases.chunks`): everything
+    here is said of chunks and their versions (derived from their cases'), and a chunk's run re-evaluates only
+    its cases whose version changed (:mod:`sqlcmp_dagster.assets.chunked`).
 
     The cursor follows what the runs did, not what was asked (:class:`CursorState`): a case counts as done at a
     version once a run of it at that version succeeded (``outcomes`` gives each request's runs). A request whose
@@ -53,18 +60,27 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     again, up to :data:`MAX_ATTEMPTS` failed runs; one with no run after :data:`LAUNCH_GRACE_SECONDS` too. What
     the sensor cannot take from the folder (:func:`suite_problems`) and the requests it gives up go to ``warn``.
 
+    The suite folder is read through :func:`~sqlcmp_dagster.assets.suite_scan.scan_suite`: with ``store``, the
+    scan of the last tick is kept there and only the files that changed are read again.
+
     With ``store``, the case store is checked against the cursor first (:meth:`PartitionedParquetIOManager.heal`):
     cases deleted from the suite leave every layer's objects, and a case the cursor holds as done whose rows some
     layer lacks (a removed or unreadable object) is materialized again.
     """
-    suite = cases.load()
+    kept = store.read_note(SCAN_OBJECT) if store is not None else None
+    scan, scanned = scan_suite(Path(cases.folder), database, kept, timed=store is not None)
+    if store is not None and scanned != kept:
+        store.write_note(SCAN_OBJECT, scanned)
+    if not scan.complete:  # the rest next tick: a partial view would delete the partitions of cases not read yet
+        return dg.SensorResult(cursor=cursor, skip_reason=f"reading the suite folder: {len(scan.versions):,} "
+                                                          "case(s) read so far, the rest at the next tick")
     if warn is not None:
-        for problem in suite_problems(suite):
+        for problem in scan.problems:
             warn(terminal_text(problem))
     clock = time.time() if now is None else now
     state = CursorState.read(cursor)
-    versions = {case.case_id: case_version(case, database.fingerprint(database.with_defaults(case)))
-                for case in suite.cases if partition_key_problem(case.case_id) is None}
+    case_versions = scan.versions
+    versions = partition_versions(case_versions)  # by partition: the cases' own, or their chunks'
     retried = state.settle(outcomes(sorted(state.pending)) if state.pending else {}, versions, clock, warn)
     known = set(existing)
     added = [case_id for case_id in versions if case_id not in known]
@@ -82,13 +98,17 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     stale = {case_id for case_id, version in versions.items()
              if state.done.get(case_id) != version and in_flight.get(case_id) != version}
     if store is not None:
-        done = {case_id for case_id, version in versions.items() if state.done.get(case_id) == version}
-        lost = store.heal(LAYER_ASSETS, done - set(in_flight), deleted)
+        done = {key for key, version in versions.items() if state.done.get(key) == version} - set(in_flight)
+        if chunks.chunked():  # the cases of done chunks; every case no longer in the suite leaves the store
+            lost = store.heal(LAYER_ASSETS, [case for case in case_versions if partition_of(case) in done], (),
+                              keep=set(case_versions))
+        else:
+            lost = store.heal(LAYER_ASSETS, done, deleted)
         for asset, gone in lost.items():
             if warn is not None:
                 warn(terminal_text(f"case store: {asset} holds no readable row of {len(gone)} case(s) "
                                    f"({', '.join(sorted(gone)[:5])}): materializing them again"))
-            stale |= gone
+            stale |= {partition_of(case) for case in gone}
     size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(order) or 1
     for block in _consecutive(order, stale):
         for start in range(0, len(block), size):
@@ -191,29 +211,6 @@ def suite_problems(suite: Suite) -> list[str]:
     return [f"suite line skipped: {error}" for error in suite.errors] + [
         f"case {case.case_id!r} is not evaluated in Dagster: its id {problem}"
         for case in suite.cases if (problem := partition_key_problem(case.case_id)) is not None]
-
-
-def partition_key_problem(case_id: str) -> str | None:
-    """Why ``case_id`` cannot be a partition key of Dagster's, or None: it holds one of the substrings Dagster
-    refuses in partition keys (``...``, a line break, a tab, NUL, other control characters), which it does not
-    check for dynamic partitions, or it is longer than :data:`MAX_PARTITION_KEY_CHARS`.
-
-    >>> partition_key_problem("spider-0052") is None, partition_key_problem("a...b")
-    (True, "holds '...', which Dagster does not allow in a partition key")
-    """
-    for part in INVALID_PARTITION_SUBSTRINGS:
-        if part in case_id:
-            return f"holds {part!r}, which Dagster does not allow in a partition key"
-    if len(case_id) > MAX_PARTITION_KEY_CHARS:
-        return f"is {len(case_id):,} characters long, more than a partition key holds here " \
-               f"({MAX_PARTITION_KEY_CHARS:,})"
-    return None
-
-
-#: Dagster's substrings that no partition key may hold (its own list, which it checks for static partitions).
-INVALID_PARTITION_SUBSTRINGS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
-#: The longest case id taken as a partition key: run tags and the UI's address bar carry it.
-MAX_PARTITION_KEY_CHARS = 1024
 
 
 def _consecutive(order: list[str], wanted: set[str]) -> list[list[str]]:

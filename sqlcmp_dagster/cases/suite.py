@@ -8,10 +8,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from pydantic import ValidationError
@@ -58,13 +58,22 @@ def read_suite(path: Path, config_overrides: dict[str, Any] | None = None) -> It
     a JSONL suite a line at a time, a Parquet one a batch of rows at a time, so that a suite of any length
     costs the memory of a few cases (the case ids seen, to refuse a duplicate, aside). A YAML suite is one
     document, parsed whole. Raises ``ValueError`` for a file that is no suite format, before any case."""
+    return cast(Iterator[CompareRequest | SuiteError], read_suite_known(path, config_overrides, None))
+
+
+def read_suite_known(path: Path, config_overrides: dict[str, Any] | None,
+                     known: Callable[[str], Known | None] | None) -> Iterator[CompareRequest | SuiteError | Known]:
+    """:func:`read_suite`, asking ``known`` (JSONL only; its caller passes no ``config_overrides`` with it) about
+    each line's text before the line is parsed: a :class:`Known` it returns stands for the line (checked for a
+    duplicate id like any case, and yielded as is), so that a line the caller read before is neither parsed nor
+    validated again (the case sensor's scan)."""
     suffix = path.suffix.lower()
     if not suffix and path.exists() and not path.is_file():  # a pipe (<(...), /dev/stdin): JSONL lines, read once
         suffix = ".jsonl"
     if suffix not in SUITE_SUFFIXES:
         raise ValueError(f"{path}: unsupported suite format {suffix!r} (use {', '.join(SUITE_SUFFIXES)})")
     if suffix == ".jsonl":
-        items = _jsonl_items(path)
+        items = _jsonl_items(path, known)
     elif suffix == ".parquet":
         items = _parquet_items(path)
     else:
@@ -89,8 +98,11 @@ def _parquet_items(path: Path) -> Iterator[tuple[int, Any]]:
             yield number, row
 
 
-def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) -> Suite:
-    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors.
+def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None,
+                wanted: Callable[[str], bool] | None = None) -> Suite:
+    """Every suite file directly in ``folder``, in name order; duplicate case ids are errors. With ``wanted``,
+    only the cases whose id it accepts are kept (the others are read a case at a time and dropped: a Dagster
+    chunk's run holds its own cases, not the suite's 100,000).
 
     A file is a suite when it has a suite's suffix and one of its first records is a case
     (:func:`is_suite_file`). Other files beside the suites, such as reports (``reports.jsonl``) or
@@ -104,15 +116,19 @@ def load_suites(folder: Path, config_overrides: dict[str, Any] | None = None) ->
         if not is_suite_file(path):
             skipped.append(f"{path}: not a suite (its first record has no expected_sql)")
             continue
-        suite = load_suite(path, config_overrides)
-        errors += suite.errors
-        for case in suite.cases:
+        duplicates = []  # after the file's own errors, as before
+        for case in read_suite(path, config_overrides):
+            if isinstance(case, SuiteError):
+                errors.append(case)
+                continue
             if case.case_id in seen:
-                errors.append(SuiteError(str(path), 0, f"duplicate case_id {case.case_id!r} (first in "
-                                                       f"{seen[case.case_id]})"))
+                duplicates.append(SuiteError(str(path), 0, f"duplicate case_id {case.case_id!r} (first in "
+                                                           f"{seen[case.case_id]})"))
                 continue
             seen[case.case_id] = str(path)
-            cases.append(case)
+            if wanted is None or wanted(case.case_id):
+                cases.append(case)
+        errors += duplicates
     return Suite(cases, errors, skipped)
 
 
@@ -136,11 +152,22 @@ def is_suite_file(path: Path) -> bool:
                for _, item in itertools.islice(items, _RECORDS_LOOKED_AT))
 
 
-def _jsonl_items(path: Path) -> Iterable[tuple[int, Any]]:
+@dataclass(frozen=True)
+class Known:
+    """A suite line its reader read before (``read_suite``'s ``known``): its case id, and what the reader kept."""
+
+    case_id: str
+    value: Any
+
+
+def _jsonl_items(path: Path, known: Callable[[str], Known | None] | None = None) -> Iterable[tuple[int, Any]]:
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):
             text = raw.decode("utf-8", errors="replace").strip()
             if not text or text.startswith("//"):
+                continue
+            if known is not None and (seen := known(text)) is not None:
+                yield number, seen
                 continue
             try:
                 yield number, json.loads(text)
@@ -192,9 +219,17 @@ class _Broken:
 
 
 def _validate(path: Path, items: Iterable[tuple[int, Any]], overrides: dict[str, Any]) \
-        -> Iterator[CompareRequest | SuiteError]:
+        -> Iterator[CompareRequest | SuiteError | Known]:
     first_line: dict[str, int] = {}
     for number, item in items:
+        if isinstance(item, Known):
+            if item.case_id in first_line:
+                yield SuiteError(str(path), number, f"duplicate case_id {item.case_id!r} (first on line "
+                                                    f"{first_line[item.case_id]}): skipped")
+            else:
+                first_line[item.case_id] = number
+                yield item
+            continue
         if isinstance(item, _Broken):
             yield SuiteError(str(path), number, item.message)
             continue

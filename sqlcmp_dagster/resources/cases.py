@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import dagster as dg
@@ -14,5 +15,6 @@ class CaseSuiteResource(dg.ConfigurableResource):
 
     folder: str
 
-    def load(self) -> Suite:
-        return load_suites(Path(self.folder))
+    def load(self, wanted: Callable[[str], bool] | None = None) -> Suite:
+        """The suite; with ``wanted``, only the cases whose id it accepts (see ``load_suites``)."""
+        return load_suites(Path(self.folder), wanted=wanted)

@@ -39,6 +39,7 @@ from filelock import FileLock
 from pydantic import PrivateAttr
 from upath import UPath
 
+from sqlcmp_dagster.cases.chunks import chunked, in_partitions, partition_of
 from sqlcmp_dagster.engine.atomic import atomic_path
 
 
@@ -50,7 +51,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
     base_path: str
     storage_options: dict[str, Any] = {}
     #: The frames stored by the current run in this process, by asset (see the module docstring).
-    _written: dict[tuple[str, ...], pl.DataFrame] = PrivateAttr(default_factory=dict)
+    _written: dict[tuple[str, ...], tuple[pl.DataFrame, set[str]]] = PrivateAttr(default_factory=dict)
     _written_run: str | None = PrivateAttr(default=None)
 
     def handle_output(self, context: dg.OutputContext, obj: Any) -> None:
@@ -60,19 +61,19 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             return
         assert isinstance(obj, pl.DataFrame), "partitioned assets return a polars DataFrame"
         expected = set(context.asset_partition_keys)
-        written = set(obj["case_id"].unique().to_list())
+        written = {partition_of(case) for case in obj["case_id"].unique().to_list()}
         if written - expected:
-            outside = next(case for case in obj["case_id"].to_list() if case not in expected)
+            outside = next(case for case in obj["case_id"].to_list() if partition_of(case) not in expected)
             raise ValueError(f"{context.asset_key.to_user_string()}: row for case {outside!r} is outside this "
                              "run's partitions")
-        if missing := expected - written:
+        if (missing := expected - written) and not chunked():  # a chunk may hold no case (any more)
             raise ValueError(f"{context.asset_key.to_user_string()}: no row for cases {sorted(missing)[:5]}")
         if _local(folder):
             store_batch(Path(folder.path), obj)
         else:
             _write_all(folder, {folder / f"{_file_name(str(case_id))}.parquet": part
                                 for (case_id,), part in obj.group_by("case_id", maintain_order=True)})
-        self._remember(context.run_id, tuple(context.asset_key.path), obj)
+        self._remember(context.run_id, tuple(context.asset_key.path), obj, expected)
         context.add_output_metadata({"rows": obj.height})
 
     def load_input(self, context: dg.InputContext) -> Any:
@@ -83,6 +84,8 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         if kept is not None:
             return kept
         keys = context.asset_partition_keys
+        if chunked():  # the chunks' cases: those of the stored ones that the chunks hold
+            return self.rows(context.asset_key.path, in_partitions(self.case_ids(context.asset_key.path), keys))
         if _local(folder):
             frame = stored_rows(Path(folder.path), set(keys))
             missing = sorted(set(keys) - set(frame["case_id"].to_list()))
@@ -96,9 +99,11 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
                                     f"{missing[:5]}: materialize them first")
         return _in_order(frame, keys)
 
-    def heal(self, assets: Sequence[str], cases: Collection[str], removed: Collection[str]) -> dict[str, set[str]]:
+    def heal(self, assets: Sequence[str], cases: Collection[str], removed: Collection[str],
+             keep: Collection[str] | None = None) -> dict[str, set[str]]:
         """Check the store against what is believed materialized: take the ``removed`` cases (gone from the
-        suite) out of every one of ``assets``, and return, per asset, which of ``cases`` it holds no readable
+        suite) out of every one of ``assets`` (with ``keep``, every case not in it as well: the store of chunks,
+        whose deleted partitions name no case), and return, per asset, which of ``cases`` it holds no readable
         row for, so that they are materialized again.
 
         An object of a local store that is no readable Parquet (a truncated copy, a crash of the disk) is moved
@@ -109,8 +114,11 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         for asset in assets:
             folder = asset_folder(self.base_path, asset, self.storage_options)
             if _local(folder):
-                held = _heal_folder(Path(folder.path), set(removed))
+                held = _heal_folder(Path(folder.path), set(removed), None if keep is None else set(keep))
             else:
+                if keep is not None:
+                    removed = {*removed, *(case for case in map(_case_of, (p.name for p in folder.glob("*.parquet")))
+                                           if case not in keep)}
                 for case in removed:
                     own = folder / f"{_file_name(case)}.parquet"
                     if own.exists():
@@ -120,20 +128,84 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
                 missing[asset] = gone
         return missing
 
-    def _remember(self, run_id: str, asset: tuple[str, ...], frame: pl.DataFrame) -> None:
+    def rows(self, asset: Sequence[str] | str, cases: Sequence[str]) -> pl.DataFrame:
+        """The stored rows of ``cases`` in ``asset``, in their order; a case with no stored row is left out."""
+        if not cases:
+            return _concat([])
+        folder = asset_folder(self.base_path, asset, self.storage_options)
+        if _local(folder):
+            frame = stored_rows(Path(folder.path), set(cases))
+        else:
+            paths = [folder / f"{_file_name(case)}.parquet" for case in cases]
+            frame = _concat(c for c in read_objects(folder, paths).values() if not isinstance(c, FileNotFoundError))
+        held = set(frame["case_id"].to_list())
+        return _in_order(frame, [case for case in cases if case in held])
+
+    def case_ids(self, asset: Sequence[str] | str) -> list[str]:
+        """The ids of every case ``asset`` holds rows of (in no set order)."""
+        folder = asset_folder(self.base_path, asset, self.storage_options)
+        if not _local(folder):
+            return [_case_of(path.name) for path in folder.glob("*.parquet")]
+        if not Path(folder.path).is_dir():
+            return []
+        with _turn(Path(folder.path)):
+            return sorted({case for path in Path(folder.path).glob("*.parquet") for case in _case_ids(path)})
+
+    def case_marks(self, partitions: Iterable[str]) -> dict[str, list[Any]]:
+        """What the chunks ``partitions`` record of their cases (:mod:`sqlcmp_dagster.assets.chunked`): case id ->
+        [data version, whether every layer holds its rows at that version]; nothing for a chunk never run."""
+        marks: dict[str, list[Any]] = {}
+        for partition in partitions:
+            path = asset_folder(self.base_path, MARKS, self.storage_options) / f"{_file_name(partition)}.json"
+            try:
+                marks.update(json.loads(path.read_bytes()))
+            except FileNotFoundError:
+                continue
+        return marks
+
+    def put_case_marks(self, partition: str, marks: dict[str, list[Any]]) -> None:
+        """Record ``marks`` (see :meth:`case_marks`) as everything the chunk ``partition`` holds."""
+        folder = asset_folder(self.base_path, MARKS, self.storage_options)
+        if _local(folder):
+            Path(folder.path).mkdir(parents=True, exist_ok=True)
+        _write(folder / f"{_file_name(partition)}.json", json.dumps(marks, sort_keys=True).encode())
+
+    def read_note(self, name: str) -> Any:
+        """The JSON value kept as ``name`` beside the assets' folders (the case sensor's scan), or None."""
+        try:
+            return json.loads(UPath(self.base_path, **self.storage_options).joinpath(name).read_bytes())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write_note(self, name: str, value: Any) -> None:
+        """Keep ``value`` as JSON under ``name`` (see :meth:`read_note`), whole or not at all."""
+        base = UPath(self.base_path, **self.storage_options)
+        if _local(base):
+            Path(base.path).mkdir(parents=True, exist_ok=True)
+        _write(base.joinpath(name), json.dumps(value).encode())
+
+    def _remember(self, run_id: str, asset: tuple[str, ...], frame: pl.DataFrame, partitions: set[str]) -> None:
         if run_id != self._written_run:  # only the current run's frames are kept
             self._written.clear()
             self._written_run = run_id
-        self._written[asset] = frame
+        self._written[asset] = frame, partitions
 
     def _recall(self, run_id: str | None, asset: tuple[str, ...], keys: Sequence[str]) -> pl.DataFrame | None:
         """The frame this run stored for ``asset``, restricted to ``keys`` in their order; None unless it
-        holds every one of them."""
-        frame = self._written.get(asset) if run_id is not None and run_id == self._written_run else None
-        if frame is None:
+        holds every one of them (with chunks: unless it was stored for every one of them)."""
+        kept = self._written.get(asset) if run_id is not None and run_id == self._written_run else None
+        if kept is None:
             return None
+        frame, partitions = kept
+        if chunked():
+            return _in_order(frame, in_partitions(frame["case_id"].to_list(), keys)) if partitions >= set(keys) \
+                else None
         chosen = _in_order(frame, keys)
         return chosen if chosen.height == len(keys) else None
+
+
+#: The folder of the store's chunk marks (one JSON object per chunk), beside the assets' folders.
+MARKS = "_case_marks"
 
 
 def _in_order(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
@@ -177,7 +249,7 @@ def _case_of(name: str) -> str:
     return re.sub(r"~([0-9a-f]+)~", lambda match: chr(int(match[1], 16)), name.removesuffix(".parquet"))
 
 
-def _heal_folder(folder: Path, removed: set[str]) -> set[str]:
+def _heal_folder(folder: Path, removed: set[str], keep: set[str] | None = None) -> set[str]:
     """The cases a local asset folder holds readable rows of, after moving its unreadable objects aside, taking
     the ``removed`` cases out, and taking a case that a write stopped halfway left in two objects out of the
     older (newest first, as :func:`_settle` does; see :meth:`PartitionedParquetIOManager.heal`), in the folder's
@@ -192,12 +264,13 @@ def _heal_folder(folder: Path, removed: set[str]) -> set[str]:
             except ValueError:
                 path.replace(path.with_name(path.name + ".damaged"))
                 continue
-            dropped = cases & (removed | held)
+            gone = cases & removed if keep is None else cases - (keep - removed)
+            dropped = gone | (cases & held)
             if dropped == cases:
                 path.unlink()
             elif dropped:
                 _put(path, _read(path).filter(~pl.col("case_id").is_in(list(dropped))))
-            held |= cases - removed
+            held |= cases - gone
     return held
 
 
