@@ -303,9 +303,24 @@ def test_nightly_schedule_runs_all_cases_in_one_run(instance: dg.DagsterInstance
     context = dg.build_schedule_context(instance=instance)
     assert isinstance(nightly_evaluation(context), dg.SkipReason)
     instance.add_dynamic_partitions(cases_partitions.name, ["a", "b", "c"])
-    request = nightly_evaluation(dg.build_schedule_context(instance=instance))
-    assert request.tags["dagster/asset_partition_range_start"] == "a"
-    assert request.tags["dagster/asset_partition_range_end"] == "c"
+    requests = nightly_evaluation(dg.build_schedule_context(instance=instance))
+    assert isinstance(requests, list) and len(requests) == 1
+    assert requests[0].tags["dagster/asset_partition_range_start"] == "a"
+    assert requests[0].tags["dagster/asset_partition_range_end"] == "c"
+
+
+def test_nightly_schedule_splits_its_runs_as_the_backfill_policy_does(instance: dg.DagsterInstance,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """With SQLCMP_CASES_PER_RUN=N the nightly evaluation is runs of at most N partitions, covering each once (one
+    run over 100,000 cases would hold them all in one process)."""
+    jobs = importlib.import_module("sqlcmp_dagster.assets.jobs")
+    monkeypatch.setattr(jobs, "LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(2))
+    instance.add_dynamic_partitions(cases_partitions.name, ["a", "b", "c", "d", "e"])
+    requests = jobs.nightly_evaluation(dg.build_schedule_context(instance=instance))
+    assert isinstance(requests, list)
+    assert [(request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"])
+            for request in requests] == [("a", "b"), ("c", "d"), ("e", "e")]
+    assert len({request.run_key for request in requests}) == 3
 
 
 def test_enabled_judge_annotates_reports_through_the_assets(tmp_path: Path, sample_dir: Path, serve: Any,

@@ -375,8 +375,10 @@ def test_the_nightly_run_evaluates_every_case_again(instance: dg.DagsterInstance
     from sqlcmp_dagster.assets.jobs import nightly_evaluation
 
     instance.add_dynamic_partitions(cases_partitions.name, ["chunk-0", "chunk-1", "chunk-2"])
-    request = nightly_evaluation(dg.build_schedule_context(instance=instance))
-    assert isinstance(request, dg.RunRequest) and RECOMPUTE_TAG in request.tags
+    requests = nightly_evaluation(dg.build_schedule_context(instance=instance))
+    assert isinstance(requests, list) and len(requests) == 1
+    request = requests[0]
+    assert RECOMPUTE_TAG in request.tags
     assert (request.tags["dagster/asset_partition_range_start"], request.tags["dagster/asset_partition_range_end"]) \
         == ("chunk-0", "chunk-2")
 
