@@ -387,12 +387,15 @@ def test_a_step_freezes_the_heap_it_started_with_and_only_its_own_freeze() -> No
     steps.close()
     assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
 
+    # A few frozen objects may be freed meanwhile by threads that earlier tests left running, which the count shows
+    # too; an unfreeze would empty it and a freeze of its own would grow it.
+    freed_meanwhile = 100
     gc.freeze()
     try:
         theirs = gc.get_freeze_count()
         with batch_collector():
-            assert gc.get_freeze_count() == theirs
-        assert gc.get_freeze_count() == theirs
+            assert theirs - freed_meanwhile <= gc.get_freeze_count() <= theirs
+        assert theirs - freed_meanwhile <= gc.get_freeze_count() <= theirs
     finally:
         gc.unfreeze()
 

@@ -16,6 +16,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
+from sqlcmp_dagster.assets.suite_scan import SCAN_OBJECT
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -27,14 +28,19 @@ LAYERS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons"
 
 
 def _written(bucket: str) -> dict[str, object]:
-    """When each object of the bucket was last written."""
+    """When each layer object of the bucket was last written (the sensor's own notes, such as its kept scan of
+    the suite folder, aside)."""
     import s3fs
 
     filesystem = s3fs.S3FileSystem()
-    return {path: info["LastModified"] for path, info in filesystem.find(bucket, detail=True).items()}
+    layers = tuple(f"{bucket}/store/{layer}/" for layer in LAYERS)
+    return {path: info["LastModified"] for path, info in filesystem.find(bucket, detail=True).items()
+            if path.startswith(layers)}
 
 
 def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_dir: Path, bucket: str) -> None:
+    import s3fs
+
     source = [json.loads(line) for line in sample_suite_path().read_text().splitlines()][:12]
     folder = tmp_path / "cases"
     folder.mkdir()
@@ -50,6 +56,7 @@ def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_di
         assert sorted(stored) == sorted(case["case_id"] for case in source)
         before = _written(bucket)
         assert len(before) == len(LAYERS) * len(source)
+        assert s3fs.S3FileSystem().exists(f"{bucket}/store/{SCAN_OBJECT}")  # the sensor's scan, kept in the store
 
         edited = source[3]["case_id"]
         source[3] = {**source[3], "actual_sql": "SELECT 42"}
