@@ -118,7 +118,8 @@ def layer_asset(name: str, description: str, case_checks: tuple[CaseCheck, ...] 
             def call(*given: Any, **named: Any) -> pl.DataFrame:
                 return compute(context, *given, **named) if wants_context else compute(*given, **named)
 
-            with batch_collector():
+            # a run's first step collects first: what the process's last run let go of must not be frozen
+            with batch_collector(collect_first=name == LAYER_ASSETS[0]):
                 frame = reusing(context, name, call, args, inner) if chunked() and name != LAYER_ASSETS[0] \
                     else call(*args, **inner)
                 faults = frame.filter(pl.col("fault").is_not_null()).height if "fault" in frame.columns else 0

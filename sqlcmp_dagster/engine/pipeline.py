@@ -179,7 +179,7 @@ class Evaluator:
 
         self.begin_batch()
         try:
-            with batch_collector():
+            with batch_collector(collect_first=True):
                 outcomes = in_processes(self, cases, workers, window=window) if workers > 1 \
                     else ((index, self.deterministic(case)) for index, case in enumerate(cases))
                 for index, (report, item) in outcomes:
