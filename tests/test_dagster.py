@@ -115,17 +115,17 @@ def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[lis
     common = importlib.import_module("sqlcmp_dagster.assets.common")
     reads: list[str] = []
     decodes: list[str] = []
-    read_all, decode = storage.read_objects, common.validation_from_record
+    read_all, decode = storage.stored_rows, common.validation_from_record
 
-    def read(folder, paths):  # noqa: ANN001, ANN202
+    def read(folder, keys):  # noqa: ANN001, ANN202
         reads.append(folder.name)
-        return read_all(folder, paths)
+        return read_all(folder, keys)
 
     def decoded(text, frames):  # noqa: ANN001, ANN202
         decodes.append(text)
         return decode(text, frames)
 
-    monkeypatch.setattr(storage, "read_objects", read)
+    monkeypatch.setattr(storage, "stored_rows", read)
     monkeypatch.setattr(common, "validation_from_record", decoded)
     common.RECORDS.clear()  # another test may have decoded the same records in this process
     return reads, decodes

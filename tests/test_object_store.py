@@ -1,6 +1,7 @@
 """The case store on an object store: a real S3-compatible server on loopback (moto's server mode, started by
 ``.ci/services.sh``, which exports ``SQLCMP_TEST_S3_ENDPOINT``). A full run, a re-run of one changed case that
-rewrites only that case's objects, and a read of the stored reports by a second process."""
+adds one object per layer and rewrites none, and a read of the stored reports by a second process; the
+object store's layout without turns (writers in several processes, readers while objects are removed)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_di
         stored = {r.case_id: r for r in reports_from_frame(read_asset(store, "case_reports"))}
         assert sorted(stored) == sorted(case["case_id"] for case in source)
         before = _written(bucket)
-        assert len(before) == len(LAYERS) * len(source)
+        assert len(before) == len(LAYERS)  # the run's one step per layer wrote one object each
         assert s3fs.S3FileSystem().exists(f"{bucket}/store/{SCAN_OBJECT}")  # the sensor's scan, kept in the store
 
         edited = source[3]["case_id"]
@@ -65,9 +66,10 @@ def test_full_run_re_run_and_second_process_read_on_s3(tmp_path: Path, sample_di
         assert [r.dagster_run.tags.get("dagster/partition") for r in again.runs] == [edited]
         assert again.runs[0].success
         after = _written(bucket)
-        assert after.keys() == before.keys()
-        assert {path for path in after if after[path] != before[path]} == {
-            f"{bucket}/store/{layer}/{edited}.parquet" for layer in LAYERS}
+        assert {path: after[path] for path in before} == before  # nothing rewritten: the old objects kept
+        added = sorted(after.keys() - before.keys())
+        assert [path.split("/")[2] for path in added] == sorted(LAYERS)
+        assert all(pl.read_parquet(s3fs.S3FileSystem().cat(path))["case_id"].to_list() == [edited] for path in added)
 
     reader = ("import json, sys; from sqlcmp_dagster.resources.storage import read_asset; "
               "from sqlcmp_dagster.engine.records import reports_from_frame; "
@@ -293,3 +295,125 @@ def test_writers_in_two_processes_take_turns(tmp_path: Path) -> None:
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert table.height == len(cases)
     assert dict(table.select("case_id", "run").iter_rows()) == {case: i % 2 + 1 for i, case in enumerate(cases)}
+
+
+def _s3_folder(bucket: str, asset: str) -> Any:
+    from upath import UPath
+
+    return UPath(f"s3://{bucket}/store/{asset}")
+
+
+def _s3_names(folder: Any) -> list[str]:
+    folder.fs.invalidate_cache()
+    return sorted(path.rsplit("/", 1)[-1] for path in folder.fs.ls(folder.path, detail=False))
+
+
+def test_an_object_store_step_adds_one_object_and_removes_only_those_wholly_replaced(bucket: str) -> None:
+    """On an object store no object is rewritten: a step's object is added, an older one goes once newer ones
+    hold all its cases, and reads take each case's newest row (the older rows an object keeps are passed over);
+    an earlier version's objects of one case are read, and removed once a step stores their case."""
+    folder = _s3_folder(bucket, "diagnostics")
+    folder.fs.pipe({(folder / "old.parquet").path: _parquet(["old"], 0), (folder / "a.parquet").path: _parquet(["a"], 0)})
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "b", "c"], "run": [1, 1, 1]}))
+    assert len(_s3_names(folder)) == 2 and "a.parquet" not in _s3_names(folder)
+    store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
+    assert len(_s3_names(folder)) == 3  # the first step's object still holds the current rows of a and c
+    rows = {case: run for case, run in stored_rows(folder, None).select("case_id", "run").iter_rows()}
+    assert rows == {"a": 1, "b": 2, "c": 1, "old": 0}
+    assert dict(stored_rows(folder, {"b", "old"}).select("case_id", "run").iter_rows()) == {"b": 2, "old": 0}
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "c"], "run": [3, 3]}))
+    assert len(_s3_names(folder)) == 3  # the first step's object is gone; old.parquet and two steps' remain
+    assert dict(read_asset(f"s3://{bucket}/store", "diagnostics").select("case_id", "run").iter_rows()) == \
+        {"a": 3, "b": 2, "c": 3, "old": 0}
+
+
+def _parquet(cases: list[str], run: int) -> bytes:
+    import io
+
+    buffer = io.BytesIO()
+    pl.DataFrame({"case_id": cases, "run": [run] * len(cases)}).write_parquet(buffer)
+    return buffer.getvalue()
+
+
+def _store_on_s3_in_child(url: str, cases: list[str], run: int, ready: Any, go: Any) -> None:
+    from upath import UPath
+
+    ready.set()
+    go.wait(60)
+    for case in cases:  # one step per case: every write lists, adds and removes while the other one does
+        store_batch(UPath(url), pl.DataFrame({"case_id": [case], "run": [run]}))
+
+
+def test_object_store_writers_in_two_processes_and_a_reader_meanwhile(bucket: str) -> None:
+    """Two processes re-store disjoint cases of one step's object at once, one case a step, with no turns;
+    meanwhile every read holds every case exactly once, and at the end each case has its new row. One-case
+    objects are not merged while recent (a write in flight could be named before the merged object)."""
+    import multiprocessing
+
+    folder = _s3_folder(bucket, "judgments")
+    cases = [f"c{i}" for i in range(24)]
+    store_batch(folder, pl.DataFrame({"case_id": cases, "run": [0] * len(cases)}))
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    ready = [context.Event() for _ in range(2)]
+    children = [context.Process(target=_store_on_s3_in_child, args=(str(folder), cases[i::2], i + 1, ready[i], go))
+                for i in (0, 1)]
+    for child in children:
+        child.start()
+    assert all(event.wait(120) for event in ready)
+    go.set()
+    reads = 0
+    while any(child.is_alive() for child in children) or reads == 0:
+        frame = stored_rows(folder, None)
+        assert sorted(frame["case_id"]) == sorted(cases)
+        assert sorted(stored_rows(folder, {"c3", "c16"})["case_id"]) == ["c16", "c3"]
+        reads += 1
+    for child in children:
+        child.join(120)
+        assert child.exitcode == 0
+    assert dict(stored_rows(folder, None).select("case_id", "run").iter_rows()) == {
+        case: i % 2 + 1 for i, case in enumerate(cases)}
+    assert len(_s3_names(folder)) == len(cases)  # the first object went with its last case
+
+
+def test_object_store_objects_of_one_case_runs_are_merged_once_settled(bucket: str,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the bound, objects named long enough ago are merged into one, which keeps each case's newest row
+    and its place in the order: a case stored again after it still reads its own newer row."""
+    from sqlcmp_dagster.resources import storage
+
+    folder = _s3_folder(bucket, "diagnostics")
+    store_batch(folder, pl.DataFrame({"case_id": [f"c{i}" for i in range(5)], "run": [0] * 5}))
+    monkeypatch.setattr(storage, "MERGE_AFTER_SECONDS", 3600)
+    for i in range(20):
+        store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "run": [i]}))
+    assert len(_s3_names(folder)) == 21  # all of them recent
+    monkeypatch.setattr(storage, "MERGE_AFTER_SECONDS", 0)
+    store_batch(folder, pl.DataFrame({"case_id": ["c1", "n3"], "run": [99, 99]}))
+    assert len(_s3_names(folder)) <= 2
+    expected = {**{f"c{i}": 0 for i in range(5)}, **{f"n{i}": i for i in range(20)}, "c1": 99, "n3": 99}
+    assert dict(stored_rows(folder, None).select("case_id", "run").iter_rows()) == expected
+    stored = pl.concat([pl.read_parquet(folder.fs.cat((folder / name).path)) for name in _s3_names(folder)])
+    assert stored.height == len(expected)  # no stale row kept
+
+
+def test_healing_an_object_store_takes_cases_out_and_sets_a_damaged_object_aside(bucket: str) -> None:
+    """Cases gone from the suite are taken out by replacing the objects that hold them with copies without them
+    (which keep their place in the order); an unreadable object is set aside as ``.damaged``, and the case only
+    it held is then missing."""
+    from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
+
+    store = PartitionedParquetIOManager(base_path=f"s3://{bucket}/store")
+    folder = _s3_folder(bucket, "executions")
+    store_batch(folder, pl.DataFrame({"case_id": ["a", "b", "c"], "run": [1, 1, 1]}))
+    store_batch(folder, pl.DataFrame({"case_id": ["b"], "run": [2]}))
+    assert store.heal(["executions"], ["b", "c"], removed=["a"]) == {}
+    assert dict(stored_rows(folder, None).select("case_id", "run").iter_rows()) == {"b": 2, "c": 1}
+    [first, second] = _s3_names(folder)
+    assert first.endswith("~r.parquet")  # the copy sorts before the second step's object, as the original did
+    store_batch(folder, pl.DataFrame({"case_id": ["d"], "run": [3]}))
+    third = _s3_names(folder)[-1]
+    folder.fs.pipe((folder / third).path, b"not parquet")
+    assert store.heal(["executions"], ["b", "c", "d"], removed=[]) == {"executions": {"d"}}
+    assert (folder / f"{third}.damaged").exists()
+    assert dict(stored_rows(folder, None).select("case_id", "run").iter_rows()) == {"b": 2, "c": 1}

@@ -1,11 +1,13 @@
 """Per-partition Parquet storage on a local disk or any fsspec filesystem, in which every case's rows are in
 exactly one object of its asset's folder, so that ``<asset>/*.parquet`` reads as the asset's table.
 
-On a local disk a step stores one object for all its cases and removes their rows from older objects (see
-:func:`store_batch`): re-materializing a case rewrites the object it was in, without it, and adds one; writers
-and this module's readers of a folder take turns on a lock file. On an object store, where writers cannot take
-turns, each (asset, case) is an object of its own, so re-materializing a case rewrites only its own objects.
-Readers take both layouts (a local store written before holds cases' own objects).
+A step stores one object for all its cases (see :func:`store_batch`), named so that objects sort oldest
+first; a case's row is the one in the newest object that holds it. On a local disk writers and this module's
+readers of a folder take turns on a lock file, and a write also rewrites older objects without the cases it
+stored, so that each case is in exactly one object. On an object store, where writers cannot take turns, an
+object is never rewritten: a write removes only the older objects whose every case a newer one holds, and
+readers pass over the older rows of a case (see :func:`store_batch`). Readers also take the layout of earlier
+versions, in which each (asset, case) was an object of its own.
 
 The store is named by a URL (``s3://bucket/prefix``, ``gs://bucket/prefix``, ``file:///...``) or a local path,
 through ``universal_pathlib``; credentials and endpoints come from the filesystem's usual configuration (for
@@ -25,12 +27,15 @@ import io
 import json
 import os
 import re
+import secrets
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeGuard, TypeVar
 
 import dagster as dg
 import polars as pl
@@ -68,11 +73,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
                              "run's partitions")
         if (missing := expected - written) and not chunked():  # a chunk may hold no case (any more)
             raise ValueError(f"{context.asset_key.to_user_string()}: no row for cases {sorted(missing)[:5]}")
-        if _local(folder):
-            store_batch(Path(folder.path), obj)
-        else:
-            _write_all(folder, {folder / f"{_file_name(str(case_id))}.parquet": part
-                                for (case_id,), part in obj.group_by("case_id", maintain_order=True)})
+        store_batch(folder, obj)
         self._remember(context.run_id, tuple(context.asset_key.path), obj, expected)
         context.add_output_metadata({"rows": obj.height})
 
@@ -86,15 +87,8 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         keys = context.asset_partition_keys
         if chunked():  # the chunks' cases: those of the stored ones that the chunks hold
             return self.rows(context.asset_key.path, in_partitions(self.case_ids(context.asset_key.path), keys))
-        if _local(folder):
-            frame = stored_rows(Path(folder.path), set(keys))
-            missing = sorted(set(keys) - set(frame["case_id"].to_list()))
-        else:
-            paths = {key: folder / f"{_file_name(key)}.parquet" for key in keys}
-            contents = read_objects(folder, list(paths.values()))
-            missing = [key for key, path in paths.items() if isinstance(contents[path], FileNotFoundError)]
-            frame = _concat([] if missing else contents.values())
-        if missing:
+        frame = stored_rows(folder, set(keys))
+        if missing := sorted(set(keys) - set(frame["case_id"].to_list())):
             raise FileNotFoundError(f"{context.asset_key.to_user_string()} has no stored row for cases "
                                     f"{missing[:5]}: materialize them first")
         return _in_order(frame, keys)
@@ -108,22 +102,13 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
 
         An object of a local store that is no readable Parquet (a truncated copy, a crash of the disk) is moved
         aside as ``<name>.damaged`` (kept for a person to look at; readers and writers pass it over), which
-        makes exactly the cases it held missing. On an object store, where reading every object would cost a
-        request each, an object is checked by its name only: a missing one is found, a damaged one is not."""
+        makes exactly the cases it held missing; on an object store, where objects are not renamed, it is copied
+        so and removed. An earlier version's object of one case on an object store is checked by its name only: a
+        missing one is found, a damaged one is not."""
         missing = {}
         for asset in assets:
             folder = asset_folder(self.base_path, asset, self.storage_options)
-            if _local(folder):
-                held = _heal_folder(Path(folder.path), set(removed), None if keep is None else set(keep))
-            else:
-                if keep is not None:
-                    removed = {*removed, *(case for case in map(_case_of, (p.name for p in folder.glob("*.parquet")))
-                                           if case not in keep)}
-                for case in removed:
-                    own = folder / f"{_file_name(case)}.parquet"
-                    if own.exists():
-                        own.unlink()
-                held = {_case_of(path.name) for path in folder.glob("*.parquet")}
+            held = _heal_folder(folder, set(removed), None if keep is None else set(keep))
             if gone := set(cases) - held:
                 missing[asset] = gone
         return missing
@@ -132,12 +117,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         """The stored rows of ``cases`` in ``asset``, in their order; a case with no stored row is left out."""
         if not cases:
             return _concat([])
-        folder = asset_folder(self.base_path, asset, self.storage_options)
-        if _local(folder):
-            frame = stored_rows(Path(folder.path), set(cases))
-        else:
-            paths = [folder / f"{_file_name(case)}.parquet" for case in cases]
-            frame = _concat(c for c in read_objects(folder, paths).values() if not isinstance(c, FileNotFoundError))
+        frame = stored_rows(asset_folder(self.base_path, asset, self.storage_options), set(cases))
         held = set(frame["case_id"].to_list())
         return _in_order(frame, [case for case in cases if case in held])
 
@@ -145,7 +125,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         """The ids of every case ``asset`` holds rows of (in no set order)."""
         folder = asset_folder(self.base_path, asset, self.storage_options)
         if not _local(folder):
-            return [_case_of(path.name) for path in folder.glob("*.parquet")]
+            return _remote_case_ids(folder)
         if not Path(folder.path).is_dir():
             return []
         with _turn(Path(folder.path)):
@@ -233,10 +213,7 @@ def asset_folder(base_path: str, asset: Sequence[str] | str, storage_options: di
 def read_asset(base_path: str, asset: str, storage_options: dict[str, Any] | None = None) -> pl.DataFrame:
     """Every stored row of a partitioned ``asset`` (e.g. ``case_reports``) from the store at ``base_path``: what
     a process outside Dagster reads (``engine.records.reports_from_frame`` turns report rows into reports)."""
-    folder = asset_folder(base_path, asset, storage_options)
-    if _local(folder):
-        return stored_rows(Path(folder.path), None)
-    return _concat(read_objects(folder, sorted(folder.glob("*.parquet"))).values())
+    return stored_rows(asset_folder(base_path, asset, storage_options), None)
 
 
 def _file_name(case_id: str) -> str:
@@ -249,7 +226,16 @@ def _case_of(name: str) -> str:
     return re.sub(r"~([0-9a-f]+)~", lambda match: chr(int(match[1], 16)), name.removesuffix(".parquet"))
 
 
-def _heal_folder(folder: Path, removed: set[str], keep: set[str] | None = None) -> set[str]:
+def _heal_folder(folder: Path | UPath, removed: set[str], keep: set[str] | None = None) -> set[str]:
+    """The cases an asset folder holds readable rows of, after setting its unreadable objects aside and taking
+    the ``removed`` cases out (with ``keep``: every case not in it), as :meth:`PartitionedParquetIOManager.heal`
+    describes (:func:`_heal_local`, :func:`_heal_remote`)."""
+    if _remote(folder):
+        return _heal_remote(folder, removed, keep)
+    return _heal_local(_local_path(folder), removed, keep)
+
+
+def _heal_local(folder: Path, removed: set[str], keep: set[str] | None = None) -> set[str]:
     """The cases a local asset folder holds readable rows of, after moving its unreadable objects aside, taking
     the ``removed`` cases out, and taking a case that a write stopped halfway left in two objects out of the
     older (newest first, as :func:`_settle` does; see :meth:`PartitionedParquetIOManager.heal`), in the folder's
@@ -284,7 +270,16 @@ _STAMP = re.compile(rf"{re.escape(BATCH_PREFIX)}(\d{{20}})")
 _MAX_BATCHES = 16
 
 
-def store_batch(folder: Path, frame: pl.DataFrame) -> None:
+def store_batch(folder: Path | UPath, frame: pl.DataFrame) -> None:
+    """Store a step's rows in the asset folder ``folder``: one new object for all its cases, which holds their
+    rows from then on (:func:`_store_local`, :func:`_store_remote`)."""
+    if _remote(folder):
+        _store_remote(folder, frame)
+    else:
+        _store_local(_local_path(folder), frame)
+
+
+def _store_local(folder: Path, frame: pl.DataFrame) -> None:
     """Store a step's rows on a local disk: one new object for all its cases, after which no other object holds
     a row of them.
 
@@ -304,11 +299,13 @@ def store_batch(folder: Path, frame: pl.DataFrame) -> None:
         _settle(folder, batches, newest, set(frame["case_id"].to_list()))
 
 
-def next_batch_name(batches: list[Path]) -> str:
+def next_batch_name(batches: Sequence[Path | UPath], unique: bool = False) -> str:
     """A name that sorts after every one of ``batches``: the clock's time, or one past the newest stamp when the
-    clock is behind it (a name without a stamp, e.g. a copy someone made, is passed over)."""
+    clock is behind it (a name without a stamp, e.g. a copy someone made, is passed over); with ``unique``,
+    followed by random digits, so that writers that take no turns never choose the same name."""
     stamps = [int(match[1]) for path in batches if (match := _STAMP.match(path.name))]
-    return f"{BATCH_PREFIX}{max([time.time_ns(), *(stamp + 1 for stamp in stamps)]):020d}.parquet"
+    suffix = f"-{secrets.token_hex(4)}" if unique else ""
+    return f"{BATCH_PREFIX}{max([time.time_ns(), *(stamp + 1 for stamp in stamps)]):020d}{suffix}.parquet"
 
 
 def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[str]) -> None:
@@ -368,7 +365,7 @@ def _read(path: Path) -> pl.DataFrame:
 _Read = TypeVar("_Read")
 
 
-def _readable(path: Path, read: Callable[[Path], _Read]) -> _Read:
+def _readable(path: Path | UPath, read: Callable[[Any], _Read]) -> _Read:
     """``read(path)``, or an error that names the object and says what to do when it is no readable Parquet."""
     try:
         return read(path)
@@ -388,9 +385,17 @@ def _turn(folder: Path) -> Iterator[None]:
         yield
 
 
-def stored_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
+def stored_rows(folder: Path | UPath, keys: set[str] | None) -> pl.DataFrame:
+    """The stored rows of an asset folder, of the cases in ``keys`` (all with None), each case's newest
+    (:func:`_local_rows`, :func:`_remote_rows`)."""
+    if _remote(folder):
+        return _remote_rows(folder, keys)
+    return _local_rows(_local_path(folder), keys)
+
+
+def _local_rows(folder: Path, keys: set[str] | None) -> pl.DataFrame:
     """The stored rows of a local store's asset folder, of the cases in ``keys`` (all with None), read in the
-    folder's turn (see :func:`store_batch`): objects of steps' cases, newest first, then cases' own objects.
+    folder's turn (see :func:`_store_local`): objects of steps' cases, newest first, then cases' own objects.
     A case found in two objects (left by a write that stopped halfway, until the next write settles it) is
     taken from the newer."""
     if not folder.is_dir():
@@ -435,8 +440,18 @@ def _parquet_bytes(frame: pl.DataFrame) -> bytes:
     return buffer.getvalue()
 
 
-def _local(path: UPath) -> bool:
-    return path.protocol in ("", "file", "local")
+def _local(path: Path | UPath) -> bool:
+    return getattr(path, "protocol", "") in ("", "file", "local")
+
+
+def _remote(path: Path | UPath) -> TypeGuard[UPath]:
+    """Whether ``path`` is on an object store (any filesystem but the local disk)."""
+    return isinstance(path, UPath) and not _local(path)
+
+
+def _local_path(path: Path | UPath) -> Path:
+    """The plain path of a local ``path`` (a ``file://`` URL's as well)."""
+    return Path(path.path) if isinstance(path, UPath) else path
 
 
 def _write(path: UPath, data: bytes) -> None:
@@ -447,29 +462,263 @@ def _write(path: UPath, data: bytes) -> None:
         path.write_bytes(data)
 
 
-#: Threads that encode one step's per-case objects.
-_ENCODERS = 4
+# An object store (see the module docstring). Its objects are written once and never rewritten: a change to one
+# is a new object and the old one's removal, so what an object holds is known by its name.
+
+#: Case ids of the object store's objects of steps' cases, by URL, most recently used last (what an object holds
+#: never changes under its name): a write reads those of the older objects, which a process reads once.
+_HELD: OrderedDict[str, frozenset[str]] = OrderedDict()
+_HELD_KEPT = 4096
+_HELD_LOCK = threading.Lock()
+#: Bytes per request when reading an object's ``case_id`` column alone (the footer, then the column's pages).
+_RANGE = 1 << 16
+#: Times a reader lists a folder again when an object it listed was removed meanwhile (by a write that put its
+#: cases in a newer object, which the next listing has).
+_LISTINGS = 5
+#: Threads that read objects' case ids at once (each a request or two).
+_READERS = 8
+#: Appended to an object's name (before ``.parquet``) when it is replaced by a copy without some cases: the copy
+#: sorts right after the object it replaces, before any later step's.
+_REPLACED = "~r"
 
 
-def _write_all(folder: UPath, objects: dict[UPath, pl.DataFrame]) -> None:
-    """Encode every case's object on an object store, then send them all at once (fsspec's ``pipe`` sends the
-    requests concurrently, where one request after another costs a round trip each: a step of 50 cases writes
-    50 objects); each object is written whole or not at all and the first failure is raised."""
-    if not objects:
+def _store_remote(folder: UPath, frame: pl.DataFrame) -> None:
+    """Store a step's rows on an object store: one new object, named to sort after every object listed before
+    it (:func:`next_batch_name`, with a random suffix: writers of other processes take no turns), then the
+    removal of each older object whose every case a newer one holds, and of the cases' own objects of an
+    earlier version's layout.
+
+    Why this is safe without turns: an object is removed only when newer objects hold all its cases, and a
+    newer object loses a case only by its own removal, when a yet newer one holds it; so the newest object
+    that holds a case is never removed while it is, and readers take each case from its newest object. An
+    older object that still holds some current cases keeps its rows of the others, which readers pass over.
+    Two writers of the same case at once (which Dagster does not do: a partition is in one run at a time)
+    would leave the newer name's row."""
+    batches, own = _listing(folder)
+    newest = folder / next_batch_name(batches, unique=True)
+    cases = frozenset(frame["case_id"].to_list())
+    newest.write_bytes(_parquet_bytes(frame))
+    _remember_held(newest, cases)
+    held = _held_by(batches, missing_ok=True)
+    seen = set(cases)
+    kept = []
+    for path in reversed(batches):
+        if held[path] <= seen:
+            _remove(path)
+        else:
+            kept.append(path)
+        seen |= held[path]
+    for case in seen & own.keys():
+        _remove(own[case])
+    if len(kept) >= _MAX_BATCHES:
+        _merge_remote(kept[::-1], held, cases, frame.schema)
+
+
+#: Age after which an object store's objects of steps' cases may be merged (:func:`_merge_remote`).
+MERGE_AFTER_SECONDS = 600
+
+
+def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newest_cases: frozenset[str],
+                  schema: pl.Schema) -> None:
+    """Merge an object store's objects of steps' cases (``batches``, oldest first, then one holding
+    ``newest_cases``) named more than :data:`MERGE_AFTER_SECONDS` ago and with the newest's columns into one,
+    so that one-case runs do not pile up objects: the merged object holds each case's rows from the newest of
+    them, but not those of cases a newer object holds, and is named to sort right after the newest of them
+    (see :data:`_REPLACED`), where each of its rows is still the newest; then they are removed.
+
+    Without turns, an object named before the newest merged one but not yet listed would be passed by the
+    merged object's rows; an object's name is taken just before it is written, so the age rules that out
+    (for clocks that agree within it)."""
+    settled = f"{BATCH_PREFIX}{time.time_ns() - MERGE_AFTER_SECONDS * 10**9:020d}"
+    old = [path for path in batches if path.name < settled]
+    if len(old) < 2:
         return
-    with ThreadPoolExecutor(_ENCODERS) as pool:
-        encoded = dict(zip(objects, pool.map(_parquet_bytes, objects.values())))
-    folder.fs.pipe({path.path: data for path, data in encoded.items()})
+    frames = {path: _decoded(path, data) for path, data in _fetch(old).items()}
+    alike = [path for path in old if frames[path].schema == schema]
+    if len(alike) < 2:
+        return
+    later = set(newest_cases)
+    parts = []
+    for path in reversed(batches):
+        if path in alike:
+            parts.append(frames[path].filter(~pl.col("case_id").is_in(list(later))))
+        later |= held[path]
+    merged = alike[-1].with_name(alike[-1].name.removesuffix(".parquet") + f"{_REPLACED}.parquet")
+    frame = pl.concat(parts)
+    merged.write_bytes(_parquet_bytes(frame))
+    _remember_held(merged, frozenset(frame["case_id"].to_list()))
+    for path in alike:
+        _remove(path)
 
 
-def read_objects(folder: UPath, paths: list[UPath]) -> dict[UPath, bytes | Exception]:
-    """The content of every path on an object store, or the error reading it (``FileNotFoundError`` for a
-    missing one), fetched concurrently by fsspec's ``cat`` (one GET each instead of an existence check and a
-    GET, one after another)."""
+def _remote_rows(folder: UPath, keys: set[str] | None) -> pl.DataFrame:
+    """The rows of the cases in ``keys`` (all with None) of an object store's asset folder, each from the newest
+    object that holds it; the objects needed are fetched at once. An object removed between the listing and
+    the reading (its cases are then in a newer object) makes the folder be listed again."""
+    for _ in range(_LISTINGS):
+        batches, own = _listing(folder)
+        try:
+            return _read_listed(batches, own, keys)
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(f"{folder}: its objects kept being replaced while read ({_LISTINGS} listings)")
+
+
+def _read_listed(batches: list[UPath], own: dict[str, UPath], keys: set[str] | None) -> pl.DataFrame:
+    """The newest rows of ``keys`` (all with None) in the listed objects (see :func:`_remote_rows`)."""
+    if keys is None:
+        chosen = list(reversed(batches))
+    else:
+        held, chosen, found = _held_by(batches), [], set[str]()
+        for path in reversed(batches):
+            if held[path] & (keys - found):
+                chosen.append(path)
+                found |= held[path]
+    contents = _fetch(chosen)
+    frames: list[pl.DataFrame] = []
+    taken: set[str] = set()
+    for path in chosen:
+        frame = _decoded(path, contents[path])
+        have = set(frame["case_id"].to_list())
+        _remember_held(path, frozenset(have))
+        wanted = (have if keys is None else have & keys) - taken
+        if wanted:
+            frames.append(frame if wanted == have else frame.filter(pl.col("case_id").is_in(list(wanted))))
+            taken |= wanted
+    rest = [own[case] for case in sorted(own.keys() - taken if keys is None else (keys - taken) & own.keys())]
+    if rest:
+        frames.append(_concat(_fetch(rest).values()))
+    if len(frames) == 1:
+        return frames[0]
+    return pl.concat(frames, how="diagonal_relaxed") if frames else _concat([])
+
+
+def _remote_case_ids(folder: UPath) -> list[str]:
+    """The ids of every case an object store's asset folder holds rows of."""
+    batches, own = _listing(folder)
+    return sorted(set().union(*_held_by(batches, missing_ok=True).values(), own))
+
+
+def _heal_remote(folder: UPath, removed: set[str], keep: set[str] | None) -> set[str]:
+    """:func:`_heal_folder` on an object store: an unreadable object is copied as ``<name>.damaged`` and
+    removed; an object holding cases to take out is replaced by a copy without them (named to sort where it
+    did, see :data:`_REPLACED`), or removed when nothing is left. A case of an unreadable object whose older
+    row an older object still holds (see :func:`_store_remote`) reads as that row from then on."""
+    batches, own = _listing(folder)
+    held: set[str] = set()
+    for path in reversed(batches):
+        try:
+            cases = _read_held(path, missing_ok=False)  # read, not remembered: the check is of the object
+        except FileNotFoundError:  # removed meanwhile: a newer object holds its cases
+            continue
+        except ValueError:
+            path.fs.copy(path.path, f"{path.path}.damaged")
+            _remove(path)
+            continue
+        gone = cases & removed if keep is None else cases - (keep - removed)
+        if gone:
+            if rest := cases - gone:
+                replaced = path.with_name(path.name.removesuffix(".parquet") + f"{_REPLACED}.parquet")
+                frame = _read_listed([path], {}, set(rest))
+                replaced.write_bytes(_parquet_bytes(frame))
+                _remember_held(replaced, frozenset(rest))
+            _remove(path)
+        held |= cases - gone
+    for case, path in own.items():
+        if case in removed or (keep is not None and case not in keep) or case in held:
+            _remove(path)
+        else:
+            held.add(case)
+    return held
+
+
+def _listing(folder: UPath) -> tuple[list[UPath], dict[str, UPath]]:
+    """The folder's objects of steps' cases, oldest first, and cases' own objects (an earlier version's layout)
+    by case id, as the store has them now (fsspec's kept listing of the folder is dropped first: other
+    processes write to it)."""
+    folder.fs.invalidate_cache(folder.path)
+    try:
+        names = [name.rsplit("/", 1)[-1] for name in folder.fs.ls(folder.path, detail=False)]
+    except FileNotFoundError:
+        return [], {}
+    batches = sorted(folder / name for name in names if name.startswith(BATCH_PREFIX) and name.endswith(".parquet"))
+    own = {_case_of(name): folder / name for name in names
+           if name.endswith(".parquet") and not name.startswith(BATCH_PREFIX)}
+    return batches, own
+
+
+def _held_by(paths: Sequence[UPath], missing_ok: bool = False) -> dict[UPath, frozenset[str]]:
+    """The case ids each object of ``paths`` holds: remembered, or read as the ``case_id`` column alone (a few
+    ranged requests, at once for every object). With ``missing_ok`` an object removed meanwhile holds none."""
+    held: dict[UPath, frozenset[str]] = {}
+    unknown = []
+    with _HELD_LOCK:
+        for path in paths:
+            if (cases := _HELD.get(str(path))) is not None:
+                _HELD.move_to_end(str(path))
+                held[path] = cases
+            else:
+                unknown.append(path)
+    if unknown:
+        with ThreadPoolExecutor(min(_READERS, len(unknown))) as pool:
+            for path, cases in zip(unknown, pool.map(lambda p: _read_held(p, missing_ok), unknown)):
+                held[path] = cases
+    return held
+
+
+def _read_held(path: UPath, missing_ok: bool) -> frozenset[str]:
+    import pyarrow.parquet as pq
+
+    try:
+        with path.fs.open(path.path, "rb", block_size=_RANGE) as handle:
+            cases = frozenset(pq.read_table(handle, columns=["case_id"]).column("case_id").to_pylist())
+    except FileNotFoundError:
+        if missing_ok:
+            return frozenset()
+        raise
+    except (OSError, ValueError, KeyError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        raise ValueError(f"{path}: not a readable Parquet object of the case store ({error}); remove it and "
+                         "materialize again the cases it held") from error
+    _remember_held(path, cases)
+    return cases
+
+
+def _remember_held(path: UPath, cases: frozenset[str]) -> None:
+    with _HELD_LOCK:
+        _HELD[str(path)] = cases
+        _HELD.move_to_end(str(path))
+        while len(_HELD) > _HELD_KEPT:
+            _HELD.popitem(last=False)
+
+
+def _remove(path: UPath) -> None:
+    """Remove an object, which another writer may have removed already."""
+    try:
+        path.fs.rm_file(path.path)
+    except FileNotFoundError:
+        pass
+    with _HELD_LOCK:
+        _HELD.pop(str(path), None)
+
+
+def _decoded(path: UPath, data: bytes) -> pl.DataFrame:
+    """The rows of the object ``path`` fetched as ``data``."""
+    return _readable(path, lambda _: pl.read_parquet(io.BytesIO(data)))
+
+
+def _fetch(paths: list[UPath]) -> dict[UPath, bytes]:
+    """The content of every object of ``paths``, fetched at once (fsspec's ``cat``: a request each, sent
+    concurrently); a missing one raises ``FileNotFoundError``."""
     if not paths:
         return {}
-    contents = folder.fs.cat([path.path for path in paths], on_error="return")
-    return {path: contents[path.path] for path in paths}
+    contents = paths[0].fs.cat([path.path for path in paths], on_error="return")
+    fetched = {}
+    for path in paths:
+        content = contents[path.path]
+        if isinstance(content, Exception):
+            raise content
+        fetched[path] = content
+    return fetched
 
 
 def _concat(contents: Iterable[bytes | Exception]) -> pl.DataFrame:
