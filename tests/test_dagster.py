@@ -315,7 +315,7 @@ def test_nightly_schedule_splits_its_runs_as_the_backfill_policy_does(instance: 
     """With SQLCMP_CASES_PER_RUN=N the nightly evaluation is runs of at most N partitions, covering each once (one
     run over 100,000 cases would hold them all in one process)."""
     jobs = importlib.import_module("sqlcmp_dagster.assets.jobs")
-    monkeypatch.setattr(jobs, "LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(2))
+    monkeypatch.setattr("sqlcmp_dagster.assets.common.LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(2))
     instance.add_dynamic_partitions(cases_partitions.name, ["a", "b", "c", "d", "e"])
     requests = jobs.nightly_evaluation(dg.build_schedule_context(instance=instance))
     assert isinstance(requests, list)
@@ -564,7 +564,7 @@ def test_a_retry_covers_the_failed_run_s_cases_in_partition_order(tmp_path: Path
     from sqlcmp_dagster.assets import sensors
     from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
-    monkeypatch.setattr(sensors, "LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(3))
+    monkeypatch.setattr("sqlcmp_dagster.assets.common.LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(3))
     source = [json.loads(line) for line in sample_suite_path().read_text().splitlines()]
     ids = ["slow", "pass_b", "pass_a", "zeta", "alpha", "mid"]  # two runs of three, neither in id order
     folder = tmp_path / "cases"

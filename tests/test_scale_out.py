@@ -313,7 +313,7 @@ def test_sensor_splits_a_first_load_into_runs_of_the_backfill_policy_size(
     from sqlcmp_dagster.assets import sensors
     from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
-    monkeypatch.setattr(sensors, "LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(3))
+    monkeypatch.setattr("sqlcmp_dagster.assets.common.LAYER_BACKFILL_POLICY", dg.BackfillPolicy.multi_run(3))
     cases = tmp_path / "cases"
     cases.mkdir()
     lines = sample_suite_path().read_text(encoding="utf-8").splitlines()[:7]

@@ -59,6 +59,14 @@ def layer_backfill_policy() -> dg.BackfillPolicy:
 #: Read once at import: the daemon, the run processes and the workers must all be started with the same value.
 LAYER_BACKFILL_POLICY = layer_backfill_policy()
 
+
+def per_run(keys: Sequence[str]) -> list[Sequence[str]]:
+    """``keys`` (consecutive partitions) in runs of the size ``LAYER_BACKFILL_POLICY`` gives a backfill's, in
+    order: what the case sensor and the nightly schedule request, so that their runs spread over workers as a
+    backfill's do (one run when the policy is a single run)."""
+    size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(keys) or 1
+    return [keys[start:start + size] for start in range(0, len(keys), size)]
+
 LAYER_ASSETS = ("parsed_cases", "executions", "structural_diffs", "result_comparisons", "diagnostics",
                 "judgments", "case_reports")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dagster as dg
 
 from sqlcmp_dagster.assets.chunked import RECOMPUTE_TAG
-from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, LAYER_BACKFILL_POLICY, RANGE_END, RANGE_START
+from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, RANGE_END, RANGE_START, per_run
 
 #: On-demand: pick partitions (cases) in the launchpad, or a range of them.
 evaluation_job = dg.define_asset_job("evaluation_job", selection=list(LAYER_ASSETS),
@@ -25,10 +25,8 @@ def nightly_evaluation(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequ
     keys = context.instance.get_dynamic_partitions(CASES_PARTITIONS)
     if not keys:
         return dg.SkipReason("no cases yet: the case sensor adds them")
-    size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(keys)
     # every case evaluated again, as the schedule says: with chunks, a run reuses its unchanged cases otherwise;
     # a run key per range, unique within the tick, so that a retried tick launches each range once
-    blocks = [keys[start:start + size] for start in range(0, len(keys), size)]
     return [dg.RunRequest(run_key=f"nightly-{index}", tags={RANGE_START: block[0], RANGE_END: block[-1],
                                                              RECOMPUTE_TAG: "nightly"})
-            for index, block in enumerate(blocks)]
+            for index, block in enumerate(per_run(keys))]

@@ -12,8 +12,8 @@ from typing import Any
 
 import dagster as dg
 
-from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, LAYER_BACKFILL_POLICY, RANGE_END, \
-    RANGE_START, cases_partitions
+from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, RANGE_END, RANGE_START, cases_partitions, \
+    per_run
 from sqlcmp_dagster.assets.jobs import evaluation_job
 from sqlcmp_dagster.cases import chunks
 from sqlcmp_dagster.cases.chunks import partition_key_problem, partition_of, partition_versions
@@ -109,10 +109,9 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
                 warn(terminal_text(f"case store: {asset} holds no readable row of {len(gone)} case(s) "
                                    f"({', '.join(sorted(gone)[:5])}): materializing them again"))
             stale |= {partition_of(case) for case in gone}
-    size = LAYER_BACKFILL_POLICY.max_partitions_per_run or len(order) or 1
     for block in _consecutive(order, stale):
-        for start in range(0, len(block), size):
-            chunk = {case_id: versions[case_id] for case_id in block[start:start + size]}
+        for part in per_run(block):
+            chunk = {case_id: versions[case_id] for case_id in part}
             request_id = state.request(chunk, clock)
             runs.append(_run_request(list(chunk), request_id))
     state.forget(set(versions))
