@@ -63,7 +63,8 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
 
     case_ids = {json.loads(line)["case_id"] for line in suite.read_text(encoding="utf-8").splitlines() if line}
     cases, home = work / "cases", work / "dagster_home"
-    store = store or str(work / "store")
+    # a folder of its own under an object store's URL: a round must not find the objects of the round before
+    store = f"{store.rstrip('/')}/{uuid.uuid4().hex[:10]}" if store else str(work / "store")
     cases.mkdir()
     home.mkdir()
     (cases / "suite.jsonl").write_bytes(suite.read_bytes())

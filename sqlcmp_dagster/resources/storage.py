@@ -1,5 +1,5 @@
-"""Per-partition Parquet storage on a local disk or any fsspec filesystem, in which every case's rows are in
-exactly one object of its asset's folder, so that ``<asset>/*.parquet`` reads as the asset's table.
+"""Per-partition Parquet storage on a local disk or any fsspec filesystem: an asset's rows are the Parquet
+objects of its folder, of which this module's readers take each case's newest rows.
 
 A step stores one object for all its cases (see :func:`store_batch`), named so that objects sort oldest
 first; a case's row is the one in the newest object that holds it. On a local disk writers and this module's
@@ -103,8 +103,9 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         An object of a local store that is no readable Parquet (a truncated copy, a crash of the disk) is moved
         aside as ``<name>.damaged`` (kept for a person to look at; readers and writers pass it over), which
         makes exactly the cases it held missing; on an object store, where objects are not renamed, it is copied
-        so and removed. An earlier version's object of one case on an object store is checked by its name only: a
-        missing one is found, a damaged one is not."""
+        so and removed, and the cases it may have held are missing (:func:`_heal_remote`). An earlier version's
+        object of one case on an object store is checked by its name only: a missing one is found, a damaged one
+        is not."""
         missing = {}
         for asset in assets:
             folder = asset_folder(self.base_path, asset, self.storage_options)
@@ -463,37 +464,42 @@ def _write(path: UPath, data: bytes) -> None:
 
 
 # An object store (see the module docstring). Its objects are written once and never rewritten: a change to one
-# is a new object and the old one's removal, so what an object holds is known by its name.
+# is a new object, under a name never used before, and the old one's removal, so what an object holds is known by
+# its name.
 
-#: Case ids of the object store's objects of steps' cases, by URL, most recently used last (what an object holds
-#: never changes under its name): a write reads those of the older objects, which a process reads once.
+#: What the object store's objects of steps' cases hold, by URL (:func:`_key`), most recently used last: their
+#: case ids (a write reads those of the older objects, which a process reads once) and, once an object was
+#: fetched whole, its columns (which a merge compares).
 _HELD: OrderedDict[str, frozenset[str]] = OrderedDict()
+_SCHEMAS: OrderedDict[str, pl.Schema] = OrderedDict()
 _HELD_KEPT = 4096
 _HELD_LOCK = threading.Lock()
 #: Bytes per request when reading an object's ``case_id`` column alone (the footer, then the column's pages).
 _RANGE = 1 << 16
 #: Times a reader lists a folder again when an object it listed was removed meanwhile (by a write that put its
-#: cases in a newer object, which the next listing has).
-_LISTINGS = 5
+#: cases in a newer object, which the next listing has), waiting a little longer each time.
+_LISTINGS = 8
 #: Threads that read objects' case ids at once (each a request or two).
 _READERS = 8
-#: Appended to an object's name (before ``.parquet``) when it is replaced by a copy without some cases: the copy
-#: sorts right after the object it replaces, before any later step's.
-_REPLACED = "~r"
+#: Appended to an object's name (before ``.parquet``, with random digits) for a copy that replaces it (without
+#: some cases, or merged with older ones): the copy sorts right after the object it replaces, before any later
+#: step's, and no two copies share a name.
+_REPLACED = "~r-"
 
 
 def _store_remote(folder: UPath, frame: pl.DataFrame) -> None:
     """Store a step's rows on an object store: one new object, named to sort after every object listed before
     it (:func:`next_batch_name`, with a random suffix: writers of other processes take no turns), then the
     removal of each older object whose every case a newer one holds, and of the cases' own objects of an
-    earlier version's layout.
+    earlier version's layout; past :data:`_MAX_BATCHES` objects, a merge (:func:`_merge_remote`).
 
     Why this is safe without turns: an object is removed only when newer objects hold all its cases, and a
-    newer object loses a case only by its own removal, when a yet newer one holds it; so the newest object
-    that holds a case is never removed while it is, and readers take each case from its newest object. An
-    older object that still holds some current cases keeps its rows of the others, which readers pass over.
-    Two writers of the same case at once (which Dagster does not do: a partition is in one run at a time)
-    would leave the newer name's row."""
+    newer object loses a case only by its own removal, when a yet newer one (or a copy in its place) holds it;
+    so the newest object that holds a case is never removed while it is, and readers take each case from its
+    newest object. An object removed between the listing and the reading of its cases is passed over here (its
+    cases are not counted as held by it). An older object that still holds some current cases keeps its rows
+    of the others, which readers pass over. Two writers of the same case at once (which Dagster does not do: a
+    partition is in one run at a time) would leave the newer name's row."""
     batches, own = _listing(folder)
     newest = folder / next_batch_name(batches, unique=True)
     cases = frozenset(frame["case_id"].to_list())
@@ -503,6 +509,8 @@ def _store_remote(folder: UPath, frame: pl.DataFrame) -> None:
     seen = set(cases)
     kept = []
     for path in reversed(batches):
+        if path not in held:  # removed meanwhile
+            continue
         if held[path] <= seen:
             _remove(path)
         else:
@@ -510,7 +518,7 @@ def _store_remote(folder: UPath, frame: pl.DataFrame) -> None:
         seen |= held[path]
     for case in seen & own.keys():
         _remove(own[case])
-    if len(kept) >= _MAX_BATCHES:
+    if len(kept) >= _MAX_BATCHES and len(held) == len(batches):
         _merge_remote(kept[::-1], held, cases, frame.schema)
 
 
@@ -526,14 +534,23 @@ def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newes
     them, but not those of cases a newer object holds, and is named to sort right after the newest of them
     (see :data:`_REPLACED`), where each of its rows is still the newest; then they are removed.
 
-    Without turns, an object named before the newest merged one but not yet listed would be passed by the
-    merged object's rows; an object's name is taken just before it is written, so the age rules that out
-    (for clocks that agree within it)."""
+    Why the merged rows stay the newest without turns: a step's object is named just before it is written, so
+    no write still under way was named before objects that old (for clocks that agree within the age); a copy
+    another process writes in place of one of them (healing, merging) holds no case its original did not. The
+    merge is given up when any listed object went before it was read (its cases, in an object not listed,
+    would not be counted), or when one of them goes before it is fetched (another merge took it)."""
     settled = f"{BATCH_PREFIX}{time.time_ns() - MERGE_AFTER_SECONDS * 10**9:020d}"
-    old = [path for path in batches if path.name < settled]
+    with _HELD_LOCK:
+        known = {path: _SCHEMAS.get(_key(path)) for path in batches}
+    old = [path for path in batches if path.name < settled and known[path] in (None, schema)]
     if len(old) < 2:
         return
-    frames = {path: _decoded(path, data) for path, data in _fetch(old).items()}
+    try:
+        frames = {path: _decoded(path, data) for path, data in _fetch(old).items()}
+    except FileNotFoundError:
+        return
+    for path, read in frames.items():  # an object of other columns is not fetched again by this process
+        _remember_held(path, held[path], read.schema)
     alike = [path for path in old if frames[path].schema == schema]
     if len(alike) < 2:
         return
@@ -543,7 +560,7 @@ def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newes
         if path in alike:
             parts.append(frames[path].filter(~pl.col("case_id").is_in(list(later))))
         later |= held[path]
-    merged = alike[-1].with_name(alike[-1].name.removesuffix(".parquet") + f"{_REPLACED}.parquet")
+    merged = _copy_of(alike[-1])
     frame = pl.concat(parts)
     merged.write_bytes(_parquet_bytes(frame))
     _remember_held(merged, frozenset(frame["case_id"].to_list()))
@@ -551,20 +568,36 @@ def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newes
         _remove(path)
 
 
+def _copy_of(path: UPath) -> UPath:
+    """A new name for a copy that replaces the object ``path`` (see :data:`_REPLACED`)."""
+    return path.with_name(f"{path.name.removesuffix('.parquet')}{_REPLACED}{secrets.token_hex(4)}.parquet")
+
+
 def _remote_rows(folder: UPath, keys: set[str] | None) -> pl.DataFrame:
     """The rows of the cases in ``keys`` (all with None) of an object store's asset folder, each from the newest
-    object that holds it; the objects needed are fetched at once. An object removed between the listing and
-    the reading (its cases are then in a newer object) makes the folder be listed again."""
-    for _ in range(_LISTINGS):
+    object that holds it; the objects needed are fetched at once (an object fetched once is not fetched again
+    when the folder is listed again: its content never changes)."""
+    fetched: dict[UPath, bytes] = {}
+    return _relisting(folder, lambda batches, own: _read_listed(batches, own, keys, fetched))
+
+
+_Listed = TypeVar("_Listed")
+
+
+def _relisting(folder: UPath, read: Callable[[list[UPath], dict[str, UPath]], _Listed]) -> _Listed:
+    """``read`` of the folder's listing (:func:`_listing`), listed again, after a short wait growing each time,
+    while an object listed is found removed (its cases are then in an object the next listing has)."""
+    for attempt in range(_LISTINGS):
         batches, own = _listing(folder)
         try:
-            return _read_listed(batches, own, keys)
+            return read(batches, own)
         except FileNotFoundError:
-            continue
+            time.sleep(0.01 * 2 ** attempt)
     raise FileNotFoundError(f"{folder}: its objects kept being replaced while read ({_LISTINGS} listings)")
 
 
-def _read_listed(batches: list[UPath], own: dict[str, UPath], keys: set[str] | None) -> pl.DataFrame:
+def _read_listed(batches: list[UPath], own: dict[str, UPath], keys: set[str] | None,
+                 fetched: dict[UPath, bytes] | None = None) -> pl.DataFrame:
     """The newest rows of ``keys`` (all with None) in the listed objects (see :func:`_remote_rows`)."""
     if keys is None:
         chosen = list(reversed(batches))
@@ -574,13 +607,14 @@ def _read_listed(batches: list[UPath], own: dict[str, UPath], keys: set[str] | N
             if held[path] & (keys - found):
                 chosen.append(path)
                 found |= held[path]
-    contents = _fetch(chosen)
+    fetched = {} if fetched is None else fetched
+    fetched.update(_fetch([path for path in chosen if path not in fetched]))
     frames: list[pl.DataFrame] = []
     taken: set[str] = set()
     for path in chosen:
-        frame = _decoded(path, contents[path])
+        frame = _decoded(path, fetched[path])
         have = set(frame["case_id"].to_list())
-        _remember_held(path, frozenset(have))
+        _remember_held(path, frozenset(have), frame.schema)
         wanted = (have if keys is None else have & keys) - taken
         if wanted:
             frames.append(frame if wanted == have else frame.filter(pl.col("case_id").is_in(list(wanted))))
@@ -595,41 +629,51 @@ def _read_listed(batches: list[UPath], own: dict[str, UPath], keys: set[str] | N
 
 def _remote_case_ids(folder: UPath) -> list[str]:
     """The ids of every case an object store's asset folder holds rows of."""
-    batches, own = _listing(folder)
-    return sorted(set().union(*_held_by(batches, missing_ok=True).values(), own))
+    return _relisting(folder, lambda batches, own: sorted(set().union(*_held_by(batches).values(), own)))
 
 
 def _heal_remote(folder: UPath, removed: set[str], keep: set[str] | None) -> set[str]:
-    """:func:`_heal_folder` on an object store: an unreadable object is copied as ``<name>.damaged`` and
-    removed; an object holding cases to take out is replaced by a copy without them (named to sort where it
-    did, see :data:`_REPLACED`), or removed when nothing is left. A case of an unreadable object whose older
-    row an older object still holds (see :func:`_store_remote`) reads as that row from then on."""
-    batches, own = _listing(folder)
+    """:func:`_heal_folder` on an object store (listed again when an object goes meanwhile, see
+    :func:`_relisting`): an object holding cases to take out is replaced by a copy without them (named to sort
+    where it did, see :data:`_REPLACED`), or removed when nothing is left. An object that is no readable Parquet
+    is copied as ``<name>.damaged`` and removed; which cases it held is not known, so every case that only older
+    objects hold is counted as not held, to be materialized again (rather than read from an older row it may
+    have replaced). A failure to reach the store is raised, never taken for damage."""
+    return _relisting(folder, lambda batches, own: _heal_listed(batches, own, removed, keep))
+
+
+def _heal_listed(batches: list[UPath], own: dict[str, UPath], removed: set[str], keep: set[str] | None) -> set[str]:
     held: set[str] = set()
+    doubtful: set[str] = set()  # cases first found below a damaged object
+    damaged = False
     for path in reversed(batches):
         try:
-            cases = _read_held(path, missing_ok=False)  # read, not remembered: the check is of the object
-        except FileNotFoundError:  # removed meanwhile: a newer object holds its cases
-            continue
-        except ValueError:
+            cases = _read_held(path, missing_ok=False, remember=False)  # the check is of the object itself
+            assert cases is not None, "a missing object raises"
+        except _Damaged:
             path.fs.copy(path.path, f"{path.path}.damaged")
             _remove(path)
+            damaged = True
             continue
         gone = cases & removed if keep is None else cases - (keep - removed)
         if gone:
             if rest := cases - gone:
-                replaced = path.with_name(path.name.removesuffix(".parquet") + f"{_REPLACED}.parquet")
+                replaced = _copy_of(path)
                 frame = _read_listed([path], {}, set(rest))
                 replaced.write_bytes(_parquet_bytes(frame))
                 _remember_held(replaced, frozenset(rest))
             _remove(path)
+        if damaged:
+            doubtful |= cases - gone - held
         held |= cases - gone
     for case, path in own.items():
         if case in removed or (keep is not None and case not in keep) or case in held:
             _remove(path)
         else:
             held.add(case)
-    return held
+            if damaged:
+                doubtful.add(case)
+    return held - doubtful
 
 
 def _listing(folder: UPath) -> tuple[list[UPath], dict[str, UPath]]:
@@ -649,24 +693,32 @@ def _listing(folder: UPath) -> tuple[list[UPath], dict[str, UPath]]:
 
 def _held_by(paths: Sequence[UPath], missing_ok: bool = False) -> dict[UPath, frozenset[str]]:
     """The case ids each object of ``paths`` holds: remembered, or read as the ``case_id`` column alone (a few
-    ranged requests, at once for every object). With ``missing_ok`` an object removed meanwhile holds none."""
+    ranged requests, at once for every object). An object removed meanwhile raises ``FileNotFoundError``, or
+    with ``missing_ok`` is left out."""
     held: dict[UPath, frozenset[str]] = {}
     unknown = []
     with _HELD_LOCK:
         for path in paths:
-            if (cases := _HELD.get(str(path))) is not None:
-                _HELD.move_to_end(str(path))
+            if (cases := _HELD.get(_key(path))) is not None:
+                _HELD.move_to_end(_key(path))
                 held[path] = cases
             else:
                 unknown.append(path)
     if unknown:
         with ThreadPoolExecutor(min(_READERS, len(unknown))) as pool:
             for path, cases in zip(unknown, pool.map(lambda p: _read_held(p, missing_ok), unknown)):
-                held[path] = cases
+                if cases is not None:
+                    held[path] = cases
     return held
 
 
-def _read_held(path: UPath, missing_ok: bool) -> frozenset[str]:
+class _Damaged(ValueError):
+    """An object of the store is no readable Parquet (not: the store could not be reached)."""
+
+
+def _read_held(path: UPath, missing_ok: bool, remember: bool = True) -> frozenset[str] | None:
+    """The case ids the object ``path`` holds (None when it is missing and ``missing_ok``)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -674,21 +726,34 @@ def _read_held(path: UPath, missing_ok: bool) -> frozenset[str]:
             cases = frozenset(pq.read_table(handle, columns=["case_id"]).column("case_id").to_pylist())
     except FileNotFoundError:
         if missing_ok:
-            return frozenset()
+            return None
         raise
-    except (OSError, ValueError, KeyError) as error:  # pyarrow's ArrowInvalid is a ValueError
-        raise ValueError(f"{path}: not a readable Parquet object of the case store ({error}); remove it and "
-                         "materialize again the cases it held") from error
-    _remember_held(path, cases)
+    except pa.ArrowInvalid as error:  # what the object holds, not the way to it: OSError is raised as it is
+        raise _Damaged(f"{path}: not a readable Parquet object of the case store ({error}); remove it and "
+                       "materialize again the cases it held") from error
+    if remember:
+        _remember_held(path, cases)
     return cases
 
 
-def _remember_held(path: UPath, cases: frozenset[str]) -> None:
+def _key(path: UPath) -> str:
+    """The URL of ``path`` with its filesystem's options (the same bucket path on two endpoints is two
+    objects)."""
+    return f"{path}|{json.dumps(path.storage_options, sort_keys=True, default=str)}"
+
+
+def _remember_held(path: UPath, cases: frozenset[str], schema: pl.Schema | None = None) -> None:
+    key = _key(path)
     with _HELD_LOCK:
-        _HELD[str(path)] = cases
-        _HELD.move_to_end(str(path))
+        _HELD[key] = cases
+        _HELD.move_to_end(key)
         while len(_HELD) > _HELD_KEPT:
             _HELD.popitem(last=False)
+        if schema is not None:
+            _SCHEMAS[key] = schema
+            _SCHEMAS.move_to_end(key)
+            while len(_SCHEMAS) > _HELD_KEPT:
+                _SCHEMAS.popitem(last=False)
 
 
 def _remove(path: UPath) -> None:
@@ -698,7 +763,8 @@ def _remove(path: UPath) -> None:
     except FileNotFoundError:
         pass
     with _HELD_LOCK:
-        _HELD.pop(str(path), None)
+        _HELD.pop(_key(path), None)
+        _SCHEMAS.pop(_key(path), None)
 
 
 def _decoded(path: UPath, data: bytes) -> pl.DataFrame:
