@@ -395,3 +395,30 @@ def test_a_setting_that_is_no_whole_number_is_refused(monkeypatch: pytest.Monkey
     monkeypatch.setenv("SQLCMP_CASE_CHUNKS", value)
     with pytest.raises(ValueError, match="SQLCMP_CASE_CHUNKS must be a whole number of chunks"):
         chunks_setting()
+
+
+def test_the_failure_table_keeps_the_most_severe_cases_first_whatever_their_number() -> None:
+    """Fed one report at a time (the summary never holds every report), the table lists the ``limit`` failures
+    a full sort puts first (the most severe, invalid cases last, then by id) and counts the others."""
+    import random
+    import types
+
+    from sqlcmp_dagster.assets.evaluation_summary import FailureTable
+
+    severities = ["minor issue", "moderate issue", "major issue", "critical failure"]
+    reports = [types.SimpleNamespace(
+        case_id=f"c{i:03d}", deterministic_verdict="pass" if i % 5 == 0 else "fail", validity={},
+        severity="pass" if i % 5 == 0 else severities[i % 4], explanations=[f"why {i}"],
+        diagnostic_scores={"likely_source_clause": "join"}, blocked_reason=None, evidence={}, metrics={})
+        for i in range(300)]
+    random.Random(7).shuffle(reports)
+    table = FailureTable(limit=7)
+    for report in reports:
+        table.add(report)  # type: ignore[arg-type]
+    failing = sorted((r for r in reports if r.deterministic_verdict == "fail"),
+                     key=lambda r: (-severities.index(r.severity), r.case_id))
+    listed = [line.split("]")[0].removeprefix("| [") for line in table.table().splitlines()[2:9]]
+    assert listed == [r.case_id for r in failing[:7]]
+    assert table.table().endswith(f"{len(failing) - 7} more: case_reports, Checks, case_verdict, Partitions lists "
+                                  "them all.")
+    assert failures_table(reports, limit=7) == table.table()  # type: ignore[arg-type]

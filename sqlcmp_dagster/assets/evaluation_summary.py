@@ -2,6 +2,7 @@
 per-database breakdown."""
 
 import json
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import quote
 
@@ -12,8 +13,8 @@ from sqlcmp_dagster.assets.common import CASE_STORE, case_reports_key
 from sqlcmp_dagster.cases.chunks import partition_of
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.published_metrics import overall_figures, render_table
-from sqlcmp_dagster.engine.records import reports_from_frame
-from sqlcmp_dagster.engine.summary import SEVERITIES, likely_source_label, robust_line, summarize
+from sqlcmp_dagster.engine.records import iter_reports
+from sqlcmp_dagster.engine.summary import SEVERITIES, Summary, case_facts, likely_source_label, robust_line
 from sqlcmp_dagster.escaping import markdown_cell
 from sqlcmp_dagster.reporting.cases import outcome
 
@@ -27,13 +28,18 @@ ROBUST_FIGURES = ("robust_pass_rate", "robust_passes", "passes_with_counterexamp
           automation_condition=dg.AutomationCondition.eager(),
           description="Pass rate, severity, attribution and invalid-case counts over all case reports.")
 def evaluation_summary(context: dg.AssetExecutionContext, case_reports: pl.DataFrame) -> dict[str, Any]:
-    reports = reports_from_frame(case_reports)
-    summary = summarize(reports)
+    # one pass over the reports, a slice of them made at a time: at 100,000 cases every report made at once held
+    # 2 GB beside the frame
+    tally, failures = Summary(), FailureTable()
+    for report in iter_reports(case_reports):
+        tally.add(case_facts(report))
+        failures.add(report)
+    summary = tally.figures()
     context.add_output_metadata({
         # rates as percentages (a key ending in _%), each a number for the Plots tab
         f"pass_rate{PERCENT}": percent(summary["pass_rate"]),
         # the failing and invalid cases, each a link to its partition, before the counts
-        "failing_cases": dg.MetadataValue.md(failures_table(reports)),
+        "failing_cases": dg.MetadataValue.md(failures.table()),
         # the neighbor search's figures beside the pass rate
         **dict(figure(name, summary[name]) for name in ROBUST_FIGURES),
         # the same in words: the passes not searched and why, "n/a: did not run (...)" for a NaN rate
@@ -92,11 +98,12 @@ def figure(name: str, value: float | int | None) -> tuple[str, dg.MetadataValue]
     return (f"{name}{PERCENT}", percent(value)) if name.endswith("_rate") else (name, number(value))
 
 
-def failures_table(reports: list[Report], limit: int = LISTED_FAILURES) -> str:
+def failures_table(reports: Iterable[Report], limit: int = LISTED_FAILURES) -> str:
     """The failing and invalid cases as a Markdown table, the most severe failures first and the invalid cases
-    last: id (a link to its partition's page: the case's, or its chunk's), outcome, severity, likely source and headline (the first
-    explanation). Case text is escaped as a table cell, and the id in the link's address is percent-encoded,
-    so no case can break the table or the link. At most ``limit`` rows; a line counts the others.
+    last: id (a link to its partition's page: the case's, or its chunk's), outcome, severity, likely source and
+    headline (the first explanation). Case text is escaped as a table cell, and the id in the link's address is
+    percent-encoded, so no case can break the table or the link. At most ``limit`` rows; a line counts the
+    others (:class:`FailureTable`).
 
     >>> import types
     >>> bad = types.SimpleNamespace(case_id="c|1", deterministic_verdict="fail", validity={}, severity="major issue",
@@ -107,22 +114,48 @@ def failures_table(reports: list[Report], limit: int = LISTED_FAILURES) -> str:
     |---|---|---|---|---|
     | [c\\|1](/assets/case_reports?view=partitions&partition=c%7C1) | fail | major issue | join | wrong rows |
     """
-    rank = {severity: index for index, severity in enumerate(reversed(SEVERITIES))}
-    listed = sorted((r for r in reports if outcome(r) != "pass"),
-                    key=lambda r: (outcome(r) == "invalid", rank.get(r.severity, len(rank)), r.case_id))
-    if not listed:
-        return "No failing or invalid case."
-    lines = ["| case | outcome | severity | likely source | headline |", "|---|---|---|---|---|"]
-    for report in listed[:limit]:
-        source = likely_source_label(report) if outcome(report) == "fail" else ""
+    table = FailureTable(limit)
+    for report in reports:
+        table.add(report)
+    return table.table()
+
+
+class FailureTable:
+    """:func:`failures_table` fed one report at a time, keeping the rows of at most about twice ``limit`` cases
+    (the first in the table's order) and a count of the others, whatever the number of reports."""
+
+    def __init__(self, limit: int = LISTED_FAILURES) -> None:
+        self.limit = limit
+        self.count = 0
+        self._rows: list[tuple[tuple[bool, int, str], str]] = []
+
+    def add(self, report: Report) -> None:
+        kind = outcome(report)
+        if kind == "pass":
+            return
+        self.count += 1
+        source = likely_source_label(report) if kind == "fail" else ""
         headline = report.explanations[0] if report.explanations else ""
         page = PARTITION_PAGE.format(quote(partition_of(report.case_id), safe=''))
-        lines.append(f"| [{markdown_cell(report.case_id)}]({page}) "
-                     f"| {outcome(report)} | {report.severity} | {markdown_cell(source)} | "
-                     f"{markdown_cell(headline[:200])} |")
-    if len(listed) > limit:
-        lines.append(f"\n{len(listed) - limit} more: case_reports, Checks, case_verdict, Partitions lists them all.")
-    return "\n".join(lines)
+        line = (f"| [{markdown_cell(report.case_id)}]({page}) | {kind} | {report.severity} | "
+                f"{markdown_cell(source)} | {markdown_cell(headline[:200])} |")
+        self._rows.append(((kind == "invalid", _RANK.get(report.severity, len(_RANK)), report.case_id), line))
+        if len(self._rows) >= 2 * self.limit:
+            self._rows = sorted(self._rows)[:self.limit]
+
+    def table(self) -> str:
+        if not self.count:
+            return "No failing or invalid case."
+        lines = ["| case | outcome | severity | likely source | headline |", "|---|---|---|---|---|"]
+        lines += [line for _, line in sorted(self._rows)[:self.limit]]
+        if self.count > self.limit:
+            lines.append(f"\n{self.count - self.limit} more: case_reports, Checks, case_verdict, Partitions lists "
+                         "them all.")
+        return "\n".join(lines)
+
+
+#: Severities, the most severe first: the order of :class:`FailureTable`'s failures.
+_RANK = {severity: index for index, severity in enumerate(reversed(SEVERITIES))}
 
 
 def number(value: float | int | None) -> dg.MetadataValue:

@@ -174,9 +174,10 @@ def _shell_line(environment: dict[str, Path], command: str) -> str:
 
 def _export_reports(folder: Path, out: Path) -> None:
     """Every stored case report as one JSONL file, in case-id order, replacing ``out`` whole."""
-    from sqlcmp_dagster.engine.atomic import write_text_atomically
-    from sqlcmp_dagster.engine.records import reports_from_frame
+    from sqlcmp_dagster.engine.atomic import atomic_path
+    from sqlcmp_dagster.engine.records import iter_reports
     from sqlcmp_dagster.resources.storage import read_asset
 
     frame = read_asset(str(folder.parent), folder.name).sort("case_id", maintain_order=True)
-    write_text_atomically(out, "".join(report_line(report) for report in reports_from_frame(frame)))
+    with atomic_path(out) as partial, partial.open("w", encoding="utf-8") as lines:
+        lines.writelines(report_line(report) for report in iter_reports(frame))  # not all reports at once

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+from collections.abc import Iterator
 from typing import Any, cast
 
 import polars as pl
@@ -280,6 +281,18 @@ def report_from_row(row: dict[str, Any]) -> Report:
 def reports_from_frame(frame: pl.DataFrame) -> list[Report]:
     """Every report of a ``case_reports`` frame (as stored, or as read from the store's Parquet files)."""
     return [report_from_row(row) for row in frame.iter_rows(named=True)]
+
+
+#: Rows of a ``case_reports`` frame made into reports at a time by :func:`iter_reports`.
+REPORTS_AT_ONCE = 2048
+
+
+def iter_reports(frame: pl.DataFrame) -> Iterator[Report]:
+    """The reports of a ``case_reports`` frame one after another, :data:`REPORTS_AT_ONCE` rows made into reports
+    at a time: a report object costs about 20 KB, ten times its row, so the 100,000 reports of a large suite
+    made at once held 2 GB beside their frame."""
+    for rows in frame.iter_slices(REPORTS_AT_ONCE):
+        yield from reports_from_frame(rows)
 
 
 def _json(value: Any) -> str | None:
