@@ -202,7 +202,19 @@ def test_only_the_edited_case_is_evaluated_again_in_its_chunk(tmp_path: Path, sa
     assert [run.dagster_run.tags.get("dagster/partition") for run in tick.runs] == [chunk_of(removed, CHUNKS)]
     assert tick.runs[0].success and (parsed, executed) == ([], [])
     assert removed not in _reports(store) and len(_reports(store)) == 11
-    assert sensor_tick(defs, instance, tick.cursor).runs == []
+    quiet = sensor_tick(defs, instance, tick.cursor)
+    assert quiet.runs == []
+
+    # every case of a chunk taken out: its partition goes, and its rows and marks leave the store
+    gone = chunk_of(cases[0]["case_id"], CHUNKS)
+    marks = {path.stem for path in (store / "_case_marks").glob("*.json")}
+    assert gone in marks
+    cases = [c for c in cases if chunk_of(c["case_id"], CHUNKS) != gone]
+    _write_cases(folder, cases)
+    last = sensor_tick(defs, instance, quiet.cursor)
+    assert last.deleted == [gone]
+    assert {path.stem for path in (store / "_case_marks").glob("*.json")} == marks - {gone}
+    assert sorted(_reports(store)) == sorted(c["case_id"] for c in cases)
 
 
 def test_a_behaviour_bump_re_evaluates_every_case_of_every_chunk_once(

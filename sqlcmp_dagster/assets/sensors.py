@@ -102,6 +102,7 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
         if chunks.chunked():  # the cases of done chunks; every case no longer in the suite leaves the store
             lost = store.heal(LAYER_ASSETS, [case for case in case_versions if partition_of(case) in done], (),
                               keep=set(case_versions))
+            store.drop_case_marks(deleted)  # a chunk that comes back starts with no marks
         else:
             lost = store.heal(LAYER_ASSETS, done, deleted)
         for asset, gone in lost.items():

@@ -151,6 +151,17 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             Path(folder.path).mkdir(parents=True, exist_ok=True)
         _write(folder / f"{_file_name(partition)}.json", json.dumps(marks, sort_keys=True).encode())
 
+    def drop_case_marks(self, partitions: Iterable[str]) -> None:
+        """Remove the marks of the chunks ``partitions`` (deleted partitions: every case of theirs left the suite,
+        and their rows left the store)."""
+        folder = asset_folder(self.base_path, MARKS, self.storage_options)
+        for partition in partitions:
+            path = folder / f"{_file_name(partition)}.json"
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+
     def read_note(self, name: str) -> Any:
         """The JSON value kept as ``name`` beside the assets' folders (the case sensor's scan), or None."""
         try:
