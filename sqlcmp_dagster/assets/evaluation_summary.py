@@ -127,7 +127,7 @@ class FailureTable:
     def __init__(self, limit: int = LISTED_FAILURES) -> None:
         self.limit = limit
         self.count = 0
-        self._rows: list[tuple[tuple[bool, int, str], str]] = []
+        self._rows: list[tuple[tuple[bool, int, str], int, str]] = []  # (order, arrival, line)
 
     def add(self, report: Report) -> None:
         kind = outcome(report)
@@ -139,7 +139,8 @@ class FailureTable:
         page = PARTITION_PAGE.format(quote(partition_of(report.case_id), safe=''))
         line = (f"| [{markdown_cell(report.case_id)}]({page}) | {kind} | {report.severity} | "
                 f"{markdown_cell(source)} | {markdown_cell(headline[:200])} |")
-        self._rows.append(((kind == "invalid", _RANK.get(report.severity, len(_RANK)), report.case_id), line))
+        self._rows.append(((kind == "invalid", _RANK.get(report.severity, len(_RANK)), report.case_id), self.count,
+                           line))
         if len(self._rows) >= 2 * self.limit:
             self._rows = sorted(self._rows)[:self.limit]
 
@@ -147,7 +148,7 @@ class FailureTable:
         if not self.count:
             return "No failing or invalid case."
         lines = ["| case | outcome | severity | likely source | headline |", "|---|---|---|---|---|"]
-        lines += [line for _, line in sorted(self._rows)[:self.limit]]
+        lines += [line for _, _, line in sorted(self._rows)[:self.limit]]
         if self.count > self.limit:
             lines.append(f"\n{self.count - self.limit} more: case_reports, Checks, case_verdict, Partitions lists "
                          "them all.")

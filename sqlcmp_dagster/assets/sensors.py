@@ -103,8 +103,8 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
             lost = store.heal(LAYER_ASSETS, [case for case in case_versions if partition_of(case) in done], (),
                               keep=set(case_versions))
             store.drop_case_marks(deleted)  # a chunk that comes back starts with no marks
-        else:
-            lost = store.heal(LAYER_ASSETS, done, deleted)
+        else:  # with keep: a case's rows that came back (a merge of objects healed meanwhile) go again
+            lost = store.heal(LAYER_ASSETS, done, deleted, keep=set(case_versions))
         for asset, gone in lost.items():
             if warn is not None:
                 warn(terminal_text(f"case store: {asset} holds no readable row of {len(gone)} case(s) "

@@ -650,27 +650,35 @@ def _heal_remote(folder: UPath, removed: set[str], keep: set[str] | None) -> set
     is copied as ``<name>.damaged`` and removed; which cases it held is not known, so every case that only older
     objects hold is counted as not held, to be materialized again (rather than read from an older row it may
     have replaced). A failure to reach the store is raised, never taken for damage."""
-    return _relisting(folder, lambda batches, own: _heal_listed(batches, own, removed, keep))
+    return _relisting(folder, lambda batches, own: _heal_listed(batches, own, _set_aside(folder), removed, keep))
 
 
-def _heal_listed(batches: list[UPath], own: dict[str, UPath], removed: set[str], keep: set[str] | None) -> set[str]:
+def _heal_listed(batches: list[UPath], own: dict[str, UPath], aside: list[UPath], removed: set[str],
+                 keep: set[str] | None) -> set[str]:
+    """:func:`_heal_remote` over one listing: ``aside`` are the objects set aside before (``.damaged``), which
+    stay in the order where their originals were, so that the cases only objects below them hold are doubted
+    at every tick until they are stored again (above them)."""
     held: set[str] = set()
     doubtful: set[str] = set()  # cases first found below a damaged object
     damaged = False
-    for path in reversed(batches):
+    for path in sorted([*batches, *aside], key=lambda p: p.name, reverse=True):
+        if path.name.endswith(".damaged"):
+            damaged = True
+            continue
         try:
             cases = _read_held(path, missing_ok=False, remember=False)  # the check is of the object itself
             assert cases is not None, "a missing object raises"
-        except _Damaged:
+            gone = cases & removed if keep is None else cases - (keep - removed)
+            rest = cases - gone
+            frame = _read_listed([path], {}, set(rest)) if gone and rest else None
+        except (_Damaged, ValueError):  # ValueError: a column other than case_id does not decode
             path.fs.copy(path.path, f"{path.path}.damaged")
             _remove(path)
             damaged = True
             continue
-        gone = cases & removed if keep is None else cases - (keep - removed)
         if gone:
-            if rest := cases - gone:
+            if frame is not None:
                 replaced = _copy_of(path)
-                frame = _read_listed([path], {}, set(rest))
                 replaced.write_bytes(_parquet_bytes(frame))
                 _remember_held(replaced, frozenset(rest))
             _remove(path)
@@ -685,6 +693,16 @@ def _heal_listed(batches: list[UPath], own: dict[str, UPath], removed: set[str],
             if damaged:
                 doubtful.add(case)
     return held - doubtful
+
+
+def _set_aside(folder: UPath) -> list[UPath]:
+    """The objects of steps' cases that healing set aside as ``<name>.damaged`` in ``folder``."""
+    folder.fs.invalidate_cache(folder.path)
+    try:
+        names = [name.rsplit("/", 1)[-1] for name in folder.fs.ls(folder.path, detail=False)]
+    except FileNotFoundError:
+        return []
+    return [folder / name for name in names if name.startswith(BATCH_PREFIX) and name.endswith(".parquet.damaged")]
 
 
 def _listing(folder: UPath) -> tuple[list[UPath], dict[str, UPath]]:
@@ -727,19 +745,51 @@ class _Damaged(ValueError):
     """An object of the store is no readable Parquet (not: the store could not be reached)."""
 
 
+class _Unreached(Exception):
+    """Reading an object's bytes failed (``error``): the store, not the object (see :class:`_Reading`)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _Reading:
+    """An open object whose own calls' failures (a reset connection, a timeout) come out of pyarrow as
+    :class:`_Unreached`, told apart from pyarrow's errors in decoding what it read (pyarrow raises again what a
+    Python file's call raised: it would otherwise be an ``OSError`` like a footer that does not decode)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._handle, name)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return value(*args, **kwargs)
+            except Exception as error:
+                raise _Unreached(error) from error
+        return call
+
+
 def _read_held(path: UPath, missing_ok: bool, remember: bool = True) -> frozenset[str] | None:
     """The case ids the object ``path`` holds (None when it is missing and ``missing_ok``)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
         with path.fs.open(path.path, "rb", block_size=_RANGE) as handle:
-            cases = frozenset(pq.read_table(handle, columns=["case_id"]).column("case_id").to_pylist())
+            cases = frozenset(pq.read_table(_Reading(handle), columns=["case_id"]).column("case_id").to_pylist())
     except FileNotFoundError:
         if missing_ok:
             return None
         raise
-    except pa.ArrowInvalid as error:  # what the object holds, not the way to it: OSError is raised as it is
+    except _Unreached as failure:  # the way to the object failed, not the object: raised as it came
+        if isinstance(failure.error, FileNotFoundError) and missing_ok:
+            return None
+        raise failure.error from None
+    except Exception as error:  # pyarrow's: ArrowInvalid, or an OSError for a footer that does not decode
         raise _Damaged(f"{path}: not a readable Parquet object of the case store ({error}); remove it and "
                        "materialize again the cases it held") from error
     if remember:
