@@ -695,25 +695,26 @@ def _heal_listed(batches: list[UPath], own: dict[str, UPath], aside: list[UPath]
     return held - doubtful
 
 
-def _set_aside(folder: UPath) -> list[UPath]:
-    """The objects of steps' cases that healing set aside as ``<name>.damaged`` in ``folder``."""
+def _names(folder: UPath) -> list[str]:
+    """The names of the objects in ``folder`` as the store has them now (fsspec's kept listing of the folder is
+    dropped first: other processes write to it)."""
     folder.fs.invalidate_cache(folder.path)
     try:
-        names = [name.rsplit("/", 1)[-1] for name in folder.fs.ls(folder.path, detail=False)]
+        return [name.rsplit("/", 1)[-1] for name in folder.fs.ls(folder.path, detail=False)]
     except FileNotFoundError:
         return []
-    return [folder / name for name in names if name.startswith(BATCH_PREFIX) and name.endswith(".parquet.damaged")]
+
+
+def _set_aside(folder: UPath) -> list[UPath]:
+    """The objects of steps' cases that healing set aside as ``<name>.damaged`` in ``folder``."""
+    return [folder / name for name in _names(folder)
+            if name.startswith(BATCH_PREFIX) and name.endswith(".parquet.damaged")]
 
 
 def _listing(folder: UPath) -> tuple[list[UPath], dict[str, UPath]]:
     """The folder's objects of steps' cases, oldest first, and cases' own objects (an earlier version's layout)
-    by case id, as the store has them now (fsspec's kept listing of the folder is dropped first: other
-    processes write to it)."""
-    folder.fs.invalidate_cache(folder.path)
-    try:
-        names = [name.rsplit("/", 1)[-1] for name in folder.fs.ls(folder.path, detail=False)]
-    except FileNotFoundError:
-        return [], {}
+    by case id (see :func:`_names`)."""
+    names = _names(folder)
     batches = sorted(folder / name for name in names if name.startswith(BATCH_PREFIX) and name.endswith(".parquet"))
     own = {_case_of(name): folder / name for name in names
            if name.endswith(".parquet") and not name.startswith(BATCH_PREFIX)}
