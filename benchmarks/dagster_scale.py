@@ -84,7 +84,7 @@ def dagster_part(folder: Path, db_dir: Path, work: Path, max_runs: int | None = 
     from sqlcmp_dagster.definitions import build_definitions
     from sqlcmp_dagster.event_log import event_batches, local_instance
     from sqlcmp_dagster.local import QUIET_CONSOLE, materialize_summary
-    from sqlcmp_dagster.resources.storage import read_asset
+    from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
 
     home = work / "dagster_home"
     home.mkdir()
@@ -138,18 +138,20 @@ def dagster_part(folder: Path, db_dir: Path, work: Path, max_runs: int | None = 
         figures["partitions"] = len(added.partition_keys or [])
         figures["run requests"] = len(first.run_requests or [])
         run_all(first, "run", max_runs)
+        figures["peak_mib after the runs"] = peak_mib()
         figures["runs done"] = min(len(first.run_requests or []), max_runs or len(first.run_requests or []))
         figures["launch"] = figures.pop("run launch")
         figures["cases parsed"] = len(parsed)
         started = time.perf_counter()
         assert materialize_summary(defs, instance).success
         figures["summary"] = time.perf_counter() - started
+        figures["peak_mib after the summary"] = peak_mib()
         again = tick(first.cursor, "unchanged tick")
         assert not again.run_requests, "the unchanged tick requested runs"
         # one case edited: its partition alone is requested, and only that case is evaluated again
         suite = folder / "suite.jsonl"
         lines = suite.read_text(encoding="utf-8").splitlines(keepends=True)
-        reported = set(read_asset(str(work / "store"), "case_reports")["case_id"].to_list())
+        reported = set(PartitionedParquetIOManager(base_path=str(work / "store")).case_ids("case_reports"))
         line = next(n for n, text in enumerate(lines) if json.loads(text)["case_id"] in reported)
         case = json.loads(lines[line])
         lines[line] = json.dumps({**case, "actual_sql": case["actual_sql"] + " -- edited"}) + "\n"
