@@ -461,3 +461,20 @@ def test_an_object_store_out_of_reach_fails_healing_and_sets_nothing_aside(bucke
     monkeypatch.undo()
     assert _s3_names(folder) == names
     assert dict(stored_rows(folder, None).select("case_id", "run").iter_rows()) == {"a": 2, "b": 1}
+
+
+def test_a_large_object_is_never_merged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Merging takes the small objects only: a large run's object stays as it was written (merging every object
+    into one read and rewrote the whole asset every 16 runs)."""
+    from sqlcmp_dagster.resources import storage
+
+    folder = tmp_path / "store" / "executions"
+    store_batch(folder, pl.DataFrame({"case_id": [f"c{i}" for i in range(5000)], "run": [0] * 5000}))
+    [large] = folder.glob("*.parquet")
+    monkeypatch.setattr(storage, "MERGE_BELOW_BYTES", large.stat().st_size)
+    for i in range(40):
+        store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "run": [i]}))
+    assert large.is_file() and pl.read_parquet(large).height == 5000  # untouched
+    assert len(list(folder.glob("*.parquet"))) <= 1 + 17
+    table = pl.scan_parquet(folder / "*.parquet").collect()
+    assert table.height == 5040 and table["case_id"].n_unique() == 5040
