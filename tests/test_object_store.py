@@ -471,7 +471,7 @@ def test_a_large_object_is_never_merged(tmp_path: Path, monkeypatch: pytest.Monk
     folder = tmp_path / "store" / "executions"
     store_batch(folder, pl.DataFrame({"case_id": [f"c{i}" for i in range(5000)], "run": [0] * 5000}))
     [large] = folder.glob("*.parquet")
-    monkeypatch.setattr(storage, "MERGE_BELOW_BYTES", large.stat().st_size)
+    monkeypatch.setattr(storage, "MERGE_BELOW_CASES", 5000)
     for i in range(40):
         store_batch(folder, pl.DataFrame({"case_id": [f"n{i}"], "run": [i]}))
     assert large.is_file() and pl.read_parquet(large).height == 5000  # untouched

@@ -280,10 +280,11 @@ _STAMP = re.compile(rf"{re.escape(BATCH_PREFIX)}(\d{{20}})")
 #: Objects of steps' cases a local asset folder may hold before a write merges them into one: every write and
 #: read looks at each object, and a store fed by one-case runs would otherwise gain an object per run.
 _MAX_BATCHES = 16
-#: Objects of at least this size (on disk) are never merged: a large run's object is no pile-up, and merging
+#: Objects holding at least this many cases are never merged: a large run's object is no pile-up, and merging
 #: every object into one read and rewrote the whole asset every 16 runs (at 100,000 cases a 222 MB
-#: ``executions`` object, several GB while decoded, in the run that merged it).
-MERGE_BELOW_BYTES = 8 << 20
+#: ``executions`` object, several GB while decoded, in the run that merged it). A size on disk is no bound:
+#: stored results compress ten times and more.
+MERGE_BELOW_CASES = 1024
 
 
 def store_batch(folder: Path | UPath, frame: pl.DataFrame) -> None:
@@ -329,12 +330,13 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
     ``batches`` (oldest first) and the one just written, ``newest``, holding ``newest_cases``: going from the
     newest, an object loses the cases a newer one holds (rewritten without them, or removed when nothing is
     left), and a case's own object goes when an object of steps holds the case. This also repairs what a write
-    that stopped between its two writes left. Past :data:`_MAX_BATCHES` objects under
-    :data:`MERGE_BELOW_BYTES`, those of them with the newest object's columns and types are merged into one (written first, then the others removed; objects an earlier version
+    that stopped between its two writes left. Past :data:`_MAX_BATCHES` objects of fewer than
+    :data:`MERGE_BELOW_CASES` cases, those of them with the newest object's columns and types are merged into one (written first, then the others removed; objects an earlier version
     wrote with other columns keep them until their cases are stored again, rather than have their types unified
     with the newest)."""
     seen = set(newest_cases)
     kept = [newest]
+    counts = {newest: len(newest_cases)}
     for path in reversed(batches):
         held = _case_ids(path)
         stale = held & seen
@@ -346,12 +348,13 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
             kept.append(path)
         else:
             kept.append(path)
+        counts[path] = len(held - stale)
         seen |= held
     own = {p.name: p for p in folder.glob("*.parquet") if not p.name.startswith(BATCH_PREFIX)}
     for case in seen if own else ():
         if (own_object := own.get(f"{_file_name(case)}.parquet")) is not None:
             own_object.unlink()
-    small = [path for path in reversed(kept) if path.stat().st_size < MERGE_BELOW_BYTES]
+    small = [path for path in reversed(kept) if counts[path] < MERGE_BELOW_CASES]
     if len(small) > _MAX_BATCHES:
         schema = _schema(newest)
         alike = [path for path in small if _schema(path) == schema]
@@ -545,7 +548,7 @@ MERGE_AFTER_SECONDS = 600
 def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newest_cases: frozenset[str],
                   schema: pl.Schema) -> None:
     """Merge an object store's objects of steps' cases (``batches``, oldest first, then one holding
-    ``newest_cases``) named more than :data:`MERGE_AFTER_SECONDS` ago, under :data:`MERGE_BELOW_BYTES` and with
+    ``newest_cases``) named more than :data:`MERGE_AFTER_SECONDS` ago, holding fewer than :data:`MERGE_BELOW_CASES` and with
     the newest's columns into one,
     so that one-case runs do not pile up objects: the merged object holds each case's rows from the newest of
     them, but not those of cases a newer object holds, and is named to sort right after the newest of them
@@ -559,10 +562,8 @@ def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newes
     settled = f"{BATCH_PREFIX}{time.time_ns() - MERGE_AFTER_SECONDS * 10**9:020d}"
     with _HELD_LOCK:
         known = {path: _SCHEMAS.get(_key(path)) for path in batches}
-    folder = batches[0].parent
-    sizes = {entry["name"].rsplit("/", 1)[-1]: entry.get("size", 0) for entry in folder.fs.ls(folder.path, detail=True)}
     old = [path for path in batches if path.name < settled and known[path] in (None, schema)
-           and sizes.get(path.name, MERGE_BELOW_BYTES) < MERGE_BELOW_BYTES]
+           and len(held[path]) < MERGE_BELOW_CASES]
     if len(old) < 2:
         return
     try:
