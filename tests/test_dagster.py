@@ -33,7 +33,7 @@ from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.pipeline import Evaluator
-from sqlcmp_dagster.engine.summary import robust_line
+from sqlcmp_dagster.engine.summary import robust_line, summarize
 from sqlcmp_dagster.reporting.cases import outcome
 from sqlcmp_dagster.event_log import local_instance
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
@@ -97,6 +97,8 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     assert summary.success
     value = summary.output_for_node("evaluation_summary")
     assert (value["cases"], value["passed"], value["invalid_cases"]) == (34, 11, 1)
+    # added up in the cases' ids' order, as with chunks of cases (ties and lists in that order)
+    assert json.dumps(value) == json.dumps(summarize(sorted(reports.values(), key=lambda r: r.case_id)))
     metadata = summary.get_asset_materialization_events()[0].materialization.metadata
     assert "█" in metadata["severity"].value and metadata["pass_rate_%"].value == round(100 * 11 / 33, 2)
     for name in ROBUST_FIGURES:  # numbers beside pass_rate, so the Plots tab draws their trend

@@ -28,6 +28,7 @@ from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.records import reports_from_frame
+from sqlcmp_dagster.engine.summary import summarize
 from sqlcmp_dagster.event_log import local_instance
 from sqlcmp_dagster.local import materialize_summary, sensor_tick
 from sqlcmp_dagster.resources.storage import read_asset
@@ -149,9 +150,13 @@ def test_chunks_evaluate_every_case_as_the_library_does_and_show_per_case_verdic
     fail_filter = chunk_of("fail_filter", CHUNKS)
     assert "| fail_filter | fail | moderate issue | selection_predicate |" in metadata[fail_filter]["not_passed"].value
 
-    # the summary's failing cases link to their chunks' pages
+    # the summary's failing cases link to their chunks' pages; it is the library's summary of the reports in
+    # their ids' order (the store holds them in its own), ties and lists in the same order
     summary = materialize_summary(defs, instance)
     assert summary.success
+    assert read_asset(str(tmp_path / "store"), "case_reports")["case_id"].to_list() != sorted(reports)
+    assert json.dumps(summary.output_for_node("evaluation_summary")) == json.dumps(
+        summarize(sorted(reports.values(), key=lambda r: r.case_id)))
     failing = summary.get_asset_materialization_events()[0].materialization.metadata["failing_cases"].value
     assert f"[fail_filter](/assets/case_reports?view=partitions&partition={fail_filter})" in failing
     assert failures_table([reports["fail_filter"]]).count(f"partition={fail_filter})") == 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import polars as pl
@@ -287,11 +287,17 @@ def reports_from_frame(frame: pl.DataFrame) -> list[Report]:
 REPORTS_AT_ONCE = 2048
 
 
-def iter_reports(frame: pl.DataFrame) -> Iterator[Report]:
-    """The reports of a ``case_reports`` frame one after another, :data:`REPORTS_AT_ONCE` rows made into reports
-    at a time: a report object costs about 20 KB, ten times its row, so the 100,000 reports of a large suite
-    made at once held 2 GB beside their frame."""
-    for rows in frame.iter_slices(REPORTS_AT_ONCE):
+def iter_reports(frame: pl.DataFrame, *, by: str | None = None) -> Iterator[Report]:
+    """The reports of a ``case_reports`` frame one after another (with ``by``, in the order of that column, e.g.
+    ``"case_id"``), :data:`REPORTS_AT_ONCE` rows made into reports at a time: a report object costs about 20 KB,
+    ten times its row, so the 100,000 reports of a large suite made at once held 2 GB beside their frame; and a
+    slice is taken in order from the frame as it is, which sorted whole would be held twice."""
+    if by is None:
+        slices: Iterable[pl.DataFrame] = frame.iter_slices(REPORTS_AT_ONCE)
+    else:
+        order = frame[by].arg_sort()
+        slices = (frame[order.slice(start, REPORTS_AT_ONCE)] for start in range(0, frame.height, REPORTS_AT_ONCE))
+    for rows in slices:
         yield from reports_from_frame(rows)
 
 

@@ -85,13 +85,17 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         if kept is not None:
             return kept
         keys = context.asset_partition_keys
+        in_order = (context.definition_metadata or {}).get(IN_ORDER, True)
         if chunked():  # the chunks' cases: those of the stored ones that the chunks hold
-            return self.rows(context.asset_key.path, in_partitions(self.case_ids(context.asset_key.path), keys))
+            cases = in_partitions(self.case_ids(context.asset_key.path), keys)
+            if not in_order:
+                return stored_rows(folder, set(cases))
+            return self.rows(context.asset_key.path, cases)
         frame = stored_rows(folder, set(keys))
         if missing := sorted(set(keys) - set(frame["case_id"].to_list())):
             raise FileNotFoundError(f"{context.asset_key.to_user_string()} has no stored row for cases "
                                     f"{missing[:5]}: materialize them first")
-        return _in_order(frame, keys)
+        return _in_order(frame, keys, consume=True) if in_order else frame
 
     def heal(self, assets: Sequence[str], cases: Collection[str], removed: Collection[str],
              keep: Collection[str] | None = None) -> dict[str, set[str]]:
@@ -120,7 +124,7 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
             return _concat([])
         frame = stored_rows(asset_folder(self.base_path, asset, self.storage_options), set(cases))
         held = set(frame["case_id"].to_list())
-        return _in_order(frame, [case for case in cases if case in held])
+        return _in_order(frame, [case for case in cases if case in held], consume=True)
 
     def case_ids(self, asset: Sequence[str] | str) -> list[str]:
         """The ids of every case ``asset`` holds rows of (in no set order)."""
@@ -196,16 +200,29 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
         return chosen if chosen.height == len(keys) else None
 
 
+#: An input's metadata key (``dg.AssetIn(metadata={IN_ORDER: False})``): False loads the rows in the store's
+#: order rather than the partitions' (and their cases'), which spares a copy of the whole input: the summary over
+#: 100,000 case reports (516 MB as a frame) needed 1.3 GB ordered, 0.8 GB not (it orders them a slice at a time).
+IN_ORDER = "in_order"
+
 #: The folder of the store's chunk marks (one JSON object per chunk), beside the assets' folders.
 MARKS = "_case_marks"
 
 
-def _in_order(frame: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
-    """The rows of ``frame`` whose case is one of ``keys``, in the order of ``keys``."""
-    if frame["case_id"].to_list() == list(keys):
+def _in_order(frame: pl.DataFrame, keys: Sequence[str], *, consume: bool = False) -> pl.DataFrame:
+    """The rows of ``frame`` whose case is one of ``keys``, in the order of ``keys``.
+
+    With ``consume``, ``frame`` is emptied as its columns are ordered one by one, so that beside the rows only
+    one column is held twice: a join and sort of the whole frame held it three times (the 100,000 stored case
+    reports of the summary's input, 516 MB as a frame, took the step from 0.8 to 1.3 GB)."""
+    ids = frame["case_id"]
+    if ids.to_list() == list(keys):
         return frame
     order = pl.DataFrame({"case_id": keys, "_order": range(len(keys))})
-    return frame.join(order, on="case_id").sort("_order").drop("_order")
+    at = ids.to_frame().with_row_index("_at").join(order, on="case_id").sort("_order")["_at"]
+    if not consume:
+        return frame[at]
+    return pl.DataFrame([frame.drop_in_place(name).gather(at) for name in list(frame.columns)])
 
 
 def _run_of(context: dg.InputContext) -> str | None:
