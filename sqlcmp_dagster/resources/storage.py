@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, TypeGuard, TypeVar
+from typing import IO, Any, NamedTuple, TypeGuard, TypeVar
 
 import dagster as dg
 import polars as pl
@@ -561,7 +561,7 @@ def _store_remote(folder: UPath, frame: pl.DataFrame) -> None:
     cases are not counted as held by it). An older object that still holds some current cases keeps its rows
     of the others, which readers pass over. Two writers of the same case at once (which Dagster does not do: a
     partition is in one run at a time) would leave the newer name's row."""
-    batches, own = _listing(folder)
+    batches, own, _ = _listing(folder)
     newest = folder / next_batch_name(batches, unique=True)
     cases = frozenset(frame["case_id"].to_list())
     newest.write_bytes(_parquet_bytes(frame))
@@ -641,19 +641,19 @@ def _remote_rows(folder: UPath, keys: set[str] | None) -> pl.DataFrame:
     object that holds it; the objects needed are fetched at once (an object fetched once is not fetched again
     when the folder is listed again: its content never changes)."""
     fetched: dict[UPath, bytes] = {}
-    return _relisting(folder, lambda batches, own: _read_listed(batches, own, keys, fetched))
+    return _relisting(folder, lambda listed: _read_listed(listed.batches, listed.own, keys, fetched))
 
 
 _Listed = TypeVar("_Listed")
 
 
-def _relisting(folder: UPath, read: Callable[[list[UPath], dict[str, UPath]], _Listed]) -> _Listed:
+def _relisting(folder: UPath, read: Callable[[_Listing], _Listed]) -> _Listed:
     """``read`` of the folder's listing (:func:`_listing`), listed again, after a short wait growing each time,
     while an object listed is found removed (its cases are then in an object the next listing has)."""
     for attempt in range(_LISTINGS):
-        batches, own = _listing(folder)
+        listed = _listing(folder)
         try:
-            return read(batches, own)
+            return read(listed)
         except FileNotFoundError:
             time.sleep(0.01 * 2 ** attempt)
     raise FileNotFoundError(f"{folder}: its objects kept being replaced while read ({_LISTINGS} listings)")
@@ -692,7 +692,7 @@ def _read_listed(batches: list[UPath], own: dict[str, UPath], keys: set[str] | N
 
 def _remote_case_ids(folder: UPath) -> list[str]:
     """The ids of every case an object store's asset folder holds rows of."""
-    return _relisting(folder, lambda batches, own: sorted(set().union(*_held_by(batches).values(), own)))
+    return _relisting(folder, lambda listed: sorted(set().union(*_held_by(listed.batches).values(), listed.own)))
 
 
 def _heal_remote(folder: UPath, removed: set[str], keep: set[str] | None) -> set[str]:
@@ -702,7 +702,7 @@ def _heal_remote(folder: UPath, removed: set[str], keep: set[str] | None) -> set
     is copied as ``<name>.damaged`` and removed; which cases it held is not known, so every case that only older
     objects hold is counted as not held, to be materialized again (rather than read from an older row it may
     have replaced). A failure to reach the store is raised, never taken for damage."""
-    return _relisting(folder, lambda batches, own: _heal_listed(batches, own, _set_aside(folder), removed, keep))
+    return _relisting(folder, lambda listed: _heal_listed(*listed, removed, keep))
 
 
 def _heal_listed(batches: list[UPath], own: dict[str, UPath], aside: list[UPath], removed: set[str],
@@ -757,20 +757,25 @@ def _names(folder: UPath) -> list[str]:
         return []
 
 
-def _set_aside(folder: UPath) -> list[UPath]:
-    """The objects of steps' cases that healing set aside as ``<name>.damaged`` in ``folder``."""
-    return [folder / name for name in _names(folder)
-            if name.startswith(BATCH_PREFIX) and name.endswith(".parquet.damaged")]
+class _Listing(NamedTuple):
+    """An object store's asset folder as listed once (:func:`_listing`)."""
+
+    #: The objects of steps' cases, oldest first.
+    batches: list[UPath]
+    #: Cases' own objects (an earlier version's layout), by case id.
+    own: dict[str, UPath]
+    #: The objects of steps' cases that healing set aside as ``<name>.damaged``.
+    aside: list[UPath]
 
 
-def _listing(folder: UPath) -> tuple[list[UPath], dict[str, UPath]]:
-    """The folder's objects of steps' cases, oldest first, and cases' own objects (an earlier version's layout)
-    by case id (see :func:`_names`)."""
+def _listing(folder: UPath) -> _Listing:
+    """The folder's objects as the store has them now, in one listing (see :func:`_names`)."""
     names = _names(folder)
     batches = sorted(folder / name for name in names if name.startswith(BATCH_PREFIX) and name.endswith(".parquet"))
     own = {_case_of(name): folder / name for name in names
            if name.endswith(".parquet") and not name.startswith(BATCH_PREFIX)}
-    return batches, own
+    aside = [folder / name for name in names if name.startswith(BATCH_PREFIX) and name.endswith(".parquet.damaged")]
+    return _Listing(batches, own, aside)
 
 
 def _held_by(paths: Sequence[UPath], missing_ok: bool = False) -> dict[UPath, frozenset[str]]:
