@@ -16,7 +16,8 @@ started and ready before it, as they are already running in a deployment that ge
 evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
 
 ``--cases-per-run`` is the deployment's ``SQLCMP_CASES_PER_RUN``: how many runs the first load is split into,
-each a Celery task that one worker executes.
+each a Celery task that one worker executes (with ``--chunks N``, the deployment's ``SQLCMP_CASE_CHUNKS``: chunks
+per run, the partitions being N chunks of cases rather than one per case).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ def cli_seconds(suite: Path, db_dir: Path, work: Path) -> float:
 
 
 def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str, redis_url: str,
-                       cases_per_run: int, store: str | None) -> tuple[float, str]:
+                       cases_per_run: int, store: str | None, chunks: int = 0) -> tuple[float, str]:
     """Wall time of the deployment over ``suite`` (see the module's docstring) and its :func:`breakdown`."""
     import redis
 
@@ -81,7 +82,7 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
            "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store,
            "SQLCMP_EXECUTOR": "in_process", "SQLCMP_CELERY_BROKER": redis_url,
-           "SQLCMP_CASES_PER_RUN": str(cases_per_run)}
+           "SQLCMP_CASES_PER_RUN": str(cases_per_run), "SQLCMP_CASE_CHUNKS": str(chunks)}
     processes = Processes(work, env)
     try:
         processes.prepare(home)
@@ -148,7 +149,8 @@ def main() -> None:
     parser.add_argument("--db-dir", type=Path, help="its databases (default: $SQLCMP_SPIDER_DIR/database)")
     parser.add_argument("--pg-admin-url", required=True, help="a PostgreSQL role that may create databases")
     parser.add_argument("--redis-url", required=True, help="a Redis database the benchmark may empty")
-    parser.add_argument("--cases-per-run", type=int, default=520)
+    parser.add_argument("--cases-per-run", type=int, default=520, help="partitions per run: cases, or chunks")
+    parser.add_argument("--chunks", type=int, default=0, help="partitions of N chunks of cases (0: one per case)")
     parser.add_argument("--store", help="the case store's URL (default: a local folder of the run's own)")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()
@@ -157,9 +159,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cli_work, tempfile.TemporaryDirectory() as deployment_work:
             cli = cli_seconds(args.suite, db_dir, Path(cli_work))
             deployed, where = deployment_seconds(args.suite, db_dir, Path(deployment_work), args.pg_admin_url,
-                                                args.redis_url, args.cases_per_run, args.store)
+                                                args.redis_url, args.cases_per_run, args.store, args.chunks)
+        unit = f"chunks of {args.chunks}" if args.chunks else "cases"
         print(f"round {round_}: CLI --workers 2 {cli:.1f} s; Celery deployment (runs of <= {args.cases_per_run} "
-              f"cases, 2 workers) {deployed:.1f} s: {deployed / cli:.2f}x (target <= {TARGET:.0f}x)\n{where}",
+              f"{unit}, 2 workers) {deployed:.1f} s: {deployed / cli:.2f}x (target <= {TARGET:.0f}x)\n{where}",
               flush=True)
 
 

@@ -88,12 +88,12 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
     seen: dict[str, str] = {}
     for name, entry in files.items():
         errors += entry["errors"]
+        source = str(folder / name)
         for case_id, version in entry["cases"]:
             if case_id in seen:
-                errors.append(str(SuiteError(str(folder / name), 0, f"duplicate case_id {case_id!r} (first in "
-                                                                     f"{seen[case_id]})")))
+                errors.append(str(SuiteError(source, 0, f"duplicate case_id {case_id!r} (first in {seen[case_id]})")))
                 continue
-            seen[case_id] = str(folder / name)
+            seen[case_id] = source
             if (problem := partition_key_problem(case_id)) is not None:
                 unfit.append(f"case {case_id!r} is not evaluated in Dagster: its id {problem}")
             else:

@@ -10,6 +10,7 @@ that changes every case changes every chunk. No Dagster import here: the case st
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -40,9 +41,12 @@ def chunked() -> bool:
     return CASE_CHUNKS > 0
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def chunk_of(case_id: str, chunks: int) -> str:
     """The chunk of ``case_id`` among ``chunks``: ``chunk-<n>``, n from the first 8 bytes of the id's SHA-256
     (stable across processes and versions, unlike ``hash()``), zero-padded so that keys sort in number order.
+    Remembered for the last 262,144 ids: the case sensor asks for every case's chunk twice a tick (0.5 s of it
+    at 100,000 cases).
 
     >>> chunk_of("spider-0052", 200), chunk_of("spider-0052", 200) == chunk_of("spider-0052", 200)
     ('chunk-059', True)
