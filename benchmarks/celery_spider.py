@@ -15,9 +15,9 @@ server's start, the sensor's first tick, the run queue, every run on the workers
 started and ready before it, as they are already running in a deployment that gets a suite. The peer is ``sqlcmp
 evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
 
-``--cases-per-run`` is the deployment's ``SQLCMP_CASES_PER_RUN``: how many runs the first load is split into,
-each a Celery task that one worker executes (with ``--chunks N``, the deployment's ``SQLCMP_CASE_CHUNKS``: chunks
-per run, the partitions being N chunks of cases rather than one per case).
+``--chunks`` and ``--cases-per-run`` are the deployment's ``SQLCMP_CASE_CHUNKS`` and ``SQLCMP_CASES_PER_RUN``:
+by default docs/dagster.md's 16 chunks of cases in runs of 8 chunks (2 runs, each a Celery task that one worker
+executes); ``--chunks 0 --cases-per-run 520`` takes a partition per case, in runs of 520 cases.
 """
 
 from __future__ import annotations
@@ -119,6 +119,11 @@ def wait_for_workers(processes: Processes, timeout: float = 300) -> None:
         time.sleep(0.2)
 
 
+#: The events that mark a run's way from the queue to its first step, by the name printed.
+STAGES = {dg.DagsterEventType.RUN_ENQUEUED: "queued", dg.DagsterEventType.RUN_DEQUEUED: "taken from the queue",
+          dg.DagsterEventType.RUN_STARTING: "sent to a worker", dg.DagsterEventType.RUN_START: "begun by it"}
+
+
 def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: float) -> str:
     """Where a deployment's time went: per run, when it started after the daemon did, its length, and each
     step's length (from its STEP_START to its STEP_SUCCESS or STEP_FAILURE)."""
@@ -130,15 +135,19 @@ def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: 
         record = instance.get_run_record_by_id(run.run_id)
         begun, ended = (record.start_time or origin), (record.end_time or origin)
         steps: dict[str, float] = {}
+        stages: dict[str, float] = {}
         for entry in instance.all_logs(run.run_id):
             event = entry.dagster_event
+            if event is not None and event.event_type in STAGES:
+                stages.setdefault(STAGES[event.event_type], entry.timestamp - origin)
             if event is None or event.step_key is None:
                 continue
             if event.event_type == dg.DagsterEventType.STEP_START:
                 steps[event.step_key] = -entry.timestamp
             elif event.event_type in (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE):
                 steps[event.step_key] = steps.get(event.step_key, 0.0) + entry.timestamp
-        lines.append(f"  run {run.run_id[:8]}: started at +{begun - origin:.1f} s, took {ended - begun:.1f} s; "
+        lines.append(f"  run {run.run_id[:8]}: " + ", ".join(f"{stage} +{at:.1f} s" for stage, at in stages.items())
+                     + f"; started at +{begun - origin:.1f} s, took {ended - begun:.1f} s; "
                      + ", ".join(f"{step} {seconds:.1f} s" for step, seconds in steps.items()))
     return "\n".join(lines)
 
@@ -149,8 +158,8 @@ def main() -> None:
     parser.add_argument("--db-dir", type=Path, help="its databases (default: $SQLCMP_SPIDER_DIR/database)")
     parser.add_argument("--pg-admin-url", required=True, help="a PostgreSQL role that may create databases")
     parser.add_argument("--redis-url", required=True, help="a Redis database the benchmark may empty")
-    parser.add_argument("--cases-per-run", type=int, default=520, help="partitions per run: cases, or chunks")
-    parser.add_argument("--chunks", type=int, default=0, help="partitions of N chunks of cases (0: one per case)")
+    parser.add_argument("--chunks", type=int, default=16, help="partitions of N chunks of cases (0: one per case)")
+    parser.add_argument("--cases-per-run", type=int, default=8, help="partitions per run: chunks, or cases")
     parser.add_argument("--store", help="the case store's URL (default: a local folder of the run's own)")
     parser.add_argument("--rounds", type=int, default=1)
     args = parser.parse_args()

@@ -523,3 +523,22 @@ def test_a_large_object_is_never_merged(tmp_path: Path, monkeypatch: pytest.Monk
     assert len(list(folder.glob("*.parquet"))) <= 1 + 17
     table = pl.scan_parquet(folder / "*.parquet").collect()
     assert table.height == 5040 and table["case_id"].n_unique() == 5040
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_chunk_marks_are_written_and_read_together_by_chunk(where: str, tmp_path: Path,
+                                                            request: pytest.FixtureRequest) -> None:
+    """A run's chunks' marks are written in one call and read in one (on an object store: requests sent together,
+    a chunk with no marks left out), each chunk's as it was written."""
+    from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
+
+    base = f"s3://{request.getfixturevalue('bucket')}/store" if where == "s3" else str(tmp_path / "store")
+    store = PartitionedParquetIOManager(base_path=base)
+    assert store.chunk_marks(["chunk-1", "chunk-2"]) == {}
+    store.put_case_marks({"chunk-1": {"a": ["v1", True]}, "chunk-2": {"b": ["v2", False], "c": ["v3", True]}})
+    store.put_case_marks({"chunk-2": {"b": ["v2", True]}})  # the whole chunk, replaced
+    assert store.chunk_marks(["chunk-1", "chunk-2", "chunk-9"]) == {"chunk-1": {"a": ["v1", True]},
+                                                                     "chunk-2": {"b": ["v2", True]}}
+    assert store.case_marks(["chunk-2", "chunk-9"]) == {"b": ["v2", True]}
+    store.drop_case_marks(["chunk-1"])
+    assert store.case_marks(["chunk-1", "chunk-2"]) == {"b": ["v2", True]}

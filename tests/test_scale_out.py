@@ -10,7 +10,6 @@ docs/dagster.md's ("Scale-out"). The reports must equal those of the in-process 
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -27,6 +26,7 @@ import yaml
 
 from conftest import service
 from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START
+from sqlcmp_dagster.cases.chunks import chunk_of
 from sqlcmp_dagster.cases.sample import sample_suite_path
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -59,8 +59,9 @@ RUN_LAUNCHER = {"run_launcher": {"module": "dagster_celery.launcher", "class": "
 #: by its first run, and a run taken from the broker only when that process is free: by default a busy worker
 #: also holds the next task, while the other worker may have none.
 WORKER_OPTIONS = ("-i", "sqlcmp_dagster.definitions", "--", "--concurrency=1", "--disable-prefetch")
-#: Spider dev's 1,034 cases: two runs, one per worker.
-CASES_PER_RUN = 520
+#: Spider dev's 1,034 cases as docs/dagster.md's deployment takes them: 16 chunks of cases (a partition each), in
+#: two runs of 8 chunks, one per worker.
+CHUNKS, CHUNKS_PER_RUN = 16, 8
 #: Clock limits of the sampled cases, far above what any of them needs even on a heavily loaded machine. The
 #: engine's clocks are safety caps (a query's timeout, the case's budget, the fix search's and the neighbor
 #: search's share of it): a case that hits one says so in its report, so on a machine slow enough to hit one
@@ -249,7 +250,8 @@ def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
     case_ids = _spider_dev(spider_suites, cases)
     store = f"s3://{bucket}/store"
     env = _environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="in_process",
-                       SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN=str(CASES_PER_RUN))
+                       SQLCMP_CELERY_BROKER=broker, SQLCMP_CASE_CHUNKS=str(CHUNKS),
+                       SQLCMP_CASES_PER_RUN=str(CHUNKS_PER_RUN))
     processes = Processes(tmp_path, env)
     try:
         processes.prepare(dagster_home)
@@ -258,14 +260,14 @@ def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
         # sensor's first tick, the run queue), and the reports must not depend on the machine's load.
         in_process = _in_process_reports(cases, spider_suites["db_dir"], tmp_path / "local_store")
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
-            runs = _wait_for_sensor_runs(instance, math.ceil(len(case_ids) / CASES_PER_RUN), processes)
+            runs = _wait_for_sensor_runs(instance, CHUNKS // CHUNKS_PER_RUN, processes)
             assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS] * len(runs), processes.logs()
             assert {run.job_name for run in runs} == {"evaluation_job"}
             ranges = [(run.tags[RANGE_START], run.tags[RANGE_END]) for run in runs]
             order = instance.get_dynamic_partitions("cases")
             spans = sorted(order[order.index(start):order.index(end) + 1] for start, end in ranges)
-            assert [len(span) for span in spans] == [CASES_PER_RUN, len(case_ids) - CASES_PER_RUN]  # multi_run(N)
-            assert sorted(key for span in spans for key in span) == sorted(case_ids)  # every case once
+            assert [len(span) for span in spans] == [CHUNKS_PER_RUN, CHUNKS - CHUNKS_PER_RUN]  # multi_run(N)
+            assert sorted(key for span in spans for key in span) == sorted({chunk_of(case, CHUNKS) for case in case_ids})
             # Each run was one Celery task: its steps ran in the pool process of the worker that took it.
             pids = {run.run_id: {entry.dagster_event.pid for entry in
                                  instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)}

@@ -46,8 +46,7 @@ def begin(context: dg.AssetExecutionContext, asset: str, versions: dict[str, str
     by_chunk: dict[str, dict[str, list[Any]]] = {key: {} for key in context.partition_keys}
     for case, version in versions.items():
         by_chunk.setdefault(partition_of(case), {})[case] = [version, case in kept]
-    for chunk, chunk_marks in by_chunk.items():
-        store.put_case_marks(chunk, chunk_marks)
+    store.put_case_marks(by_chunk)
     context.log.info(f"{asset}: {len(kept):,} of {len(versions):,} case(s) unchanged, reused")
     return stored
 
@@ -89,7 +88,6 @@ def complete(context: dg.AssetExecutionContext, frame: pl.DataFrame) -> None:
     """Mark the cases of ``frame`` (the stored ``case_reports`` of the run) complete at their marked versions."""
     store = store_of(context)
     written = set(frame["case_id"].to_list())
-    for chunk in context.partition_keys:
-        marks = store.case_marks([chunk])
-        if any(case in written and not mark[1] for case, mark in marks.items()):
-            store.put_case_marks(chunk, {case: [mark[0], mark[1] or case in written] for case, mark in marks.items()})
+    store.put_case_marks({chunk: {case: [mark[0], mark[1] or case in written] for case, mark in marks.items()}
+                          for chunk, marks in store.chunk_marks(context.partition_keys).items()
+                          if any(case in written and not mark[1] for case, mark in marks.items())})

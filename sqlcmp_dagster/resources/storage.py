@@ -139,21 +139,24 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
     def case_marks(self, partitions: Iterable[str]) -> dict[str, list[Any]]:
         """What the chunks ``partitions`` record of their cases (:mod:`sqlcmp_dagster.assets.chunked`): case id ->
         [data version, whether every layer holds its rows at that version]; nothing for a chunk never run."""
-        marks: dict[str, list[Any]] = {}
-        for partition in partitions:
-            path = asset_folder(self.base_path, MARKS, self.storage_options) / f"{_file_name(partition)}.json"
-            try:
-                marks.update(json.loads(path.read_bytes()))
-            except FileNotFoundError:
-                continue
-        return marks
+        return {case: mark for marks in self.chunk_marks(partitions).values() for case, mark in marks.items()}
 
-    def put_case_marks(self, partition: str, marks: dict[str, list[Any]]) -> None:
-        """Record ``marks`` (see :meth:`case_marks`) as everything the chunk ``partition`` holds."""
+    def chunk_marks(self, partitions: Iterable[str]) -> dict[str, dict[str, list[Any]]]:
+        """:meth:`case_marks` by chunk, for the chunks that have marks; on an object store, fetched at once (a
+        request each, sent together: a run of 8 chunks reads them in each of its 7 steps)."""
+        folder = asset_folder(self.base_path, MARKS, self.storage_options)
+        paths = {partition: folder / f"{_file_name(partition)}.json" for partition in partitions}
+        contents = _fetch(list(paths.values()), missing_ok=True)
+        return {partition: json.loads(contents[path]) for partition, path in paths.items() if path in contents}
+
+    def put_case_marks(self, marks: dict[str, dict[str, list[Any]]]) -> None:
+        """Record each chunk's marks (chunk -> its :meth:`case_marks`) as everything the chunk holds; on an object
+        store, written at once."""
         folder = asset_folder(self.base_path, MARKS, self.storage_options)
         if _local(folder):
             Path(folder.path).mkdir(parents=True, exist_ok=True)
-        _write(folder / f"{_file_name(partition)}.json", json.dumps(marks, sort_keys=True).encode())
+        _write_all({folder / f"{_file_name(partition)}.json": json.dumps(chunk, sort_keys=True).encode()
+                    for partition, chunk in marks.items()})
 
     def drop_case_marks(self, partitions: Iterable[str]) -> None:
         """Remove the marks of the chunks ``partitions`` (deleted partitions: every case of theirs left the suite,
@@ -517,11 +520,19 @@ def _local_path(path: Path | UPath) -> Path:
 
 
 def _write(path: UPath, data: bytes) -> None:
-    if _local(path):
-        with atomic_path(Path(path.path)) as partial:
-            partial.write_bytes(data)
-    else:
-        path.write_bytes(data)
+    _write_all({path: data})
+
+
+def _write_all(contents: dict[UPath, bytes]) -> None:
+    """Write each object of ``contents`` whole (a local file through :func:`atomic_path`); on an object store, in
+    one call of the filesystem's ``pipe``, which sends the requests together."""
+    remote = {path: data for path, data in contents.items() if not _local(path)}
+    for path, data in contents.items():
+        if _local(path):
+            with atomic_path(Path(path.path)) as partial:
+                partial.write_bytes(data)
+    if remote:
+        next(iter(remote)).fs.pipe({path.path: data for path, data in remote.items()})
 
 
 # An object store (see the module docstring). Its objects are written once and never rewritten: a change to one
@@ -894,15 +905,26 @@ def _decoded(path: UPath, data: bytes) -> pl.DataFrame:
     return _readable(path, lambda _: pl.read_parquet(io.BytesIO(data)))
 
 
-def _fetch(paths: list[UPath]) -> dict[UPath, bytes]:
+def _fetch(paths: list[UPath], missing_ok: bool = False) -> dict[UPath, bytes]:
     """The content of every object of ``paths``, fetched at once (fsspec's ``cat``: a request each, sent
-    concurrently); a missing one raises ``FileNotFoundError``."""
+    concurrently; local files read one by one); a missing one raises ``FileNotFoundError``, or with
+    ``missing_ok`` is left out."""
     if not paths:
         return {}
-    contents = paths[0].fs.cat([path.path for path in paths], on_error="return")
+    if _local(paths[0]):
+        contents: dict[str, bytes | Exception] = {}
+        for path in paths:
+            try:
+                contents[path.path] = Path(path.path).read_bytes()
+            except FileNotFoundError as error:
+                contents[path.path] = error
+    else:
+        contents = paths[0].fs.cat([path.path for path in paths], on_error="return")
     fetched = {}
     for path in paths:
-        content = contents[path.path]
+        content = contents.get(path.path, FileNotFoundError(path.path))
+        if isinstance(content, FileNotFoundError) and missing_ok:
+            continue
         if isinstance(content, Exception):
             raise content
         fetched[path] = content
