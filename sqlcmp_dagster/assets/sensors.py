@@ -19,6 +19,7 @@ from sqlcmp_dagster.cases import chunks
 from sqlcmp_dagster.cases.chunks import partition_key_problem, partition_of, partition_versions
 from sqlcmp_dagster.assets.suite_scan import SCAN_OBJECT, scan_suite
 from sqlcmp_dagster.cases.suite import Suite
+from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.escaping import terminal_text
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
@@ -248,5 +249,9 @@ def case_sensor(context: dg.SensorEvaluationContext, cases: CaseSuiteResource,
                 database: DatabaseResource, case_store: PartitionedParquetIOManager) -> dg.SensorResult:
     instance = context.instance
     existing = instance.get_dynamic_partitions(CASES_PARTITIONS)
-    return changed_case_runs(cases, database, existing, context.cursor,
-                             lambda ids: request_outcomes(instance, ids), context.log.warning, case_store)
+    # a tick over 100,000 cases makes millions of objects (the scan, the versions), and each full collection the
+    # default thresholds start walks the whole process: 0-5 of them made an edited case's tick 1.4-2.9 s in a
+    # fresh process, and 5.0 s in one holding a 1 GB heap (benchmarks/dagster_scale.py)
+    with batch_collector():
+        return changed_case_runs(cases, database, existing, context.cursor,
+                                 lambda ids: request_outcomes(instance, ids), context.log.warning, case_store)
