@@ -87,7 +87,7 @@ def dagster_part(folder: Path, db_dir: Path, work: Path, max_runs: int | None = 
     from sqlcmp_dagster.resources.storage import PartitionedParquetIOManager
 
     home = work / "dagster_home"
-    home.mkdir()
+    home.mkdir(parents=True)
     (home / "dagster.yaml").write_text(json.dumps(local_instance(str(home / "history" / "runs"))), encoding="utf-8")
     defs = build_definitions(cases_dir=str(folder), db_dir=str(db_dir), storage_dir=str(work / "store"))
     figures: dict[str, float] = {}
