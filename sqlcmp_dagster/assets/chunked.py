@@ -88,6 +88,8 @@ def complete(context: dg.AssetExecutionContext, frame: pl.DataFrame) -> None:
     """Mark the cases of ``frame`` (the stored ``case_reports`` of the run) complete at their marked versions."""
     store = store_of(context)
     written = set(frame["case_id"].to_list())
-    store.put_case_marks({chunk: {case: [mark[0], mark[1] or case in written] for case, mark in marks.items()}
-                          for chunk, marks in store.chunk_marks(context.partition_keys).items()
-                          if any(case in written and not mark[1] for case, mark in marks.items())})
+    changed: dict[str, dict[str, list[Any]]] = {}
+    for chunk, marks in store.chunk_marks(context.partition_keys).items():
+        if any(case in written and not mark[1] for case, mark in marks.items()):
+            changed[chunk] = {case: [mark[0], mark[1] or case in written] for case, mark in marks.items()}
+    store.put_case_marks(changed)

@@ -352,9 +352,9 @@ def _settle(folder: Path, batches: list[Path], newest: Path, newest_cases: set[s
     newest, an object loses the cases a newer one holds (rewritten without them, or removed when nothing is
     left), and a case's own object goes when an object of steps holds the case. This also repairs what a write
     that stopped between its two writes left. Past :data:`_MAX_BATCHES` objects of fewer than
-    :data:`MERGE_BELOW_CASES` cases, those of them with the newest object's columns and types are merged into one (written first, then the others removed; objects an earlier version
-    wrote with other columns keep them until their cases are stored again, rather than have their types unified
-    with the newest)."""
+    :data:`MERGE_BELOW_CASES` cases, those of them with the newest object's columns and types are merged into one
+    (written first, then the others removed; objects an earlier version wrote with other columns keep them until
+    their cases are stored again, rather than have their types unified with the newest)."""
     seen = set(newest_cases)
     kept = [newest]
     counts = {newest: len(newest_cases)}
@@ -403,10 +403,8 @@ def _case_ids(path: Path) -> frozenset[str]:
     took 6-7.6 s at 100,000 cases in 40 objects per asset, and a tick now reads only the objects written since.
     """
     key = _local_key(path)
-    with _HELD_LOCK:
-        if (cases := _HELD.get(key)) is not None:
-            _HELD.move_to_end(key)
-            return cases
+    if (cases := _recall_held(key)) is not None:
+        return cases
     cases = frozenset(_readable(path, lambda p: pl.read_parquet(p, columns=["case_id"]))["case_id"].to_list())
     _remember_held(key, cases)
     return cases
@@ -526,13 +524,16 @@ def _write(path: UPath, data: bytes) -> None:
 def _write_all(contents: dict[UPath, bytes]) -> None:
     """Write each object of ``contents`` whole (a local file through :func:`atomic_path`); on an object store, in
     one call of the filesystem's ``pipe``, which sends the requests together."""
-    remote = {path: data for path, data in contents.items() if not _local(path)}
+    remote: dict[str, bytes] = {}
     for path, data in contents.items():
         if _local(path):
             with atomic_path(Path(path.path)) as partial:
                 partial.write_bytes(data)
+        else:
+            remote[path.path] = data
+            filesystem = path.fs
     if remote:
-        next(iter(remote)).fs.pipe({path.path: data for path, data in remote.items()})
+        filesystem.pipe(remote)
 
 
 # An object store (see the module docstring). Its objects are written once and never rewritten: a change to one
@@ -602,11 +603,11 @@ MERGE_AFTER_SECONDS = 600
 def _merge_remote(batches: list[UPath], held: dict[UPath, frozenset[str]], newest_cases: frozenset[str],
                   schema: pl.Schema) -> None:
     """Merge an object store's objects of steps' cases (``batches``, oldest first, then one holding
-    ``newest_cases``) named more than :data:`MERGE_AFTER_SECONDS` ago, holding fewer than :data:`MERGE_BELOW_CASES` and with
-    the newest's columns into one,
-    so that one-case runs do not pile up objects: the merged object holds each case's rows from the newest of
-    them, but not those of cases a newer object holds, and is named to sort right after the newest of them
-    (see :data:`_REPLACED`), where each of its rows is still the newest; then they are removed.
+    ``newest_cases``) named more than :data:`MERGE_AFTER_SECONDS` ago, holding fewer than
+    :data:`MERGE_BELOW_CASES` cases and with the newest's columns, into one, so that one-case runs do not pile up
+    objects: the merged object holds each case's rows from the newest of them, but not those of cases a newer
+    object holds, and is named to sort right after the newest of them (see :data:`_REPLACED`), where each of its
+    rows is still the newest; then they are removed.
 
     Why the merged rows stay the newest without turns: a step's object is named just before it is written, so
     no write still under way was named before objects that old (for clocks that agree within the age); a copy
@@ -797,13 +798,11 @@ def _held_by(paths: Sequence[UPath], missing_ok: bool = False) -> dict[UPath, fr
     with ``missing_ok`` is left out."""
     held: dict[UPath, frozenset[str]] = {}
     unknown = []
-    with _HELD_LOCK:
-        for path in paths:
-            if (cases := _HELD.get(_key(path))) is not None:
-                _HELD.move_to_end(_key(path))
-                held[path] = cases
-            else:
-                unknown.append(path)
+    for path in paths:
+        if (cases := _recall_held(_key(path))) is not None:
+            held[path] = cases
+        else:
+            unknown.append(path)
     if unknown:
         with ThreadPoolExecutor(min(_READERS, len(unknown))) as pool:
             for path, cases in zip(unknown, pool.map(lambda p: _read_held(p, missing_ok), unknown)):
@@ -872,6 +871,15 @@ def _key(path: UPath) -> str:
     """The URL of ``path`` with its filesystem's options (the same bucket path on two endpoints is two
     objects)."""
     return f"{path}|{json.dumps(path.storage_options, sort_keys=True, default=str)}"
+
+
+def _recall_held(key: str) -> frozenset[str] | None:
+    """The cases :data:`_HELD` remembers of the object it knows by ``key`` (:func:`_key`, :func:`_local_key`),
+    now the most recently used; None when it does not."""
+    with _HELD_LOCK:
+        if (cases := _HELD.get(key)) is not None:
+            _HELD.move_to_end(key)
+        return cases
 
 
 def _remember_held(key: str, cases: frozenset[str], schema: pl.Schema | None = None) -> None:
