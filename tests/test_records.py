@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,20 @@ def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
     found, _, _ = diagnostic_layer(restored, index, structures[index], results[index], database)
     stored = pl.DataFrame([diagnostics_row(found)], schema=DIAGNOSTICS).row(0, named=True)
     assert diagnostics_from_row(stored) == found
+
+
+def test_records_stored_with_result_sets_as_ipc_files_still_read(sample_dir: Path) -> None:
+    """Records written before result sets were stored as IPC streams hold IPC files: they read back the same."""
+    case = next(c for c in load_suite(sample_suite_path()).cases if c.case_id == "fail_rounding")
+    evaluator = Evaluator(db_dir=sample_dir)
+    text, frames = validation_record(validate(case, *evaluator.open(case)))
+    assert all(frames) and not any(blob.startswith(b"ARROW1") for blob in frames)
+    as_files = []
+    for blob in frames:
+        buffer = io.BytesIO()
+        pl.read_ipc_stream(io.BytesIO(blob)).write_ipc(buffer)
+        as_files.append(buffer.getvalue())
+    assert validation_record(validation_from_record(text, as_files)) == (text, frames)
 
 
 def _stored(value: dict[str, object], dtype: pl.DataType) -> dict[str, object]:

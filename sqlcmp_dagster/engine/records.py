@@ -1,7 +1,7 @@
 """Layer outputs as plain records, so that each layer can be stored (one Parquet row per case) and resumed.
 
 The Dagster assets persist what one layer computed and the next layer reads it back instead of recomputing
-it: ASTs travel as sqlglot's JSON dump, result sets as Arrow IPC bytes (types intact), comparisons as dicts.
+it: ASTs travel as sqlglot's JSON dump, result sets as Arrow IPC stream bytes (types intact), comparisons as dicts.
 Every ``*_record`` function has its ``*_from_record`` inverse; the round trip is exact (tested).
 """
 
@@ -85,18 +85,32 @@ def _side_from_payload(payload: dict[str, Any], blob: bytes) -> Side:
         record = payload["execution"]
         relation = None
         if record["names"] is not None:
-            relation = Relation(pl.read_ipc(io.BytesIO(blob)), list(record["names"]), record["truncated"])
+            relation = Relation(_frame_of(blob), list(record["names"]), record["truncated"])
         error = ExecutionError.model_validate(record["error"]) if record["error"] else None
         execution = Execution(record["success"], relation, error, record["elapsed_ms"], list(record["warnings"]))
     return Side(payload["sql"], parsed, execution, payload["pre_materialized"])
 
 
+#: How an Arrow IPC *file* begins: records written before 2026-12-07 hold files, later ones streams.
+_IPC_FILE_MAGIC = b"ARROW1"
+
+
 def _frame_bytes(relation: Relation | None) -> bytes:
+    """A result set as an Arrow IPC stream. Not the IPC file format: polars writes and reads a file through its
+    streaming engine, 260 and 420 us for a Spider-sized result against 9 and 21 us for a stream, and a step of
+    Spider dev writes 1,034 cases' two results (half a second of the executions step)."""
     if relation is None:
         return b""
     buffer = io.BytesIO()
-    relation.frame.write_ipc(buffer)
+    relation.frame.write_ipc_stream(buffer)
     return buffer.getvalue()
+
+
+def _frame_of(blob: bytes) -> pl.DataFrame:
+    """The result set of :func:`_frame_bytes`'s blob, or of a stored record's IPC file."""
+    if blob.startswith(_IPC_FILE_MAGIC):
+        return pl.read_ipc(io.BytesIO(blob))
+    return pl.read_ipc_stream(io.BytesIO(blob))
 
 
 # --- Typed layer tables -------------------------------------------------------------------------------------
