@@ -10,9 +10,9 @@ start (tests/test_scale_out.py's :class:`Processes`): PostgreSQL run/event/sched
 ``--redis-url`` (emptied before and after), each run executed whole by the worker that takes it, the daemon
 running the case sensor, and the case store ``--store`` (default: a local folder; an object store's URL such as
 ``s3://bucket/prefix`` with its ``AWS_*`` variables set). Its time runs from the daemon's start to the moment
-every case's report is in the store and every run of the case sensor has ended: the daemon's and its code
-server's start, the sensor's first tick, the run queue, every run on the workers, and storing. The workers are
-started and ready before it, as they are already running in a deployment that gets a suite. The peer is ``sqlcmp
+every case's report is in the store and every run of the case sensor has ended: the daemon's start, the sensor's
+first tick, the run queue, every run on the workers, and storing. The workers and the code server are started
+and ready before it, as they are already running in a deployment that gets a suite. The peer is ``sqlcmp
 evaluate --workers 2 --no-cache`` over the same suite, in the same run; ``--rounds`` alternates the two.
 
 ``--chunks`` and ``--cases-per-run`` are the deployment's ``SQLCMP_CASE_CHUNKS`` and ``SQLCMP_CASES_PER_RUN``:
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the deployment the scale-out tests st
 import dagster as dg
 import sqlalchemy as sa
 import yaml
-from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, WORKERS, Processes
+from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, WORKERS, Processes, free_port
 
 from sqlcmp_dagster.event_log_postgres import postgres_instance
 from sqlcmp_dagster.resources.storage import read_asset
@@ -82,13 +82,14 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
            "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store,
            "SQLCMP_EXECUTOR": "in_process", "SQLCMP_CELERY_BROKER": redis_url,
-           "SQLCMP_CASES_PER_RUN": str(cases_per_run), "SQLCMP_CASE_CHUNKS": str(chunks)}
+           "SQLCMP_CODE_SERVER_PORT": str(free_port()), "SQLCMP_CASES_PER_RUN": str(cases_per_run),
+           "SQLCMP_CASE_CHUNKS": str(chunks)}
     processes = Processes(work, env)
     try:
         processes.prepare(home)
         wait_for_workers(processes)
         started = time.perf_counter()
-        processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        processes.start_daemon()
         with dg.DagsterInstance.from_config(str(home)) as instance:
             while True:
                 time.sleep(0.25)  # the end is known to a quarter of a second
@@ -129,8 +130,8 @@ def breakdown(instance: dg.DagsterInstance, runs: list[dg.DagsterRun], started: 
     step's length (from its STEP_START to its STEP_SUCCESS or STEP_FAILURE)."""
     origin = time.time() - (time.perf_counter() - started)
     created = min(instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp() for run in runs)
-    lines = [(f"  the case sensor's first run created at +{created - origin:.1f} s (the daemon's and its code "
-             f"server's start, the first tick: hashing every case, adding the partitions)")]
+    lines = [(f"  the case sensor's first run created at +{created - origin:.1f} s (the daemon's start, the first "
+             f"tick: hashing every case, adding the partitions)")]
     for run in sorted(runs, key=lambda r: r.run_id):
         record = instance.get_run_record_by_id(run.run_id)
         begun, ended = (record.start_time or origin), (record.end_time or origin)

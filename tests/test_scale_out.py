@@ -13,6 +13,7 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -59,6 +60,12 @@ RUN_LAUNCHER = {"run_launcher": {"module": "dagster_celery.launcher", "class": "
 #: by its first run, and a run taken from the broker only when that process is free: by default a busy worker
 #: also holds the next task, while the other worker may have none.
 WORKER_OPTIONS = ("-i", "sqlcmp_dagster.definitions", "--", "--concurrency=1", "--disable-prefetch")
+#: The deployment's workspace: the code location served by its own code server, which the daemon (and a
+#: webserver) use instead of each starting one as they start.
+WORKSPACE = "deploy/workspace.yaml"
+#: The code server's command line, but for its port (``SQLCMP_CODE_SERVER_PORT``, which the workspace names).
+CODE_SERVER_OPTIONS = ("-m", "sqlcmp_dagster.definitions", "-a", "defs", "--location-name",
+                       "sqlcmp_dagster.definitions", "-h", "127.0.0.1")
 #: Spider dev's 1,034 cases as docs/dagster.md's deployment takes them: 16 chunks of cases (a partition each), in
 #: two runs of 8 chunks, one per worker.
 CHUNKS, CHUNKS_PER_RUN = 16, 8
@@ -108,7 +115,7 @@ def broker() -> Iterator[str]:
 
 
 class Processes:
-    """Long-running commands of a deployment (workers, the daemon), each in a session of its own so that it stops
+    """Long-running commands of a deployment (workers, the code server, the daemon), each in a session of its own so that it stops
     with every child it started; their output goes to a log file each, shown when a wait times out."""
 
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
@@ -123,14 +130,31 @@ class Processes:
         self.started.append((process, log))
 
     def prepare(self, home: Path) -> None:
-        """docs/dagster.md's deployment up to the daemon: the storage's tables, the two workers, the case sensor
-        turned on. The tables first, by one process: Dagster's PostgreSQL storage creates missing tables as an
-        instance opens, and instances opening at once on a fresh database race (DuplicateTable)."""
+        """docs/dagster.md's deployment up to the daemon: the storage's tables, the two workers, the code server
+        (ready: it answers the daemon's first request), the case sensor turned on. The tables first, by one
+        process: Dagster's PostgreSQL storage creates missing tables as an instance opens, and instances opening
+        at once on a fresh database race (DuplicateTable)."""
         self.dagster("instance", "migrate")
         for name in WORKERS:
             self.start(name, str(BIN / "dagster-celery"), "worker", "start", "-A", "dagster_celery.app",
                        "-y", str(home / "celery.yaml"), "-n", name, *WORKER_OPTIONS)
-        self.dagster("sensor", "start", "case_sensor", "-w", "workspace.yaml")
+        self.start("code-server", str(BIN / "dagster"), "code-server", "start", *CODE_SERVER_OPTIONS,
+                   "-p", self.env["SQLCMP_CODE_SERVER_PORT"])
+        self.wait_for_code_server()
+        self.dagster("sensor", "start", "case_sensor", "-w", WORKSPACE)
+
+    def start_daemon(self) -> None:
+        """The daemon, on the code server: the last command of the deployment."""
+        self.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", WORKSPACE)
+
+    def wait_for_code_server(self, timeout: float = 300) -> None:
+        """Return once the code server answers docs/dagster.md's health check."""
+        deadline = time.monotonic() + timeout
+        check = [str(BIN / "dagster"), "api", "grpc-health-check", "-p", self.env["SQLCMP_CODE_SERVER_PORT"]]
+        while subprocess.run(check, env=self.env, capture_output=True, check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the code server did not answer in {timeout:.0f} s:\n{self.logs()}")
+            time.sleep(0.2)
 
     def dagster(self, *command: str) -> None:
         """A ``dagster`` command in the deployment's environment, which must succeed."""
@@ -162,7 +186,16 @@ class Processes:
 
 def _environment(home: Path, cases: Path, db_dir: Path, store: str, **extra: str) -> dict[str, str]:
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
-            "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store, **extra}
+            "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store,
+            "SQLCMP_CODE_SERVER_PORT": str(free_port()), **extra}
+
+
+def free_port() -> int:
+    """A loopback TCP port that nothing listens on now (the code server's)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _comparable(value: Any) -> Any:
@@ -255,7 +288,7 @@ def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
     processes = Processes(tmp_path, env)
     try:
         processes.prepare(dagster_home)
-        processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        processes.start_daemon()
         # The reference run meanwhile: the deployment spends much of its time waiting (process starts, the
         # sensor's first tick, the run queue), and the reports must not depend on the machine's load.
         in_process = _in_process_reports(cases, spider_suites["db_dir"], tmp_path / "local_store")
@@ -389,7 +422,7 @@ def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, s
     processes = Processes(tmp_path, env)
     try:
         processes.prepare(dagster_home)
-        processes.start("daemon", str(BIN / "dagster-daemon"), "run", "-w", "workspace.yaml")
+        processes.start_daemon()
         with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
             _kill_the_worker_of(instance, processes, "slow", "executions")
             deadline = time.monotonic() + 1500
