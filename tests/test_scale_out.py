@@ -56,10 +56,13 @@ RUN_LAUNCHER = {"run_launcher": {"module": "dagster_celery.launcher", "class": "
                                  "config": {"broker": {"env": "SQLCMP_CELERY_BROKER"},
                                             "backend": {"env": "SQLCMP_CELERY_BROKER"}}},
                 "run_queue": {"max_concurrent_runs": len(WORKERS), "dequeue_interval_seconds": 1}}
-#: Each worker: one process (a run at a time), the code location imported once as it starts (``-i``) rather than
-#: by its first run, and a run taken from the broker only when that process is free: by default a busy worker
-#: also holds the next task, while the other worker may have none.
-WORKER_OPTIONS = ("-i", "sqlcmp_dagster.definitions", "--", "--concurrency=1", "--disable-prefetch")
+#: Each worker: one process (a run at a time), the code location and the instance's PostgreSQL storage imported
+#: once as it starts (``-i``) rather than by its first run (each run's task opens an instance of its own: with the
+#: storage's modules to import, the first run began about a second after a worker took it), and a run taken from
+#: the broker only when that process is free: by default a busy worker also holds the next task, while the other
+#: worker may have none.
+WORKER_OPTIONS = ("-i", "sqlcmp_dagster.definitions", "-i", "sqlcmp_dagster.event_log_postgres", "--",
+                  "--concurrency=1", "--disable-prefetch")
 #: The deployment's workspace: the code location served by its own code server, which the daemon (and a
 #: webserver) use instead of each starting one as they start.
 WORKSPACE = "deploy/workspace.yaml"
