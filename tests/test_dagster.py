@@ -22,7 +22,7 @@ import pytest
 from conftest import JUDGE_PASS
 from sqlcmp_dagster.assets import LAYERS, evaluation_summary
 from sqlcmp_dagster.assets.case_reports import CASE_VERDICT
-from sqlcmp_dagster.assets.common import RANGE_END, RANGE_START, case_reports_key, cases_partitions
+from sqlcmp_dagster.assets.common import LAYER_ASSETS, RANGE_END, RANGE_START, case_reports_key, cases_partitions
 from sqlcmp_dagster.assets.evaluation_summary import ROBUST_FIGURES
 from sqlcmp_dagster.assets.sensors import LAUNCH_GRACE_SECONDS, MAX_ATTEMPTS, REQUEST_TAG, CursorState, \
     changed_case_runs
@@ -31,7 +31,8 @@ from sqlcmp_dagster.cases.suite import load_suites
 from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
-from sqlcmp_dagster.engine.records import reports_from_frame
+from sqlcmp_dagster.engine.records import reports_from_frame, typed_frame
+from sqlcmp_dagster.resources.storage import read_asset
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import robust_line, summarize
 from sqlcmp_dagster.reporting.cases import outcome
@@ -91,6 +92,7 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     _query_the_store_as_the_readme_does(tmp_path / "store", [library.evaluate(c) for c in
                                                            load_suites(sample_suite_path().parent).cases])
     _failing_cases_are_found_per_partition(instance, reports)
+    _layer_frames_convert_as_polars_does(tmp_path / "store")
     schema = defs.resolve_asset_graph().get(dg.AssetKey("diagnostics")).metadata["dagster/column_schema"]
     assert {c.name: c.type for c in schema.columns}["likely_source_clause"] == "String"
     summary = materialize_summary(defs, instance)
@@ -150,6 +152,16 @@ def _failing_cases_are_found_per_partition(instance: dg.DagsterInstance, reports
     assert {e.partition for e in evaluations} == {k for k, v in status.items() if v == "FAILED"}
     assert {e.severity for e in evaluations} == {dg.AssetCheckSeverity.WARN}
     assert all(e.metadata["outcome"].value == outcome(reports[e.partition]) for e in evaluations)
+
+
+def _layer_frames_convert_as_polars_does(store: Path) -> None:
+    """Each layer's rows (every kind of value the layers store: nested structs, lists, binary records, floats)
+    become the same frame through Arrow (``typed_frame``) as through polars' own conversion."""
+    for name in LAYER_ASSETS:
+        frame = read_asset(str(store), name)
+        rows, schema = frame.to_dicts(), dict(frame.schema)
+        assert frame.height == 34 and typed_frame(rows, schema).equals(frame), name
+        assert pl.DataFrame(rows, schema=schema, orient="row").equals(frame), name
 
 
 def _query_the_store_as_the_readme_does(store: Path, reports: list[Report]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import io
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from sqlcmp_dagster.engine.pipeline import Evaluator
 import polars as pl
 
 from sqlcmp_dagster.engine.records import (DIAGNOSTICS, RESULT, STRUCTURE, diagnostics_from_row, diagnostics_row,
-                                           result_from_row, result_row, structure_from_row, structure_row,
+                                           result_from_row, result_row, structure_from_row, structure_row, typed_frame,
                                            validation_from_record, validation_record)
 
 
@@ -63,6 +64,14 @@ def test_records_stored_with_result_sets_as_ipc_files_still_read(sample_dir: Pat
         pl.read_ipc_stream(io.BytesIO(blob)).write_ipc(buffer)
         as_files.append(buffer.getvalue())
     assert validation_record(validation_from_record(text, as_files)) == (text, frames)
+
+
+def test_rows_arrow_refuses_are_converted_by_polars() -> None:
+    """Arrow takes no Decimal for a float, no bool for an integer: such rows become the frame polars makes."""
+    schema = {"case_id": pl.Utf8(), "score": pl.Float64(), "count": pl.Int64()}
+    rows = [{"case_id": "a", "score": decimal.Decimal("0.5"), "count": True}, {"case_id": "b"}]
+    assert typed_frame(rows, schema).to_dicts() == [{"case_id": "a", "score": 0.5, "count": 1},
+                                                    {"case_id": "b", "score": None, "count": None}]
 
 
 def _stored(value: dict[str, object], dtype: pl.DataType) -> dict[str, object]:

@@ -14,7 +14,7 @@ from sqlcmp_dagster.cases.chunks import chunked, partition_of
 from sqlcmp_dagster.engine.judge import apply_judgment
 from sqlcmp_dagster.escaping import markdown_cell
 from sqlcmp_dagster.contracts.schemas import frame_schema
-from sqlcmp_dagster.engine.records import report_from_row, report_row
+from sqlcmp_dagster.engine.records import report_from_row, report_row, typed_frame
 from sqlcmp_dagster.reporting.cases import verdict_outcome
 
 SCHEMA = {"case_id": pl.Utf8, **frame_schema("case_reports"), "fault": pl.Utf8}
@@ -104,7 +104,7 @@ def case_reports(executions: pl.DataFrame, structural_diffs: pl.DataFrame,
         report = apply_judgment(report_from_row(stored) if stored is not None else report_from_layers(row),
                                 outcome_of(row))
         rows.append({**report_row(report), "fault": row["fault"]})
-    return pl.DataFrame(rows, schema=SCHEMA)
+    return typed_frame(rows, SCHEMA)
 
 
 @contextmanager

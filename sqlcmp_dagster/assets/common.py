@@ -27,7 +27,7 @@ from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.layers import CASE_FAULTS, fault_text, finish_timings
 from sqlcmp_dagster.engine.validation import Validation
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
-    validation_from_record
+    typed_frame, validation_from_record
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 
@@ -192,10 +192,10 @@ def per_case(frame: pl.DataFrame, compute: Callable[[dict[str, Any]], dict[str, 
                 out = {}
         else:
             out = {}
-        rows.append({**{k: None for k in schema}, **out, "case_id": row["case_id"], "fault": fault,
+        rows.append({**out, "case_id": row["case_id"], "fault": fault,
                      "layer_ms": (time.perf_counter() - started) * 1000})
     full: dict[str, pl.DataType] = {"case_id": pl.Utf8(), **schema, "fault": pl.Utf8(), "layer_ms": pl.Float64()}
-    return pl.DataFrame(rows, schema=full, orient="row") if rows else pl.DataFrame(schema=full)
+    return typed_frame(rows, full)
 
 
 def joined(*frames: pl.DataFrame) -> pl.DataFrame:

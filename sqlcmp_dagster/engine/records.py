@@ -14,6 +14,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, cast
 
 import polars as pl
+import pyarrow as pa
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.diagnostics import SCORES
@@ -171,6 +172,27 @@ DIAGNOSTICS: dict[str, pl.DataType] = {
 PERFORMANCE = pl.Struct({"execution_time_ratio": pl.Float64, "resource_cost_score": pl.Float64,
                          "plan_complexity_score": pl.Float64, "plan_complexity_expected": pl.Float64})
 EXECUTION_ERROR = pl.Struct({"category": pl.Utf8, "message": pl.Utf8})
+
+
+def typed_frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``rows`` (a dict per case, missing keys null) as a frame of ``schema``, converted by Arrow.
+
+    polars converts nested Python values one at a time: a step's structural comparisons (a struct of seven
+    clause structs per case) took 150 ms for 517 Spider cases, a third of the step beside the comparisons
+    themselves, against 9 ms through ``pyarrow.Table.from_pylist``. Arrow is stricter (no bool for an integer, no
+    number for a text, no Decimal for a float): rows it refuses are converted by polars, as before.
+
+    >>> typed_frame([{"case_id": "a", "n": 1}, {"case_id": "b"}], {"case_id": pl.Utf8(), "n": pl.Int64()})["n"].to_list()
+    [1, None]
+    """
+    arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema
+    try:
+        table = pa.Table.from_pylist(rows, schema=arrow_schema)
+    except (pa.ArrowException, OverflowError):
+        return pl.DataFrame(rows, schema=schema, orient="row") if rows else pl.DataFrame(schema=schema)
+    frame = pl.from_arrow(table)
+    assert isinstance(frame, pl.DataFrame)  # a Table converts to a frame (a chunked array to a series)
+    return frame
 
 
 def structure_row(index: int, structure: StructuralComparison) -> dict[str, Any]:
