@@ -35,6 +35,7 @@ from sqlcmp_dagster.resources import (
     LLMJudgeResource,
     PartitionedParquetIOManager,
 )
+from sqlcmp_dagster.resources.storage import load_filesystem
 
 Default = TypeVar("Default", str, None)
 
@@ -98,7 +99,9 @@ def executor_from_environment() -> dg.ExecutorDefinition | None:
 def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None, db_url: str | None = None,
                       storage_dir: str | None = None) -> dg.Definitions:
     """The definitions with explicit locations (tests and the demo) or the environment's (see the module's
-    docstring)."""
+    docstring). The store's filesystem is imported here (:func:`load_filesystem`)."""
+    store = storage_dir or from_environment("SQLCMP_STORAGE_DIR", default_storage_dir())
+    load_filesystem(store.get_value() or "" if isinstance(store, dg.EnvVar) else store)
     return dg.Definitions(
         assets=[*LAYERS, evaluation_summary],
         jobs=[evaluation_job, summary_job],
@@ -111,8 +114,7 @@ def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None
             "database": DatabaseResource(db_dir=db_dir or from_environment("SQLCMP_DB_DIR", str(sample_db_dir())),
                                          url=db_url or from_environment("SQLCMP_DB_URL", None)),
             "judge": LLMJudgeResource(),
-            CASE_STORE: PartitionedParquetIOManager(
-                base_path=storage_dir or from_environment("SQLCMP_STORAGE_DIR", default_storage_dir())),
+            CASE_STORE: PartitionedParquetIOManager(base_path=store),
         },
     )
 

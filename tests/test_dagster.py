@@ -278,6 +278,18 @@ def test_code_location_has_assets_jobs_schedule_and_sensor(tmp_path: Path) -> No
     assert defs.resolve_job_def("evaluation_job").partitions_def == cases_partitions
 
 
+@pytest.mark.parametrize(("store", "outcome"), [("s3://bucket/store", "True"), ("/tmp/sqlcmp-store", "False"),
+                                                ("nosuch://bucket/store", "Protocol not known: nosuch")])
+def test_the_store_s_filesystem_is_imported_as_the_code_location_loads(store: str, outcome: str) -> None:
+    """A deployment's processes import the store's filesystem (s3fs) as they load the code location, not in the
+    sensor's first tick or a run's first step; a store no filesystem serves fails the load, naming its protocol."""
+    script = "import sys; import sqlcmp_dagster.definitions; print('s3fs' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", script], env={**os.environ, "SQLCMP_STORAGE_DIR": store},
+                          capture_output=True, text=True, timeout=300, check=False)
+    said = done.stdout if done.returncode == 0 else done.stderr
+    assert outcome in said.splitlines()[-1], done.stderr[-2000:]
+
+
 def test_loading_the_code_location_changes_nothing_in_the_process_environment() -> None:
     """Importing the definitions (what ``dg dev``, a run worker and a Celery worker do) sets no variable: Dagster's
     event switches come with the batched event log storage, when an instance builds one (test_event_log.py)."""
