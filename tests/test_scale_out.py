@@ -118,8 +118,9 @@ def broker() -> Iterator[str]:
 
 
 class Processes:
-    """Long-running commands of a deployment (workers, the code server, the daemon), each in a session of its own so that it stops
-    with every child it started; their output goes to a log file each, shown when a wait times out."""
+    """Long-running commands of a deployment (workers, the code server, the daemon), each in a session of its own
+    so that it stops with every child it started; their output goes to a log file each, shown when a wait times
+    out."""
 
     def __init__(self, folder: Path, env: dict[str, str]) -> None:
         self.folder, self.env = folder, env

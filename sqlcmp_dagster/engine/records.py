@@ -1,7 +1,8 @@
 """Layer outputs as plain records, so that each layer can be stored (one Parquet row per case) and resumed.
 
 The Dagster assets persist what one layer computed and the next layer reads it back instead of recomputing
-it: ASTs travel as sqlglot's JSON dump, result sets as Arrow IPC stream bytes (types intact), comparisons as dicts.
+it: ASTs travel as sqlglot's JSON dump, result sets as Arrow IPC stream bytes (types intact), comparisons as
+dicts.
 Every ``*_record`` function has its ``*_from_record`` inverse; the round trip is exact (tested).
 """
 
@@ -182,7 +183,8 @@ def typed_frame(rows: list[dict[str, Any]], schema: dict[str, pl.DataType]) -> p
     themselves, against 9 ms through ``pyarrow.Table.from_pylist``. Arrow is stricter (no bool for an integer, no
     number for a text, no Decimal for a float): rows it refuses are converted by polars, as before.
 
-    >>> typed_frame([{"case_id": "a", "n": 1}, {"case_id": "b"}], {"case_id": pl.Utf8(), "n": pl.Int64()})["n"].to_list()
+    >>> rows = [{"case_id": "a", "n": 1}, {"case_id": "b"}]
+    >>> typed_frame(rows, {"case_id": pl.Utf8(), "n": pl.Int64()})["n"].to_list()
     [1, None]
     """
     arrow_schema = pl.DataFrame(schema=schema).to_arrow().schema

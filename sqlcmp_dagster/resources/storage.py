@@ -456,6 +456,7 @@ def _note_state(path: UPath) -> str | None:
     time). A missing note raises ``FileNotFoundError``."""
     if _local(path):
         return _local_key(Path(path.path))
+    path.fs.invalidate_cache(path.path)  # an object's state from the store, not from a listing fsspec kept
     info = path.fs.info(path.path)
     tag = info.get("ETag") or info.get("etag")
     return f"{tag}:{info.get('size')}" if tag else None
