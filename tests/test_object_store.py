@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -543,27 +542,3 @@ def test_chunk_marks_are_written_and_read_together_by_chunk(where: str, tmp_path
     assert store.case_marks(["chunk-2", "chunk-9"]) == {"b": ["v2", True]}
     store.drop_case_marks(["chunk-1"])
     assert store.case_marks(["chunk-1", "chunk-2"]) == {"b": ["v2", True]}
-
-
-@pytest.mark.parametrize("where", ["local", "s3"])
-def test_a_note_is_decoded_once_per_state_and_again_once_rewritten(where: str, tmp_path: Path,
-                                                                  request: pytest.FixtureRequest,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The case sensor's scan (a note) is decoded at the first tick after each write, not at every tick; a note
-    written again, also by another process or with a value of the same size, is read again."""
-    from sqlcmp_dagster.resources import storage
-
-    base = f"s3://{request.getfixturevalue('bucket')}/notes" if where == "s3" else str(tmp_path / "store")
-    store = storage.PartitionedParquetIOManager(base_path=base)
-    decoded: list[bytes] = []
-    counting = types.SimpleNamespace(loads=lambda text: decoded.append(text) or json.loads(text), dumps=json.dumps,
-                                     JSONDecodeError=json.JSONDecodeError)
-    monkeypatch.setattr(storage, "json", counting)  # the store module's json alone (botocore reads JSON too)
-    assert store.read_note("scan.json") is None
-    store.write_note("scan.json", {"cases": ["a"]})
-    assert [store.read_note("scan.json") for _ in range(3)] == [{"cases": ["a"]}] * 3
-    assert len(decoded) == 1
-    other = storage.PartitionedParquetIOManager(base_path=base)  # the same note, written by another writer
-    time.sleep(0.01)  # a local file's modification time moves with a write
-    other.write_note("scan.json", {"cases": ["b"]})  # same size as before
-    assert store.read_note("scan.json") == {"cases": ["b"]} and len(decoded) == 2

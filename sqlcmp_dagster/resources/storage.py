@@ -171,27 +171,11 @@ class PartitionedParquetIOManager(dg.ConfigurableIOManager):
                 continue
 
     def read_note(self, name: str) -> Any:
-        """The JSON value kept as ``name`` beside the assets' folders (the case sensor's scan), or None. The
-        value decoded last is kept by the note's state (a local file's inode, size and modification time, an
-        object's ETag) and handed out again while that state holds: the scan of 100,000 cases took 0.55 s to
-        decode at each tick. The caller must not change it."""
-        path = UPath(self.base_path, **self.storage_options).joinpath(name)
+        """The JSON value kept as ``name`` beside the assets' folders (the case sensor's scan), or None."""
         try:
-            state = _note_state(path)
-            with _NOTES_LOCK:
-                held = _NOTES.get(str(path))
-            if held is not None and state is not None and held[0] == state:
-                return held[1]
-            value = json.loads(path.read_bytes())  # read after its state: a change between the two is seen next
+            return json.loads(UPath(self.base_path, **self.storage_options).joinpath(name).read_bytes())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
-        if state is not None:
-            with _NOTES_LOCK:
-                _NOTES[str(path)] = state, value
-                _NOTES.move_to_end(str(path))
-                while len(_NOTES) > _NOTES_KEPT:
-                    _NOTES.popitem(last=False)
-        return value
 
     def write_note(self, name: str, value: Any) -> None:
         """Keep ``value`` as JSON under ``name`` (see :meth:`read_note`), whole or not at all."""
@@ -441,25 +425,6 @@ def _case_ids(path: Path) -> frozenset[str]:
     cases = frozenset(_readable(path, lambda p: pl.read_parquet(p, columns=["case_id"]))["case_id"].to_list())
     _remember_held(key, cases)
     return cases
-
-
-#: The notes this process decoded last, by the note's path: its state then and its value (see ``read_note``), for
-#: at most :data:`_NOTES_KEPT` stores.
-_NOTES: OrderedDict[str, tuple[str, Any]] = OrderedDict()
-_NOTES_KEPT = 4
-_NOTES_LOCK = threading.Lock()
-
-
-def _note_state(path: UPath) -> str | None:
-    """What changes whenever the note at ``path`` is written again: a local file's inode, size and modification
-    time; an object's ETag (with its size); None when the filesystem tells neither (the note is then read each
-    time). A missing note raises ``FileNotFoundError``."""
-    if _local(path):
-        return _local_key(Path(path.path))
-    path.fs.invalidate_cache(path.path)  # an object's state from the store, not from a listing fsspec kept
-    info = path.fs.info(path.path)
-    tag = info.get("ETag") or info.get("etag")
-    return f"{tag}:{info.get('size')}" if tag else None
 
 
 def _local_key(path: Path) -> str:
