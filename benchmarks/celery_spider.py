@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the deployment the scale-out tests st
 import dagster as dg
 import sqlalchemy as sa
 import yaml
-from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, WORKERS, Processes, free_port
+from test_scale_out import BIN, CELERY_YAML, DONE, RUN_LAUNCHER, WORKERS, Processes, deployment_environment
 
 from sqlcmp_dagster.event_log_postgres import postgres_instance
 from sqlcmp_dagster.resources.storage import read_asset
@@ -79,11 +79,9 @@ def deployment_seconds(suite: Path, db_dir: Path, work: Path, pg_admin_url: str,
     (home / "celery.yaml").write_text(CELERY_YAML, encoding="utf-8")
     broker = redis.Redis.from_url(redis_url)
     broker.flushdb()
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
-           "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store,
-           "SQLCMP_EXECUTOR": "in_process", "SQLCMP_CELERY_BROKER": redis_url,
-           "SQLCMP_CODE_SERVER_PORT": str(free_port()), "SQLCMP_CASES_PER_RUN": str(cases_per_run),
-           "SQLCMP_CASE_CHUNKS": str(chunks)}
+    env = deployment_environment(home, cases, db_dir, store, SQLCMP_EXECUTOR="in_process",
+                                 SQLCMP_CELERY_BROKER=redis_url, SQLCMP_CASES_PER_RUN=str(cases_per_run),
+                                 SQLCMP_CASE_CHUNKS=str(chunks))
     processes = Processes(work, env)
     try:
         processes.prepare(home)

@@ -101,7 +101,7 @@ def build_definitions(*, cases_dir: str | None = None, db_dir: str | None = None
     """The definitions with explicit locations (tests and the demo) or the environment's (see the module's
     docstring). The store's filesystem is imported here (:func:`load_filesystem`)."""
     store = storage_dir or from_environment("SQLCMP_STORAGE_DIR", default_storage_dir())
-    load_filesystem(store.get_value() or "" if isinstance(store, dg.EnvVar) else store)
+    load_filesystem((store.get_value() or "") if isinstance(store, dg.EnvVar) else store)
     return dg.Definitions(
         assets=[*LAYERS, evaluation_summary],
         jobs=[evaluation_job, summary_job],

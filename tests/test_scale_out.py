@@ -188,7 +188,9 @@ class Processes:
                 process.wait()
 
 
-def _environment(home: Path, cases: Path, db_dir: Path, store: str, **extra: str) -> dict[str, str]:
+def deployment_environment(home: Path, cases: Path, db_dir: Path, store: str, **extra: str) -> dict[str, str]:
+    """What every process of docs/dagster.md's deployment gets: its locations, a free port for the code server
+    and ``extra`` (the executor, the broker, the chunks)."""
     return {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", "DAGSTER_HOME": str(home),
             "SQLCMP_CASES_DIR": str(cases), "SQLCMP_DB_DIR": str(db_dir), "SQLCMP_STORAGE_DIR": store,
             "SQLCMP_CODE_SERVER_PORT": str(free_port()), **extra}
@@ -286,7 +288,7 @@ def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
     cases = tmp_path / "cases"
     case_ids = _spider_dev(spider_suites, cases)
     store = f"s3://{bucket}/store"
-    env = _environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="in_process",
+    env = deployment_environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="in_process",
                        SQLCMP_CELERY_BROKER=broker, SQLCMP_CASE_CHUNKS=str(CHUNKS),
                        SQLCMP_CASES_PER_RUN=str(CHUNKS_PER_RUN))
     processes = Processes(tmp_path, env)
@@ -304,7 +306,8 @@ def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
             order = instance.get_dynamic_partitions("cases")
             spans = sorted(order[order.index(start):order.index(end) + 1] for start, end in ranges)
             assert [len(span) for span in spans] == [CHUNKS_PER_RUN, CHUNKS - CHUNKS_PER_RUN]  # multi_run(N)
-            assert sorted(key for span in spans for key in span) == sorted({chunk_of(case, CHUNKS) for case in case_ids})
+            assert sorted(key for span in spans for key in span) == \
+                sorted({chunk_of(case, CHUNKS) for case in case_ids})
             # Each run was one Celery task: its steps ran in the pool process of the worker that took it.
             pids = {run.run_id: {entry.dagster_event.pid for entry in
                                  instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_START)}
@@ -327,7 +330,7 @@ def test_evaluation_job_on_the_multiprocess_executor_matches_the_in_process_run(
     lines = sample_suite_path().read_text(encoding="utf-8").splitlines()[:6]
     (cases / "suite.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     keys = [json.loads(line)["case_id"] for line in lines]
-    env = _environment(dagster_home, cases, sample_dir, str(tmp_path / "store"))
+    env = deployment_environment(dagster_home, cases, sample_dir, str(tmp_path / "store"))
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:
         instance.add_dynamic_partitions("cases", keys)
         tags = {"dagster/asset_partition_range_start": keys[0], "dagster/asset_partition_range_end": keys[-1]}
@@ -421,7 +424,7 @@ def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, s
     (cases / "suite.jsonl").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     case_ids = [json.loads(line)["case_id"] for line in lines]
     store = str(tmp_path / "store")
-    env = _environment(dagster_home, cases, sample_dir, store, SQLCMP_EXECUTOR="in_process",
+    env = deployment_environment(dagster_home, cases, sample_dir, store, SQLCMP_EXECUTOR="in_process",
                        SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN="4", SQLCMP_RUN_MAX_SECONDS="150")
     processes = Processes(tmp_path, env)
     try:
