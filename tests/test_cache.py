@@ -3,6 +3,7 @@ what the expected-result cache keeps across runs."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sqlite3
@@ -40,6 +41,18 @@ from sqlcmp_dagster.engine.version import REPORT_BEHAVIOUR_VERSION
 
 def entry_files(root: Path) -> list[Path]:
     return [path for path in root.rglob("*") if path.is_file() and path.name != "evict.lock"]
+
+
+def test_config_hash_follows_the_options_of_a_config_changed_after_it_was_hashed() -> None:
+    """config_hash is remembered by the options' printed JSON, not by the object: a config edited in place (the
+    models allow assignment) hashes as a new one with those options would, and back again."""
+    config = EvalConfig()
+    first = config.config_hash()
+    config.neighbor_count = 3
+    assert config.config_hash() == EvalConfig(neighbor_count=3).config_hash() != first
+    config.neighbor_count = EvalConfig().neighbor_count
+    assert config.config_hash() == first == hashlib.sha256(
+        json.dumps(EvalConfig().model_dump(mode="json"), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def test_a_saved_value_loads_back_and_an_unknown_key_misses(tmp_path: Path) -> None:
