@@ -63,6 +63,21 @@ def test_exact_set_match(gold: str, predicted: str, expected: bool) -> None:
     assert exact_set_match(SCHEMA, gold, predicted) is expected
 
 
+def test_exact_set_match_reads_each_gold_query_by_its_own_schema() -> None:
+    """A gold query's comparable form is remembered for the next case (``_comparable_gold``), by the schema too:
+    a join's column stands for its foreign-key group only where the schema declares the key, and a gold query is
+    inside the grammar only where its columns exist."""
+    gold = "SELECT T1.name FROM singer AS T1 JOIN song AS T2 ON T1.singer_id = T2.singer_id GROUP BY T2.singer_id"
+    predicted = gold.replace("GROUP BY T2", "GROUP BY T1")
+    without_keys = SpiderSchema(SCHEMA.tables, {})
+    assert exact_set_match(SCHEMA, gold, predicted) is True
+    assert exact_set_match(without_keys, gold, predicted) is False
+    assert exact_set_match(SCHEMA, gold, predicted) is True
+    with_nickname = SpiderSchema({**SCHEMA.tables, "singer": [*SCHEMA.tables["singer"], "nickname"]}, {})
+    assert exact_set_match(SCHEMA, "SELECT nickname FROM singer", "SELECT nickname FROM singer") is None
+    assert exact_set_match(with_nickname, "SELECT nickname FROM singer", "SELECT nickname FROM singer") is True
+
+
 def test_exact_set_match_has_no_verdict_for_a_gold_query_outside_the_grammar() -> None:
     assert exact_set_match(SCHEMA, "SELECT name AS n FROM singer", "SELECT name FROM singer") is None
 

@@ -74,3 +74,24 @@ def test_a_shape_leaves_the_tree_it_reads_as_it_was() -> None:
     assert tree is not None
     before = tree.copy()
     assert query_shape(tree) == query_shape(tree) and tree == before
+
+
+def test_layer_2_reads_each_query_by_the_catalog_of_its_own_case() -> None:
+    """A query's Layer 2 view is remembered for the next case with the same text (``Side.structural``), and the
+    catalog decides it: an unqualified column belongs to whichever joined table has it on the case's database."""
+    from sqlcmp_dagster.engine.models import CompareRequest
+    from sqlcmp_dagster.engine.validation import Side, Validation
+
+    actual, expected = "SELECT name FROM a JOIN b ON a.id = b.id", "SELECT a.name FROM a JOIN b ON a.id = b.id"
+
+    def structure_on(catalog: dict[str, list[str]]) -> StructuralComparison:
+        request = CompareRequest(user_query="q", expected_sql=[expected], actual_sql=actual)
+        validation = Validation(request, "sqlite", None, Side(actual, parse(actual, "sqlite")),
+                                [Side(expected, parse(expected, "sqlite"))], catalog=catalog)
+        return validation.structure_against(0)
+
+    name_in_a, name_in_b = {"a": ["id", "name"], "b": ["id"]}, {"a": ["id"], "b": ["id", "name"]}
+    assert structure_on(name_in_a).normalized_sql_match
+    assert not structure_on(name_in_b).normalized_sql_match
+    assert structure_on(name_in_a).normalized_sql_match
+    assert structure_on(dict(name_in_a)).normalized_sql_match  # the same tables read again: another object

@@ -91,6 +91,12 @@ class EngineContext:
         #: Neighbor search outcomes by what they depend on (database content, queries, options), least recently
         #: used first (``neighbors.search.neighbor_search``).
         self.searches: Guarded[OrderedDict[tuple[Any, ...], dict[str, Any]]] = Guarded(OrderedDict())
+        #: Layer 2's view of a query (its equivalence form's text and shape) by (id of the catalog, dialect,
+        #: query text), each with that catalog, least recently used first (``validation.Side.structural``).
+        self.structures: Guarded[OrderedDict[tuple[int, str, str], tuple[Any, Any]]] = Guarded(OrderedDict())
+        #: Spider's comparable form of gold queries by (id of the Spider schema, query text), each with that
+        #: schema, least recently used first (``spider_match.exact_set_match``).
+        self.spider_golds: Guarded[OrderedDict[tuple[int, str], tuple[Any, Any]]] = Guarded(OrderedDict())
         #: Spider schemas of SQLite files by (path, size, modification time), least recently used first
         #: (``published_metrics``).
         self.spider_schemas: Guarded[OrderedDict[tuple[str, int, int], Any]] = Guarded(OrderedDict())

@@ -154,7 +154,9 @@ def compare_structure(
         same = Counter(left) == Counter(right) and (name != "ordering" or left == right)
         if name == "ordering" and not same and similarity == 1.0:
             similarity = 0.5  # the same keys in another order
-        detail[name] = {"match": same, "similarity": round(similarity, 6), "expected": left, "actual": right}
+        # copies: a shape is shared by every case with the same query (``Side.structural``), a report is its own
+        detail[name] = {"match": same, "similarity": round(similarity, 6), "expected": list(left),
+                        "actual": list(right)}
         distance += weight * (1.0 - similarity)
     return StructuralComparison(
         normalized_sql_match=expected_sql == actual_sql,

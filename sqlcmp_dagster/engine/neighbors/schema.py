@@ -168,6 +168,15 @@ class Schema:
                 if table.declared_only}
 
     @functools.cached_property
+    def catalog(self) -> dict[str, list[str]] | None:
+        """:attr:`plain_tables` with each table's columns in order: Layer 2's catalog
+        (:func:`~sqlcmp_dagster.engine.rewrites.read_catalog`). One object per cached schema, shared by every case
+        on the database (and read, never changed, by each), so that what Layer 2 derives from a query and this
+        catalog is remembered by the catalog's identity (:meth:`~sqlcmp_dagster.engine.validation.Side.structural`)."""
+        tables = self.plain_tables
+        return None if tables is None else {name: sorted(columns) for name, columns in tables.items()}
+
+    @functools.cached_property
     def affine_columns(self) -> dict[str, frozenset[str]]:
         """Lower-case table name -> lower-case names of its columns to which SQLite gives an affinity (INTEGER,
         TEXT, REAL or NUMERIC: a declared type that is neither empty nor BLOB), for the tables of

@@ -68,8 +68,7 @@ def read_catalog(database: ExecutionAdapter, sample_rows: int, timeout_ms: int) 
     if database.dialect not in ("sqlite", "duckdb"):
         return None
     schema = read_schema(database, sample_rows, timeout_ms)
-    tables = None if isinstance(schema, str) else schema.plain_tables
-    return None if tables is None else {name: sorted(columns) for name, columns in tables.items()}
+    return None if isinstance(schema, str) else schema.catalog
 
 
 def equivalence_form(tree: exp.Expr, dialect: str, catalog: Catalog | None = None) -> exp.Expression:
