@@ -92,8 +92,9 @@ class EngineContext:
         #: used first (``neighbors.search.neighbor_search``).
         self.searches: Guarded[OrderedDict[tuple[Any, ...], dict[str, Any]]] = Guarded(OrderedDict())
         #: Layer 2's view of a query (its equivalence form's text and shape) by (id of the catalog, dialect,
-        #: query text), each with that catalog, least recently used first (``validation.Side.structural``).
-        self.structures: Guarded[OrderedDict[tuple[int, str, str], tuple[Any, Any]]] = Guarded(OrderedDict())
+        #: canonical text), each with that catalog, least recently used first (``validation.Side.structural``).
+        self.structures: Guarded[OrderedDict[tuple[int, str, tuple[str, str]], tuple[Any, Any]]] = \
+            Guarded(OrderedDict())
         #: Spider's comparable form of gold queries by (id of the Spider schema, query text), each with that
         #: schema, least recently used first (``spider_match.exact_set_match``).
         self.spider_golds: Guarded[OrderedDict[tuple[int, str], tuple[Any, Any]]] = Guarded(OrderedDict())
