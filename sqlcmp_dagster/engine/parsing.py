@@ -137,13 +137,14 @@ def canonical_sql(ast: exp.Expression, dialect: str) -> str:
     >>> canonical_sql(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
     'select name from singer where a = 1 and b = 2'
     """
-    return canonical_text(canonical_tree(ast, dialect), dialect)
+    return canonical_text(canonical_tree(ast, dialect), dialect, owned=True)
 
 
-def canonical_text(tree: exp.Expr, dialect: str | None) -> str:
-    """``tree`` printed as the canonical text is: functions and keywords in lower case."""
-    # The dialect's generator may rewrite what it prints (copy=True, the default): ``tree`` stays as it is.
-    return lowercase_keywords(sql_text(tree, dialect, lower_functions=True, copy=True), dialect)
+def canonical_text(tree: exp.Expr, dialect: str | None, *, owned: bool = False) -> str:
+    """``tree`` printed as the canonical text is: functions and keywords in lower case. The dialect's generator
+    may rewrite what it prints, so ``tree`` is printed from a copy unless it is ``owned`` (the caller's to give
+    away, read no more after: the copy costs as much as the print)."""
+    return lowercase_keywords(sql_text(tree, dialect, lower_functions=True, copy=not owned), dialect)
 
 
 def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) -> exp.Expression:

@@ -82,8 +82,9 @@ class Side:
                     kept.entries.move_to_end(key)
                     self._structural = entry[1]
                     return entry[1]
-            form = equivalence_form(self.tree(dialect), dialect, catalog)
-            self._structural = canonical_text(form, dialect), query_shape(form)
+            form = equivalence_form(self.tree(dialect), dialect, catalog)  # a copy: printed last, as owned
+            shape = query_shape(form)
+            self._structural = canonical_text(form, dialect, owned=True), shape
             keep_recent(kept, key, (catalog, self._structural), STRUCTURES_KEPT)
         return self._structural
 
