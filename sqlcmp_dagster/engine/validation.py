@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
@@ -80,8 +81,8 @@ class Side:
                 entry = kept.entries.get(key)
                 if entry is not None and entry[0] is catalog:
                     kept.entries.move_to_end(key)
-                    self._structural = entry[1]
-                    return entry[1]
+                    self._structural = cast(tuple[str, QueryShape], entry[1])
+                    return self._structural
             form = equivalence_form(self.tree(dialect), dialect, catalog)  # a copy: printed last, as owned
             shape = query_shape(form)
             self._structural = canonical_text(form, dialect, owned=True), shape
