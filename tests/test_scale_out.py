@@ -289,8 +289,8 @@ def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
     case_ids = _spider_dev(spider_suites, cases)
     store = f"s3://{bucket}/store"
     env = deployment_environment(dagster_home, cases, spider_suites["db_dir"], store, SQLCMP_EXECUTOR="in_process",
-                       SQLCMP_CELERY_BROKER=broker, SQLCMP_CASE_CHUNKS=str(CHUNKS),
-                       SQLCMP_CASES_PER_RUN=str(CHUNKS_PER_RUN))
+                                 SQLCMP_CELERY_BROKER=broker, SQLCMP_CASE_CHUNKS=str(CHUNKS),
+                                 SQLCMP_CASES_PER_RUN=str(CHUNKS_PER_RUN))
     processes = Processes(tmp_path, env)
     try:
         processes.prepare(dagster_home)
@@ -425,7 +425,7 @@ def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, s
     case_ids = [json.loads(line)["case_id"] for line in lines]
     store = str(tmp_path / "store")
     env = deployment_environment(dagster_home, cases, sample_dir, store, SQLCMP_EXECUTOR="in_process",
-                       SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN="4", SQLCMP_RUN_MAX_SECONDS="150")
+                                 SQLCMP_CELERY_BROKER=broker, SQLCMP_CASES_PER_RUN="4", SQLCMP_RUN_MAX_SECONDS="150")
     processes = Processes(tmp_path, env)
     try:
         processes.prepare(dagster_home)

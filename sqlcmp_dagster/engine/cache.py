@@ -37,7 +37,7 @@ import polars as pl
 import sqlglot
 from filelock import FileLock
 
-from sqlcmp_dagster.engine.context import Guarded, current, keep_recent
+from sqlcmp_dagster.engine.context import Guarded, current, keep_recent, recall
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
 from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_rows
@@ -247,11 +247,9 @@ def database_fingerprint(path: str, store: Store | None = None) -> str | None:
     if state is None:
         return None
     kept = _fingerprints()
-    with kept.lock:
-        known = kept.entries.get(state)
-        if known is not None:
-            kept.entries.move_to_end(state)
-            return known
+    known = recall(kept, state)
+    if known is not None:
+        return known
     state_key = json.dumps(state)
     if store is not None:
         stored = store.load("fingerprint", state_key)

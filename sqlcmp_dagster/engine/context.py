@@ -13,7 +13,8 @@ a forked child (a worker of ``evaluate --workers N``) never takes a SQLite conne
 Memoized functions of sqlglot's dialects (``parsing.dialect_of``, the clocked tokenizer, parser and generator
 classes, a dialect's keywords in ``rewrites.names``) are not here: what they return depends only on their
 argument and the installed sqlglot, and is bounded by the dialects there are, so there is nothing a reset could
-change. Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
+change; nor, for the same reason, is ``EvalConfig.config_hash``'s memo of hashes by the options' JSON (``models``,
+bounded too). Nor is the query watchdog (``sandbox.bounds``): that module runs in DuckDB's
 query process too, as a script that imports nothing of this package, so it keeps its own thread and fork
 handler, both made at its first armed query (not at import), and a reset has nothing to drop there (a query
 armed is disarmed when it ends).
@@ -38,7 +39,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-__all__ = ["EngineContext", "Guarded", "current", "keep_recent", "reset"]
+__all__ = ["EngineContext", "Guarded", "current", "keep_recent", "recall", "reset"]
 
 M = TypeVar("M")
 K = TypeVar("K")
@@ -53,9 +54,19 @@ class Guarded(Generic[M]):
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def recall(cache: Guarded[OrderedDict[K, V]], key: K) -> V | None:
+    """The entry of ``cache`` at ``key``, made its most recently used, or None when it holds none (a cache whose
+    values may be None keeps them wrapped, or tests the key itself)."""
+    with cache.lock:
+        value = cache.entries.get(key)
+        if value is not None:
+            cache.entries.move_to_end(key)
+        return value
+
+
 def keep_recent(cache: Guarded[OrderedDict[K, V]], key: K, value: V, size: int) -> None:
     """Keep ``value`` at ``key`` as the most recently used entry of ``cache``, dropping the least recently used
-    beyond ``size`` (a reader that finds an entry moves it to the end under the same lock)."""
+    beyond ``size`` (a reader that finds an entry, :func:`recall`, moves it to the end under the same lock)."""
     with cache.lock:
         cache.entries[key] = value
         cache.entries.move_to_end(key)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlcmp_dagster.engine.context import current, keep_recent
+from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
 from sqlcmp_dagster.engine.plans import Plan, plan_of
@@ -488,11 +488,9 @@ def _file_digest(path: Path) -> str:
     :data:`FILE_DIGESTS_KEPT` versions, least recently used out first)."""
     stat = path.stat()
     key, digests = (str(path), stat.st_size, stat.st_mtime_ns), current().file_digests
-    with digests.lock:
-        known = digests.entries.get(key)
-        if known is not None:
-            digests.entries.move_to_end(key)
-            return known
+    known = recall(digests, key)
+    if known is not None:
+        return known
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):

@@ -29,7 +29,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlcmp_dagster.engine.context import current, keep_recent
+from sqlcmp_dagster.engine.context import current, keep_recent, recall
 
 #: Keywords that end a clause in Spider's grammar.
 CLAUSE_KEYWORDS = ("select", "from", "where", "group", "order", "limit", "intersect", "union", "except")
@@ -468,11 +468,9 @@ def _comparable_gold(schema: SpiderSchema, gold_sql: str) -> SpiderSql | None:
     queries). The form is read, never changed, by :func:`_components` and :func:`_same_tables`. A RecursionError
     is not remembered: it depends on the stack it met."""
     key, kept = (id(schema), gold_sql), current().spider_golds
-    with kept.lock:
-        entry = kept.entries.get(key)
-        if entry is not None and entry[0] is schema:
-            kept.entries.move_to_end(key)
-            return cast("SpiderSql | None", entry[1])
+    entry = recall(kept, key)
+    if entry is not None and entry[0] is schema:
+        return cast("SpiderSql | None", entry[1])
     try:
         gold: SpiderSql | None = _comparable(parse(schema, gold_sql), schema)
     except SpiderParseError:

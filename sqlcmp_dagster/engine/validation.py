@@ -12,7 +12,7 @@ from typing import cast
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from sqlcmp_dagster.engine.context import current, keep_recent
+from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ResolvedMode
 from sqlcmp_dagster.engine.parsing import ParseOutcome, RewriteCut, canonical_text, canonical_tree, clocked_rewrites
 from sqlcmp_dagster.engine.relation import Execution, Relation
@@ -77,12 +77,10 @@ class Side:
             text = ("canonical", self.parsed.normalized_sql) if self.parsed.normalized_sql is not None \
                 else ("text", self.sql)
             key, kept = (id(catalog), dialect, text), current().structures
-            with kept.lock:
-                entry = kept.entries.get(key)
-                if entry is not None and entry[0] is catalog:
-                    kept.entries.move_to_end(key)
-                    self._structural = cast(tuple[str, QueryShape], entry[1])
-                    return self._structural
+            entry = recall(kept, key)
+            if entry is not None and entry[0] is catalog:
+                self._structural = cast(tuple[str, QueryShape], entry[1])
+                return self._structural
             form = equivalence_form(self.tree(dialect), dialect, catalog)  # a copy: printed last, as owned
             shape = query_shape(form)
             self._structural = canonical_text(form, dialect, owned=True), shape

@@ -31,7 +31,7 @@ from typing import Any
 from sqlglot import exp
 
 from sqlcmp_dagster.engine.comparison import ResultComparison, Rules, can_pass, compare_results, suits
-from sqlcmp_dagster.engine.context import current, keep_recent
+from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.equivalence import provable, proven_equivalent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.neighbor_report import SHOWN_ROWS, row_count
@@ -330,10 +330,7 @@ def neighbor_search(validation: Validation, index: int, structure: StructuralCom
            tuple((i, validation.expected[i].sql) for i in validation.runnable()), index, config.model_dump_json(),
            result.comparison_mode)
     searches = current().searches
-    with searches.lock:
-        kept = searches.entries.get(key)
-        if kept is not None:
-            searches.entries.move_to_end(key)
+    kept = recall(searches, key)
     if kept is not None:
         return {**copy.deepcopy(kept), "elapsed_ms": round((time.monotonic() - started) * 1000, 3),
                 **({"time_limit_ms": time_limit_ms} if "time_limit_ms" in kept else {})}

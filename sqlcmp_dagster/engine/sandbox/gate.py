@@ -15,7 +15,7 @@ import unicodedata
 from sqlglot import exp
 from sqlglot.tokens import TokenType
 
-from sqlcmp_dagster.engine.context import current, keep_recent
+from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.parsing import ParseOutcome, tokens_of
 
 #: Statements that may be executed: queries and set operations over queries, nothing else.
@@ -205,11 +205,9 @@ def gate_reason(outcome: ParseOutcome, dialect: str, sql: str) -> str | None:
     :data:`_GATE_ANSWERS_KEPT` queries; each entry holds its ``ParseOutcome`` (a frozen record), so the identity
     cannot be reused by another query while the answer is kept."""
     key, answers = (id(outcome), dialect, sql), current().gate_answers
-    with answers.lock:
-        kept = answers.entries.get(key)
-        if kept is not None and kept[0] is outcome:
-            answers.entries.move_to_end(key)
-            return kept[1]
+    kept = recall(answers, key)
+    if kept is not None and kept[0] is outcome:
+        return kept[1]
     # the tree's refusal first (it names a statement or call); a tree that passes is trusted only once the text
     # is known to be read by sqlglot as the engine reads it
     reason = unsafe_reason(outcome, dialect, sql) or lexical_hazard(sql, dialect)
