@@ -248,14 +248,16 @@ def test_a_changed_database_misses_exactly_its_entries(tmp_path: Path) -> None:
 def test_a_restored_execution_holds_what_was_kept(tmp_path: Path) -> None:
     writing = ExpectedResults(store=Store(tmp_path))
     rows = [(1, "a", None, 2.5, b"\x00"), (None, "b", 3, float("nan"), b"")]
-    kept = Execution(True, relation_from_rows(["x", "y", "z", "w", "v"], rows, truncated=True), None, 12.5, ["w1"])
+    kept = Execution(True, relation_from_rows(["x", "y", "z", "w", "v"], rows, truncated=True), None, 12.5, ["w1"],
+                     steps=2_340_000)
     writing.put("k", kept)
     restored = ExpectedResults(store=Store(tmp_path)).get("k")
     assert restored is not None and restored.relation is not None and kept.relation is not None
     assert restored.relation.names == kept.relation.names and restored.relation.truncated
     assert restored.relation.rows is not None  # rows, as the database gave them: compared as cheaply
     assert restored.relation.frame.equals(kept.relation.frame)
-    assert (restored.success, restored.elapsed_ms, restored.warnings) == (True, 12.5, ["w1"])
+    # the steps decide whether a failing case's fix search runs: a warm run decides as the cold one did
+    assert (restored.success, restored.elapsed_ms, restored.warnings, restored.steps) == (True, 12.5, ["w1"], 2_340_000)
 
 
 def test_failures_are_never_kept(tmp_path: Path) -> None:

@@ -342,6 +342,40 @@ def test_the_fix_search_is_skipped_when_the_two_queries_alone_exceed_its_budget(
     slow.close()
 
 
+class HeavyDatabase(ExecutionAdapter):
+    """The sample database as if every query took ``STEPS`` more SQLite virtual-machine steps: the work a large
+    database's queries do (a 1 GB Spider database's take millions), injected."""
+
+    STEPS = 2_500_000
+
+    def execute(self, sql: str, **options: Any) -> Any:
+        execution = super().execute(sql, **options)
+        return dataclasses.replace(execution, steps=(execution.steps or 0) + self.STEPS)
+
+
+def test_the_fix_search_is_skipped_when_the_two_queries_did_more_sqlite_work_than_its_bound(sample_db: Path) -> None:
+    """On SQLite the skip is decided from the two queries' virtual-machine steps, which are the same on every
+    machine: 5 million together is above fix_search_max_steps' default, so a failing case gets no search and a
+    warning that names the steps and the option; raised, the search runs and finds the fix. However slow the
+    queries were measured, steps below the bound leave the search to run (the time bound is 10 s)."""
+    request = CompareRequest(expected_sql="SELECT DISTINCT city FROM customers", actual_sql="SELECT city FROM customers")
+    heavy = HeavyDatabase(str(sample_db))
+    report = compare(request, heavy)
+    assert report.deterministic_verdict == "fail"
+    assert report.diagnostic_scores["suggested_fix"] is None and report.evidence["probes"] == []
+    [warning] = [w for w in report.warnings if w.startswith("fix search")]
+    assert warning == ("fix search skipped: the two queries took 5,000,000 SQLite virtual-machine steps on this "
+                       f"database, above fix_search_max_steps={EvalConfig().fix_search_max_steps:,} (each candidate "
+                       "is a query like them); raise it to search")
+    assert not inconsistencies(report)
+    raised = compare(request.model_copy(update={"config": EvalConfig(fix_search_max_steps=5_000_000)}), heavy)
+    assert raised.diagnostic_scores["suggested_fix"]["clauses"] == ["distinct"]
+    assert not any(w.startswith("fix search") for w in raised.warnings)
+    slow = compare(request, SlowDatabase(str(sample_db)))
+    assert slow.diagnostic_scores["suggested_fix"]["clauses"] == ["distinct"]
+    heavy.close()
+
+
 def test_a_pass_with_slow_queries_warns_of_no_search(sample_db: Path) -> None:
     """A pass is not searched, so slow queries skip nothing there and no warning says they did."""
     report = compare(CompareRequest(expected_sql="SELECT city FROM customers", actual_sql="SELECT city FROM customers"),

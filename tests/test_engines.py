@@ -42,6 +42,7 @@ def duck(tmp_path: Path) -> Path:
 def test_duckdb_compare_uses_its_dialect(duck: Path) -> None:
     adapter = ExecutionAdapter(str(duck))
     assert adapter.dialect == "duckdb"
+    assert adapter.execute("SELECT count(*) FROM items").steps is None  # SQLite's count: none here
     request = CompareRequest(expected_sql="SELECT kind, count(*) FROM items GROUP BY kind",
                              actual_sql="SELECT kind, count(id) FROM items GROUP BY ALL")
     assert compare(request, adapter).deterministic_verdict == "pass"

@@ -32,6 +32,23 @@ def test_execute_materializes_names_types_and_timing(adapter: ExecutionAdapter) 
     assert execution.elapsed_ms > 0
 
 
+def _counting_to(n: int) -> str:
+    return f"WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < {n}) SELECT count(*) FROM n"
+
+
+def test_sqlite_counts_a_querys_steps_the_same_on_every_run(adapter: ExecutionAdapter) -> None:
+    """The steps are SQLite's own count of the work (in units of the progress handler's interval): the same on
+    every run of one query whatever the machine's load, growing with the rows the query goes through, and on a
+    kept connection never carried over from the query before."""
+    small, large = (adapter.execute(_counting_to(n)) for n in (20_000, 200_000))
+    assert small.steps is not None and large.steps is not None and 0 < small.steps < large.steps
+    assert 8 * small.steps <= large.steps <= 12 * small.steps
+    assert [adapter.execute(_counting_to(200_000)).steps for _ in range(3)] == [large.steps] * 3
+    assert adapter.execute("SELECT name FROM products").steps == 0  # a few dozen steps: below one interval
+    failed = adapter.execute("SELECT * FROM nope")
+    assert not failed.success and failed.steps is None
+
+
 @pytest.mark.parametrize(
     ("sql", "category", "message"),
     [

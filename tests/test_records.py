@@ -37,6 +37,8 @@ def test_round_trip_of_every_layer(sample_dir: Path, case_id: str) -> None:
             assert before.parsed.ast == after.parsed.ast
         if before.relation is not None:
             assert before.relation.frame.equals(after.relation.frame) and before.relation.names == after.relation.names
+        if before.execution is not None:
+            assert after.execution is not None and after.execution.steps == before.execution.steps
     if not restored.runnable() or not validation.actual.executed_ok:
         return
     structures = structural_layer(restored)

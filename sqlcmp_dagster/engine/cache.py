@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the adapter is only read here (its file and dialect)
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
 
 #: The layout of a disk entry; a change makes every older entry miss.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2
 #: What computed an entry: the layout, the engine (package and report-behaviour version) and the libraries whose
 #: objects a value holds. Part of every key, so an upgrade of any of them misses instead of reading old values.
 ENVIRONMENT = (f"format {CACHE_FORMAT}; sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; "
@@ -371,16 +371,18 @@ def _execution_record(execution: Execution) -> tuple[Any, ...] | None:
         return None
     held = relation.rows
     payload: Any = list(held) if held is not None else relation.frame
-    return relation.names, relation.truncated, held is not None, payload, execution.elapsed_ms, execution.warnings
+    return (relation.names, relation.truncated, held is not None, payload, execution.elapsed_ms, execution.warnings,
+            execution.steps)
 
 
 def _execution_from_record(record: Any) -> Execution | None:
     if record is None:
         return None
     try:
-        names, truncated, as_rows, payload, elapsed_ms, warnings = record
+        names, truncated, as_rows, payload, elapsed_ms, warnings, steps = record
         relation: Relation = relation_from_rows(names, payload, truncated) if as_rows \
             else Relation(payload, list(names), truncated)
-        return Execution(True, relation, None, float(elapsed_ms), list(warnings))
+        return Execution(True, relation, None, float(elapsed_ms), list(warnings),
+                         None if steps is None else int(steps))
     except (TypeError, ValueError):
         return None

@@ -34,8 +34,8 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
     Request, memory_bound
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
-from sqlcmp_dagster.engine.sandbox.sqlite import SqliteConnections, sqlite_memory_read_only, sqlite_read_only, \
-    utf8_first
+from sqlcmp_dagster.engine.sandbox.sqlite import Progress, SqliteConnections, sqlite_memory_read_only, \
+    sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -182,7 +182,8 @@ class ExecutionAdapter:
         for attempt in (1, 2):
             watches: list[postgres.Watch] = []
             try:
-                names, fetched, elapsed = self._fetch(sql, timeout, limit, max_bytes, max_cell_bytes, watches)
+                names, fetched, elapsed, steps = self._fetch(sql, timeout, limit, max_bytes, max_cell_bytes,
+                                                             watches)
             except Exception as failure:
                 terminated = any(watch.terminated for watch in watches)
                 if self.dialect == "postgres" and not terminated and postgres.connection_lost(failure):
@@ -196,13 +197,14 @@ class ExecutionAdapter:
                 return Execution(False, None, self._error(failure, timeout, max_cell_bytes, terminated),
                                  (time.perf_counter() - started) * 1000)
             relation = relation_from_rows(names, fetched.rows, fetched.truncated)
-            return Execution(True, relation, None, elapsed, fetched.warnings)
+            return Execution(True, relation, None, elapsed, fetched.warnings, steps)
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _fetch(self, sql: str, timeout: int, limit: int, max_bytes: int, max_cell_bytes: int,
-               watches: list[postgres.Watch]) -> tuple[list[str], Fetched, float]:
-        """Run ``sql`` in the engine's sandbox: its column names, the rows kept, and the milliseconds it took.
-        A PostgreSQL session's watch is appended to ``watches`` (the caller reads whether it terminated)."""
+               watches: list[postgres.Watch]) -> tuple[list[str], Fetched, float, int | None]:
+        """Run ``sql`` in the engine's sandbox: its column names, the rows kept, the milliseconds it took and, on
+        SQLite, the virtual-machine steps (:attr:`~.sandbox.sqlite.Progress.steps`). A PostgreSQL session's watch
+        is appended to ``watches`` (the caller reads whether it terminated)."""
         started = time.perf_counter()
         if self.dialect == "postgres":
             assert self.engine is not None, "a PostgreSQL adapter has an engine"
@@ -212,8 +214,8 @@ class ExecutionAdapter:
                 deadline = time.monotonic() + timeout / 1000
                 names, fetched = postgres.fetch(raw, query_text(sql, self.dialect), deadline, limit, max_bytes,
                                                 max_cell_bytes)
-                return names, fetched, (time.perf_counter() - started) * 1000
-        with self._session(timeout, max_cell_bytes) as raw:
+                return names, fetched, (time.perf_counter() - started) * 1000, None
+        with self._session(timeout, max_cell_bytes) as (raw, progress):
             def run() -> tuple[list[str], Fetched, float]:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
                 cursor = raw.cursor()
@@ -227,7 +229,8 @@ class ExecutionAdapter:
                     if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
                         cursor.close()
 
-            return utf8_first(raw, run) if self._sqlite is not None else run()
+            names, fetched, elapsed = utf8_first(raw, run) if self._sqlite is not None else run()
+            return names, fetched, elapsed, progress.steps if progress is not None else None
 
     def _error(self, failure: Exception, timeout: int, max_cell_bytes: int, terminated: bool) -> ExecutionError:
         """The query's own failure as the report names it; anything that is not one is raised again (an engine
@@ -325,7 +328,7 @@ class ExecutionAdapter:
                 with postgres.session(self.engine, timeout) as (raw, _):
                     rows = postgres.explain(raw, statement)
             else:
-                with self._session(timeout) as connection:
+                with self._session(timeout) as (connection, _):
                     cursor = connection.cursor()
                     try:
                         cursor.execute(statement)
@@ -386,15 +389,15 @@ class ExecutionAdapter:
             self.engine.dispose()
 
     @contextmanager
-    def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> Iterator[Any]:
+    def _session(self, timeout_ms: int, max_cell_bytes: int = 0) -> Iterator[tuple[Any, Progress | None]]:
         """A DBAPI connection of its own (not PostgreSQL's: :func:`~.sandbox.postgres.session`) in a transaction
-        that is always rolled back, with the engine's own interruption armed: a SQLite file or neighbor gets one
-        of the adapter's kept sandboxed connections (:class:`~.sandbox.sqlite.SqliteConnections`), on which no
-        value may grow past ``max_cell_bytes`` (when given); a DuckDB engine's connection gets the watchdog's
-        interrupt."""
+        that is always rolled back, with the engine's own interruption armed, and on SQLite the
+        :class:`~.sandbox.sqlite.Progress` its statements make: a SQLite file or neighbor gets one of the
+        adapter's kept sandboxed connections (:class:`~.sandbox.sqlite.SqliteConnections`), on which no value may
+        grow past ``max_cell_bytes`` (when given); a DuckDB engine's connection gets the watchdog's interrupt."""
         if self._sqlite is not None:
-            with self._sqlite.session(timeout_ms, max_cell_bytes) as connection:
-                yield connection
+            with self._sqlite.session(timeout_ms, max_cell_bytes) as session:
+                yield session
             return
         assert self.engine is not None, "an adapter without SQLite connections has an engine"
         with self.engine.connect() as connection:
@@ -403,7 +406,7 @@ class ExecutionAdapter:
             with interrupt_after(driver.interrupt, timeout_ms) if self.dialect == "duckdb" else _noop():
                 transaction = connection.begin()
                 try:
-                    yield connection.connection
+                    yield connection.connection, None
                 finally:
                     transaction.rollback()
 

@@ -233,17 +233,25 @@ def fix_search_budget(validation: Validation, expected: Side, *, searched: bool)
     why it is less than ``fix_search_budget_ms``, for a case whose chosen expected side is ``expected``.
 
     The search gets ``fix_search_budget_ms``, or ``query_timeout_ms`` or what is left of ``case_timeout_ms`` when
-    that is less. When ``searched`` (a failure: a pass is not searched) it is skipped if the two queries took
-    longer than ``fix_search_budget_ms`` together: each candidate is a query like them, so not even one would fit,
-    and on a large database a search costs many times the case's own queries. That is decided from the two
-    queries' recorded times, so a case whose queries are far from the bound (every Spider case) is searched the
-    same way on every run, whatever the machine's load during the search.
+    that is less. When ``searched`` (a failure: a pass is not searched) it is skipped if the two queries did more
+    work together than ``fix_search_max_steps`` (on SQLite: their virtual-machine steps, counted the same on every
+    machine) or took longer than ``fix_search_budget_ms``: each candidate is a query like them, so on a large
+    database a search costs many times the case's own queries, and past the time bound not even one would fit.
+    Both are decided from the two queries' recorded executions, never from a clock running out mid-search; the
+    steps decide the same way on every run, the time wherever the queries are far from its bound (every Spider
+    case).
     """
     config = validation.request.config
     left = case_time_left(validation)
     if left is None:
         return None, f"fix search skipped: what was left of case_timeout_ms={config.case_budget_ms()}"
-    queries_ms = sum(side.execution.elapsed_ms for side in (validation.actual, expected) if side.execution)
+    executions = [side.execution for side in (validation.actual, expected) if side.execution is not None]
+    steps = [execution.steps for execution in executions if execution.steps is not None]
+    if searched and len(steps) == 2 and sum(steps) > config.fix_search_max_steps:
+        return None, (f"fix search skipped: the two queries took {sum(steps):,} SQLite virtual-machine steps on this "
+                      f"database, above fix_search_max_steps={config.fix_search_max_steps:,} (each candidate is a "
+                      "query like them); raise it to search")
+    queries_ms = sum(execution.elapsed_ms for execution in executions)
     if searched and queries_ms > config.fix_search_budget_ms:
         return None, (f"fix search skipped: the two queries took {queries_ms:.0f} ms on this database, above "
                       f"fix_search_budget_ms={config.fix_search_budget_ms} (each candidate is a query like them); "

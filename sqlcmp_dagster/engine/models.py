@@ -49,6 +49,7 @@ SourceClause = Literal[
 DEFAULT_MAX_SQL_CHARS = 20_000
 DEFAULT_MAX_RESULT_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_CELL_BYTES = 1024 * 1024
+DEFAULT_FIX_SEARCH_MAX_STEPS = 4_000_000
 
 
 class _Strict(BaseModel):
@@ -61,6 +62,8 @@ MAX_MS = 86_400_000
 MAX_COUNT = 2**31 - 1
 #: The largest result size an option gives (a TiB; DuckDB's memory limit is set from it).
 MAX_BYTES = 1 << 40
+#: The largest count of SQLite virtual-machine steps an option gives (SQLite counts them in 64 bits).
+MAX_STEPS = 1 << 62
 
 
 class EvalConfig(_Strict):
@@ -134,6 +137,15 @@ class EvalConfig(_Strict):
     the two queries' measured times, not from a clock running out mid-search). The default, ``query_timeout_ms``'s
     own, searches as before this option: a default of 1000 made small databases' reports depend on the machine's
     load (eight workers on two cores measured a DuckDB case's two queries above 1 s and skipped its search)."""
+    fix_search_max_steps: int = Field(default=DEFAULT_FIX_SEARCH_MAX_STEPS, gt=0, le=MAX_STEPS)
+    """On SQLite, the verified-fix search is skipped, with a warning, when the case's two queries took more than this
+    many virtual-machine steps together (SQLite's own count, in units of 10,000: the same on every machine and under
+    any load, so the skip is too). Each candidate is a query like them, up to 32 per search, so below the bound a
+    search does at most about 32 times its work (a few seconds of SQLite's time), mostly far less; on every Spider
+    dev case the two queries take at most 0.5 million steps. A database of a gigabyte makes them take millions
+    (world_1 copied to 1.15 GB: 17 million in the median case, up to 300 million), where the search cost many times
+    the case's own queries: raise this to search there too. ``fix_search_budget_ms`` still bounds the search's
+    time on every engine."""
     dialect: str | None = None
     """sqlglot dialect of both queries; unset: the database's own (``sqlite`` for SQLite files)."""
     include_asts: bool = False

@@ -71,6 +71,7 @@ def _side_payload(side: Side) -> dict[str, Any]:
             "error": execution.error.model_dump() if execution.error else None,
             "elapsed_ms": execution.elapsed_ms,
             "warnings": execution.warnings,
+            "steps": execution.steps,
             "names": execution.relation.names if execution.relation is not None else None,
             "truncated": execution.relation.truncated if execution.relation is not None else False,
         },
@@ -89,7 +90,8 @@ def _side_from_payload(payload: dict[str, Any], blob: bytes) -> Side:
         if record["names"] is not None:
             relation = Relation(_frame_of(blob), list(record["names"]), record["truncated"])
         error = ExecutionError.model_validate(record["error"]) if record["error"] else None
-        execution = Execution(record["success"], relation, error, record["elapsed_ms"], list(record["warnings"]))
+        execution = Execution(record["success"], relation, error, record["elapsed_ms"], list(record["warnings"]),
+                              record.get("steps"))  # a record written before steps were counted has none
     return Side(payload["sql"], parsed, execution, payload["pre_materialized"])
 
 

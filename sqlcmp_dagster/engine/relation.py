@@ -161,6 +161,9 @@ class Execution:
     error: ExecutionError | None
     elapsed_ms: float
     warnings: list[str] = field(default_factory=list)
+    #: SQLite's count of the query's virtual-machine steps (:class:`~.sandbox.sqlite.Progress`), its cost the same
+    #: on every machine; None on other engines and for a result given rather than executed.
+    steps: int | None = None
 
 
 

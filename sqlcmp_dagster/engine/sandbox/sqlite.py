@@ -9,6 +9,8 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
 - **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
   (:func:`sqlite_deadline`).
+- **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
+  statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
   connection opens and no query can change it; the length limit is set for each query, the progress handler
   and watchdog are undone after it, and the rollback ends any transaction or savepoint it opened.
@@ -21,8 +23,9 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TypeVar
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TypeVar
 from pathlib import Path
 from urllib.parse import quote
 
@@ -32,7 +35,7 @@ from sqlcmp_dagster.engine.sandbox.gate import denied
 T = TypeVar("T")
 
 #: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
-_SQLITE_PROGRESS_STEPS = 10_000
+PROGRESS_STEPS = 10_000
 
 
 def sqlite_read_only(path: Path) -> sqlite3.Connection:
@@ -119,21 +122,42 @@ def sqlite_authorizer(action: int, first: str | None, second: str | None, databa
     return sqlite3.SQLITE_DENY
 
 
+@dataclass
+class Progress:
+    """The work a session's statements did, as SQLite's progress handler saw it.
+
+    SQLite counts each statement's virtual-machine steps and calls the handler each time the count passes a
+    multiple of :data:`PROGRESS_STEPS`, so :attr:`steps` is that work rounded down to a multiple of it (per
+    statement). It is the same on every run for the same SQLite library, file content and statement, whatever the
+    machine's speed or load: a cost that decides something in a report can be read from it, never from a clock.
+    """
+
+    calls: int = 0
+
+    @property
+    def steps(self) -> int:
+        return self.calls * PROGRESS_STEPS
+
+
 @contextmanager
-def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[None]:
+def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator[Progress]:
     """Interrupt SQLite once ``timeout_ms`` has passed: from inside its VM loop (the progress handler), and
     from the process's watchdog thread (:func:`interrupt_after`), because one VM step can take minutes
     (``replace`` over a 20 MB string in a recursive CTE) and the progress handler only runs between steps,
-    while an interrupt stops at the next opcode."""
+    while an interrupt stops at the next opcode. Yields the :class:`Progress` the handler counts meanwhile."""
     deadline = time.monotonic() + timeout_ms / 1000
-    handler: Callable[[], int] = lambda: 1 if time.monotonic() > deadline else 0  # noqa: E731
-    connection.set_progress_handler(handler, _SQLITE_PROGRESS_STEPS)
+    progress = Progress()
+
+    def handler() -> int:
+        progress.calls += 1
+        return 1 if time.monotonic() > deadline else 0
+
+    connection.set_progress_handler(handler, PROGRESS_STEPS)
     try:
         with interrupt_after(connection.interrupt, timeout_ms):
-            yield
+            yield progress
     finally:
         connection.set_progress_handler(None, 0)
-
 
 
 def file_identity(path: Path) -> tuple[int, int] | None:
@@ -162,15 +186,16 @@ class SqliteConnections:
         self._length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
 
     @contextmanager
-    def session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[sqlite3.Connection]:
-        """A kept or new sandboxed connection under the query's length limit and deadline, rolled back after."""
+    def session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[tuple[sqlite3.Connection, Progress]]:
+        """A kept or new sandboxed connection under the query's length limit and deadline, rolled back after,
+        and the :class:`Progress` its statements make."""
         connection = self._borrow()
         kept = False
         try:
             connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_cell_bytes or self._length)
-            with sqlite_deadline(connection, timeout_ms):
+            with sqlite_deadline(connection, timeout_ms) as progress:
                 try:
-                    yield connection
+                    yield connection, progress
                 finally:
                     connection.rollback()
                     kept = True
