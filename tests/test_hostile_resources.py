@@ -430,9 +430,11 @@ def test_case_budget_cuts_are_named_in_reports_built_by_the_dagster_assets(tmp_p
     "fix search limited" warning must travel with what that asset returns; the report then says what the
     library's says. The LIMIT tie re-check runs in the result_comparisons step: its execution time is stored
     there and counted downstream as the library counts it (the diagnostics step's share of case_timeout_ms, the
-    report's execution_ms)."""
-    case = {"case_id": "budget", "db": "shop", "expected_sql": "SELECT price, name FROM products ORDER BY price LIMIT 2",
-            "actual_sql": "SELECT price, name FROM products ORDER BY price DESC LIMIT 2",
+    report's execution_ms). Both rows the expected query keeps tie on its key, so only the re-check can tell that
+    the actual rows (the other key's) are no valid choice."""
+    case = {"case_id": "budget", "db": "shop",
+            "expected_sql": "SELECT discontinued, name FROM products ORDER BY discontinued LIMIT 2",
+            "actual_sql": "SELECT discontinued, name FROM products ORDER BY discontinued DESC LIMIT 2",
             "config": {"query_timeout_ms": 10_000, "case_timeout_ms": 10_000, "fix_search_budget_ms": 10_000}}
     folder = tmp_path / "cases"
     folder.mkdir()

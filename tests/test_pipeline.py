@@ -23,7 +23,7 @@ from sqlcmp_dagster.engine.cache import ExpectedResults
 from sqlcmp_dagster.engine.layers import validate
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_METRICS
-from sqlcmp_dagster.engine.pipeline import Evaluator
+from sqlcmp_dagster.engine.pipeline import Evaluator, compare
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.report import explanation_lines, per_column_map, render_text
 
@@ -190,6 +190,38 @@ def test_limit_cut_inside_a_tie_is_tie_ambiguous_not_a_mismatch(suite_reports: d
     swapped = run("SELECT name, price FROM products ORDER BY price DESC LIMIT 6",
                   "SELECT name, price FROM products ORDER BY price DESC, name LIMIT 6 OFFSET 1")
     assert swapped.deterministic_verdict == "fail"
+
+
+class Recording(ExecutionAdapter):
+    """The sample database, recording the text of every query it runs."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__(target)
+        self.ran: list[str] = []
+
+    def execute(self, sql: str, **options: object) -> Execution:  # type: ignore[override]
+        self.ran.append(sql)
+        return super().execute(sql, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("actual", ["SELECT name FROM products ORDER BY price DESC LIMIT 6",  # a column short
+                                    "SELECT name, price FROM products ORDER BY price LIMIT 6"])  # other first rows
+def test_the_tie_re_check_runs_only_when_a_tie_could_make_the_answer_valid(sample_db: Path, actual: str) -> None:
+    """The LIMIT tie re-check runs the expected query without its LIMIT, which on a large database sorts and
+    fetches far more than the case's two queries (10 s, the query timeout, on a 1.15 GB copy of world_1). It is
+    run only when the rows at hand leave the verdict open: an answer with another number of columns, or other
+    rows before the tied group, fails whatever rows tie at the cut. The tie-ambiguous pass still runs it."""
+    expected = "SELECT name, price FROM products ORDER BY price DESC LIMIT 6"
+    uncut = "SELECT name, price FROM products ORDER BY price DESC"
+    config = EvalConfig(enable_counterfactual_probes=False)
+    database = Recording(str(sample_db))
+    report = compare(CompareRequest(expected_sql=expected, actual_sql=actual, config=config), database)
+    assert report.deterministic_verdict == "fail" and uncut not in database.ran
+    tied = compare(CompareRequest(expected_sql=expected, actual_sql=expected.replace("DESC", "DESC, name"),
+                                  config=config), database)
+    assert tied.metrics["result"]["result_equality_family"]["mode_details"]["tie_ambiguous"] is True
+    assert database.ran.count(uncut) == 1
+    database.close()
 
 
 def test_vacuous_match_warns(suite_reports: dict[str, Report]) -> None:

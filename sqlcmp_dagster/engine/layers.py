@@ -135,20 +135,25 @@ def result_layer(validation: Validation, database: ExecutionAdapter | None = Non
 
 def _cut_inside_tie(validation: Validation, side: Side, shape: QueryShape, database: ExecutionAdapter) -> bool:
     assert side.parsed.ast is not None and side.relation is not None and validation.actual.relation is not None
-    uncut_tree = side.parsed.ast.copy()
-    uncut_tree.set("limit", None)
-    uncut_tree.set("offset", None)
     config = validation.request.config
-    timeout_ms = remaining_timeout(validation)
-    if timeout_ms is None:  # result_layer checked it: the budget is spent
+    if shape.order_keys is None:
         return False
-    uncut = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=timeout_ms,
-                             max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
-                             max_cell_bytes=config.max_cell_bytes)
-    validation.timings["execution_ms"] = validation.timings.get("execution_ms", 0.0) + uncut.elapsed_ms
-    if not uncut.success or uncut.relation is None or shape.order_keys is None:
-        return False
-    return cut_inside_tie(side.relation, validation.actual.relation, uncut.relation, offset=shape.offset or 0,
+
+    def uncut() -> Relation | None:
+        assert side.parsed.ast is not None
+        timeout_ms = remaining_timeout(validation)
+        if timeout_ms is None:  # result_layer checked it: the budget is spent
+            return None
+        uncut_tree = side.parsed.ast.copy()
+        uncut_tree.set("limit", None)
+        uncut_tree.set("offset", None)
+        execution = database.execute(uncut_tree.sql(dialect=validation.dialect), timeout_ms=timeout_ms,
+                                     max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
+                                     max_cell_bytes=config.max_cell_bytes)
+        validation.timings["execution_ms"] = validation.timings.get("execution_ms", 0.0) + execution.elapsed_ms
+        return execution.relation if execution.success else None
+
+    return cut_inside_tie(side.relation, validation.actual.relation, uncut, offset=shape.offset or 0,
                           order_keys=shape.order_keys, config=config)
 
 

@@ -7,6 +7,7 @@ NULL equals nothing, not even NULL.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,27 +182,47 @@ def can_pass(expected: Relation, actual: Relation) -> bool:
     return expected.width == actual.width and expected.height == actual.height
 
 
-def cut_inside_tie(expected: Relation, actual: Relation, uncut: Relation, *, offset: int, order_keys: list[int],
-                   config: EvalConfig) -> bool:
+def cut_inside_tie(expected: Relation, actual: Relation, uncut: Callable[[], Relation | None], *, offset: int,
+                   order_keys: list[int], config: EvalConfig) -> bool:
     """Whether the expected query's LIMIT cuts inside a tie of its ORDER BY keys and ``actual`` is an equally
     valid answer: the same rows before the tied group, and rows at the cut drawn from that group.
 
-    ``uncut`` is the expected query's result without LIMIT and OFFSET; ``order_keys`` index its projection.
+    ``uncut()`` runs the expected query without LIMIT and OFFSET (None when it fails); ``order_keys`` index its
+    projection. It is called only when the rows at hand leave the answer open: ``actual`` has as many rows and
+    columns as ``expected`` and the same rows before the group that ends it (the group is read from ``expected``'s
+    last row, whose keys are the cut's). Otherwise no tie can make ``actual`` valid, and the query, which on a
+    large database sorts and fetches far more than the case's own queries, is not run.
     """
     n = expected.height
-    if n == 0 or actual.height != n or uncut.height <= offset + n or not order_keys:
+    if n == 0 or actual.height != n or actual.width != expected.width or not order_keys:
         return False
-    keys = uncut.frame.select([pl.col(f"c{k}") for k in order_keys])
+    start = _group_start(expected, order_keys, n - 1)
+    head = compare_results(_slice(expected, 0, start), _slice(actual, 0, start), mode="order-sensitive",
+                           config=config, order_keys=order_keys)
+    if not head.mode_pass:
+        return False
+    result = uncut()
+    if result is None or result.height <= offset + n:
+        return False
+    keys = result.frame.select([pl.col(f"c{k}") for k in order_keys])
     boundary = keys.row(offset + n - 1)
     if keys.row(offset + n) != boundary:
         return False  # the cut falls between two different keys: no tie, nothing ambiguous
-    in_group = pl.all_horizontal([pl.col(f"c{k}").eq_missing(v) for k, v in zip(order_keys, boundary)])
-    start = int(expected.frame.with_row_index("__i").filter(in_group)["__i"].min())  # type: ignore[arg-type]
-    head = compare_results(_slice(expected, 0, start), _slice(actual, 0, start), mode="order-sensitive",
-                           config=config, order_keys=order_keys)
-    group = Relation(uncut.frame.filter(in_group), uncut.names)
+    group = Relation(result.frame.filter(_tied_with(order_keys, boundary)), result.names)
     tail = compare_results(group, _slice(actual, start, n - start), mode="order-insensitive", config=config)
-    return head.mode_pass and tail.schema_match["attribute_count_match"] and tail.bag_matched_rows == n - start
+    return tail.bag_matched_rows == n - start
+
+
+def _tied_with(order_keys: list[int], boundary: tuple[Any, ...]) -> pl.Expr:
+    """The rows whose ORDER BY keys (``order_keys``, indexes of the projection) are ``boundary``'s, NULL equal."""
+    return pl.all_horizontal([pl.col(f"c{k}").eq_missing(v) for k, v in zip(order_keys, boundary)])
+
+
+def _group_start(relation: Relation, order_keys: list[int], row: int) -> int:
+    """The first row of ``relation`` (ordered by ``order_keys``) whose keys are those of row ``row``."""
+    boundary = relation.frame.select([pl.col(f"c{k}") for k in order_keys]).row(row)
+    tied = relation.frame.with_row_index("__i").filter(_tied_with(order_keys, boundary))
+    return int(tied["__i"].min())  # type: ignore[arg-type]
 
 
 def tied_at_cut(uncut: Relation, *, offset: int, kept: int, order_keys: list[int], width: int) -> Relation | None:
@@ -221,7 +242,7 @@ def tied_at_cut(uncut: Relation, *, offset: int, kept: int, order_keys: list[int
         boundary = keys.row(end - 1)
         if keys.row(end) != boundary:
             return None
-        frame = frame.filter(pl.all_horizontal([pl.col(f"c{k}").eq_missing(v) for k, v in zip(order_keys, boundary)]))
+        frame = frame.filter(_tied_with(order_keys, boundary))
     group = frame.select([pl.col(f"c{i}") for i in range(width)])
     return None if group.n_unique() == 1 else Relation(group, uncut.names[:width])
 
