@@ -19,9 +19,13 @@ A prediction that fails (or a gold query that fails) scores 0 on all three in BI
 from __future__ import annotations
 
 import math
+import operator
 import statistics
 from collections.abc import Sequence
+from functools import reduce
 from typing import Any
+
+import polars as pl
 
 Row = tuple[Any, ...]
 #: BIRD's difficulty labels, in rising order.
@@ -73,6 +77,118 @@ def soft_f1(gold: Sequence[Row], predicted: Sequence[Row]) -> float:
         predicted_only += (len(row) - found) / width
         gold_only += (width - sum(map(row.__contains__, gold_row))) / width
     predicted_only += max(len(predicted) - len(gold), 0)
+    precision = matched / (matched + predicted_only) if matched + predicted_only > 0 else 0.0
+    recall = matched / (matched + gold_only) if matched + gold_only > 0 else 0.0
+    return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
+
+
+#: Column types whose cells polars compares, deduplicates and hashes as Python compares the values ``to_list``
+#: gives them, once :func:`_comparable` has made every integer an Int64 and every float a Float64 without NaN.
+_FRAME_TYPES = (pl.Int8, pl.Int16, pl.Int32, pl.Int64, pl.UInt8, pl.UInt16, pl.UInt32, pl.UInt64, pl.Float32,
+                pl.Float64, pl.String, pl.Boolean, pl.Binary, pl.Date, pl.Null)
+#: The numeric types left after :func:`_comparable`: equal across types in Python (``1 == 1.0 == True``).
+_NUMBERS = (pl.Int64, pl.Float64, pl.Boolean)
+#: Every integer up to this magnitude is a float exactly, so it equals a float in Python exactly when it does
+#: as a float.
+_EXACT_INTEGERS = 2**53
+
+
+def frame_scores(gold: pl.DataFrame, predicted: pl.DataFrame) -> tuple[bool, float] | None:
+    """:func:`execution_match` and :func:`soft_f1` of the rows two frames hold, computed column by column: the
+    same values (Soft-F1's float sums are made in the rules' order), in a fraction of the time on large results.
+    None where polars would not tell cells equal exactly as Python does, and the rules are then run on the rows:
+    a type outside :data:`_FRAME_TYPES`, a NaN (never equal to another in Python, equal to every NaN in polars),
+    an integer past 2**53 where numbers of two types meet, no columns.
+
+    >>> frame_scores(pl.DataFrame({"a": [1, 2], "b": ["a", "b"]}), pl.DataFrame({"a": [1, 2], "b": ["a", "x"]}))
+    (False, 0.75)
+    >>> frame_scores(pl.DataFrame({"a": [1, 2]}), pl.DataFrame({"a": [2.0, 1.0]}))
+    (True, 0.0)
+    """
+    if not gold.width or not predicted.width:
+        return None
+    kept, given = _comparable(gold), _comparable(predicted)
+    if kept is not None and given is not None \
+            and len({dtype for frame in (kept, given) for dtype in frame.dtypes if isinstance(dtype, _NUMBERS)}) > 1:
+        kept, given = _as_floats(kept), _as_floats(given)
+    if kept is None or given is None:
+        return None
+    gold, predicted = kept, given
+    same_set = _same_set(gold, predicted)
+    if gold.height == 0 and predicted.height == 0:
+        return same_set, 1.0
+    return same_set, _frame_soft_f1(gold.unique(maintain_order=True, keep="first"),
+                                    predicted.unique(maintain_order=True, keep="first"))
+
+
+def _same_set(gold: pl.DataFrame, predicted: pl.DataFrame) -> bool:
+    """:func:`execution_match` of two frames :func:`frame_scores` made comparable. Where two columns in one place
+    hold different types, a row with a value there equals no row of the other result (a value of one type never
+    equals one of another, nor NULL), so the sets differ; columns that hold only NULL there are left out."""
+    if gold.width != predicted.width:
+        return gold.height == 0 and predicted.height == 0  # rows of other lengths are never equal
+    names = [f"c{i}" for i in range(gold.width)]
+    gold, predicted = gold.rename(dict(zip(gold.columns, names))), predicted.rename(dict(zip(predicted.columns, names)))
+    differing = [name for name, one, other in zip(names, gold.dtypes, predicted.dtypes) if one != other]
+    if differing:
+        if any(frame.select(pl.col(differing).is_not_null().any()).sum_horizontal().item()
+               for frame in (gold, predicted)):
+            return False
+        if len(differing) == len(names):  # every cell of both is NULL
+            return (gold.height == 0) == (predicted.height == 0)
+        gold, predicted = gold.drop(differing), predicted.drop(differing)
+    kept, given = gold.unique(), predicted.unique()
+    return kept.height == given.height and pl.concat([kept, given]).n_unique() == kept.height
+
+
+def _comparable(frame: pl.DataFrame) -> pl.DataFrame | None:
+    """``frame`` with Int64 for every integer type and Float64 for every float type, a zero of either sign as
+    ``0.0`` (equal in Python, and so they hash alike in polars), or None: a type outside :data:`_FRAME_TYPES`, a
+    NaN, an unsigned integer past Int64."""
+    if not all(isinstance(dtype, _FRAME_TYPES) for dtype in frame.dtypes):
+        return None
+    floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
+    if floats and frame.select(pl.any_horizontal(pl.col(floats).is_nan().any())).item():
+        return None
+    integers = [name for name, dtype in frame.schema.items() if dtype.is_integer()]
+    try:
+        return frame.with_columns(pl.col(integers).cast(pl.Int64), pl.col(floats).cast(pl.Float64) + 0.0)
+    except pl.exceptions.InvalidOperationError:  # a UInt64 past Int64
+        return None
+
+
+def _as_floats(frame: pl.DataFrame) -> pl.DataFrame | None:
+    """``frame`` with its integers and booleans as floats, where numbers of two types meet; None when an integer
+    is past :data:`_EXACT_INTEGERS`."""
+    integers = [name for name, dtype in frame.schema.items() if dtype == pl.Int64]
+    if integers and (frame.select(pl.max_horizontal(pl.col(integers).abs().max())).item() or 0) > _EXACT_INTEGERS:
+        return None
+    booleans = [name for name, dtype in frame.schema.items() if dtype == pl.Boolean]
+    return frame.with_columns(pl.col([*integers, *booleans]).cast(pl.Float64))
+
+
+def _frame_soft_f1(gold: pl.DataFrame, predicted: pl.DataFrame) -> float:
+    """:func:`soft_f1` of rows already made unique, from :func:`frame_scores`."""
+    pairs = min(gold.height, predicted.height)
+    width, given_width = gold.width, predicted.width
+    paired = pl.concat([gold.head(pairs).rename({c: f"g{i}" for i, c in enumerate(gold.columns)}),
+                        predicted.head(pairs).rename({c: f"p{i}" for i, c in enumerate(predicted.columns)})],
+                       how="horizontal")
+    # values of two types (numbers made one by frame_scores) are never equal, but NULL (None) equals NULL
+    equal = {(i, j): pl.col(f"p{i}").eq_missing(pl.col(f"g{j}")) if given_type == gold_type
+             else pl.col(f"p{i}").is_null() & pl.col(f"g{j}").is_null()
+             for i, given_type in enumerate(predicted.dtypes) for j, gold_type in enumerate(gold.dtypes)}
+    found = pl.sum_horizontal([pl.any_horizontal([equal[i, j] for j in range(width)]) for i in range(given_width)])
+    back = pl.sum_horizontal([pl.any_horizontal([equal[i, j] for i in range(given_width)]) for j in range(width)])
+    counts = paired.select(
+        (found.cast(pl.Float64) / width).alias("matched"),
+        ((given_width - found).cast(pl.Float64) / width).alias("predicted_only"),
+        ((width - back).cast(pl.Float64) / width).alias("gold_only"))
+    # The rules add row by row; so does reduce (a float sum may pair or compensate its terms)
+    matched, predicted_only, gold_only = (reduce(operator.add, counts[name].to_list(), 0.0)
+                                          for name in ("matched", "predicted_only", "gold_only"))
+    gold_only = reduce(operator.add, [1] * (gold.height - pairs), gold_only)
+    predicted_only += max(predicted.height - gold.height, 0)
     precision = matched / (matched + predicted_only) if matched + predicted_only > 0 else 0.0
     recall = matched / (matched + gold_only) if matched + gold_only > 0 else 0.0
     return 2 * precision * recall / (precision + recall) if precision + recall > 0 else 0.0
