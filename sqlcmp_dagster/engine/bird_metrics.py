@@ -114,6 +114,9 @@ def frame_scores(gold: pl.DataFrame, predicted: pl.DataFrame) -> tuple[bool, flo
     if kept is None or given is None:
         return None
     gold, predicted = kept, given
+    if gold.height == predicted.height and gold.dtypes == predicted.dtypes \
+            and gold.equals(predicted.rename(dict(zip(predicted.columns, gold.columns)))):
+        return True, 1.0  # the same rows in the same order (the rules' first answer), NaN aside
     same_set = _same_set(gold, predicted)
     if gold.height == 0 and predicted.height == 0:
         return same_set, 1.0
