@@ -113,41 +113,39 @@ def frame_scores(gold: pl.DataFrame, predicted: pl.DataFrame) -> tuple[bool, flo
         kept, given = _as_floats(kept), _as_floats(given)
     if kept is None or given is None:
         return None
-    gold, predicted = kept, given
-    if gold.height == predicted.height and gold.dtypes == predicted.dtypes \
-            and gold.equals(predicted.rename(dict(zip(predicted.columns, gold.columns)))):
+    if kept.dtypes == given.dtypes and kept.equals(given):  # equals alone tells 1 from 1.0 no more than Python
         return True, 1.0  # the same rows in the same order (the rules' first answer), NaN aside
-    same_set = _same_set(gold, predicted)
-    if gold.height == 0 and predicted.height == 0:
+    # each result's rows once, in the order they first come: Soft-F1's rows, and EX's sets
+    kept, given = kept.unique(maintain_order=True, keep="first"), given.unique(maintain_order=True, keep="first")
+    same_set = _same_set(kept, given)
+    if kept.height == 0 and given.height == 0:
         return same_set, 1.0
-    return same_set, _frame_soft_f1(gold.unique(maintain_order=True, keep="first"),
-                                    predicted.unique(maintain_order=True, keep="first"))
+    return same_set, _frame_soft_f1(kept, given)
 
 
 def _same_set(gold: pl.DataFrame, predicted: pl.DataFrame) -> bool:
-    """:func:`execution_match` of two frames :func:`frame_scores` made comparable. Where two columns in one place
-    hold different types, a row with a value there equals no row of the other result (a value of one type never
-    equals one of another, nor NULL), so the sets differ; columns that hold only NULL there are left out."""
+    """:func:`execution_match` of two frames :func:`frame_scores` made comparable and of unique rows. Where two
+    columns in one place hold different types, a row with a value there equals no row of the other result (a value
+    of one type never equals one of another, nor NULL), so the sets differ; columns that hold only NULL there are
+    left out (the rows stay unique without them)."""
     if gold.width != predicted.width:
         return gold.height == 0 and predicted.height == 0  # rows of other lengths are never equal
-    names = [f"c{i}" for i in range(gold.width)]
-    gold, predicted = gold.rename(dict(zip(gold.columns, names))), predicted.rename(dict(zip(predicted.columns, names)))
-    differing = [name for name, one, other in zip(names, gold.dtypes, predicted.dtypes) if one != other]
+    differing = [name for name, one, other in zip(gold.columns, gold.dtypes, predicted.dtypes) if one != other]
     if differing:
         if any(frame.select(pl.col(differing).is_not_null().any()).sum_horizontal().item()
                for frame in (gold, predicted)):
             return False
-        if len(differing) == len(names):  # every cell of both is NULL
+        if len(differing) == gold.width:  # every cell of both is NULL
             return (gold.height == 0) == (predicted.height == 0)
         gold, predicted = gold.drop(differing), predicted.drop(differing)
-    kept, given = gold.unique(), predicted.unique()
-    return kept.height == given.height and pl.concat([kept, given]).n_unique() == kept.height
+    return gold.height == predicted.height and pl.concat([gold, predicted]).n_unique() == gold.height
 
 
 def _comparable(frame: pl.DataFrame) -> pl.DataFrame | None:
-    """``frame`` with Int64 for every integer type and Float64 for every float type, a zero of either sign as
-    ``0.0`` (equal in Python, and so they hash alike in polars), or None: a type outside :data:`_FRAME_TYPES`, a
-    NaN, an unsigned integer past Int64."""
+    """``frame`` with its columns named by position (``c0``, ``c1``, ... as a relation's frame has them, so that
+    two results' frames line up), Int64 for every integer type and Float64 for every float type, a zero of either
+    sign as ``0.0`` (equal in Python, and so they hash alike in polars), or None: a type outside
+    :data:`_FRAME_TYPES`, a NaN, an unsigned integer past Int64."""
     if not all(isinstance(dtype, _FRAME_TYPES) for dtype in frame.dtypes):
         return None
     floats = [name for name, dtype in frame.schema.items() if dtype.is_float()]
@@ -155,9 +153,10 @@ def _comparable(frame: pl.DataFrame) -> pl.DataFrame | None:
         return None
     integers = [name for name, dtype in frame.schema.items() if dtype.is_integer()]
     try:
-        return frame.with_columns(pl.col(integers).cast(pl.Int64), pl.col(floats).cast(pl.Float64) + 0.0)
+        typed = frame.with_columns(pl.col(integers).cast(pl.Int64), pl.col(floats).cast(pl.Float64) + 0.0)
     except pl.exceptions.InvalidOperationError:  # a UInt64 past Int64
         return None
+    return typed.rename({name: f"c{i}" for i, name in enumerate(typed.columns)})
 
 
 def _as_floats(frame: pl.DataFrame) -> pl.DataFrame | None:

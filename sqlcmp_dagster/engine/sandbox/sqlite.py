@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import quote
 
 from sqlcmp_dagster.engine.sandbox.bounds import interrupt_after
