@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, build_sample_database
+from sqlcmp_dagster.engine.context import current
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.neighbors.schema import Schema, read_schema
@@ -43,6 +44,21 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         folder = tmp_path_factory.mktemp("cache")
         patch.setenv("SQLCMP_CACHE_DIR", str(folder))
         yield folder
+
+
+def forget_reports() -> None:
+    """Drop the deterministic reports this process keeps for the next case with the same inputs
+    (``pipeline.REPORTS_KEPT``), as a new process starts: for a test that stands for separate runs."""
+    reports = current().reports
+    with reports.lock:
+        reports.entries.clear()
+
+
+@pytest.fixture(autouse=True)
+def no_kept_reports() -> None:
+    """Each test starts with no deterministic report kept from an earlier one: a test that counts what a case
+    runs, or swaps a part of the engine, would otherwise read the report of a test before it with the same case."""
+    forget_reports()
 
 
 @pytest.fixture(scope="session")

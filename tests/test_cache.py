@@ -15,7 +15,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from conftest import untimed
+from conftest import forget_reports, untimed
 from sqlcmp_dagster.assets import LAYERS
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
@@ -31,7 +31,7 @@ from sqlcmp_dagster.engine.cache import (
 )
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.models import EvalConfig
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -306,6 +306,7 @@ def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(
     def run(cache_dir: Path | None, workers: int = 1) -> list[object]:
         executed.clear()
         parsed.clear()
+        forget_reports()  # each run as a new process
         evaluator = Evaluator(db_dir=sample_dir, default_db=SAMPLE_DB_ID, cache_dir=cache_dir)
         try:
             return [untimed(r.model_dump(mode="json")) for r in evaluator.evaluate_all(cases, workers=workers)]
@@ -325,6 +326,54 @@ def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(
     assert {sql for sql in gold_run if executed[sql]} == gold_run
     assert run(tmp_path / "cache", workers=2) == uncached  # rebuilt, and read by worker processes
     assert run(tmp_path / "cache") == uncached and not {sql for sql in gold_run if executed[sql]}
+
+
+def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model evaluated again with an answer unchanged (another prompt, a CI run) gets that case's report from
+    the disk store: no query runs, not even the model's, and the report is the one computed (made the new
+    case's own). Another answer, or the database's content changed, is evaluated anew; so is every case without
+    the store."""
+    path = tmp_path / "shop.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.executescript("CREATE TABLE products (name TEXT, price REAL); "
+                                 "INSERT INTO products VALUES ('a', 20), ('b', 5), ('c', 12);")
+    connection.close()
+    ran: list[str] = []
+    execute = ExecutionAdapter.execute
+
+    def recording(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
+        ran.append(sql)
+        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExecutionAdapter, "execute", recording)
+
+    def run(case_id: str, actual: str, cache_dir: Path | None) -> dict[str, object]:
+        forget_reports()  # each run as a new process
+        ran.clear()
+        evaluator = Evaluator(default_db=str(path), cache_dir=cache_dir)
+        case = CompareRequest(case_id=case_id, user_query=case_id, expected_sql="SELECT name FROM products "
+                              "WHERE price > 10", actual_sql=actual)
+        try:
+            report = evaluator.evaluate_all([case])[0]
+        finally:
+            evaluator.close()
+        assert report.case_id == case_id and report.run_metadata["user_query"] == case_id
+        return untimed(report.model_dump(mode="json", exclude={"case_id", "run_metadata"}))
+
+    answer = "SELECT name FROM products WHERE price >= 11"
+    first = run("first", answer, tmp_path / "cache")
+    assert answer in ran and Store(tmp_path / "cache").info().entries["report"] == 1
+    assert run("again", answer, tmp_path / "cache") == first and ran == []
+    run("no store", answer, None)
+    assert answer in ran
+    run("another answer", "SELECT name FROM products WHERE price > 11", tmp_path / "cache")
+    assert "SELECT name FROM products WHERE price > 11" in ran
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO products VALUES ('d', 10.5)")  # now the answer differs
+    connection.close()
+    changed = run("changed", answer, tmp_path / "cache")
+    assert answer in ran and changed["deterministic_verdict"] == "fail" != first["deterministic_verdict"]
 
 
 def test_evaluate_keeps_its_cache_where_told_and_cache_info_and_clear_read_it(

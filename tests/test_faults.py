@@ -136,8 +136,10 @@ def _slow_suite(path: Path, cases: int = SLOW_CASES, *, changed: int | None = No
 
 
 def _command(suite: Path, db_dir: Path, out: Path, *extra: str) -> list[str]:
+    """The run of ``suite`` without a cache folder: every run evaluates its slow cases (from the folder, a case
+    evaluated in an earlier run would get its report at once)."""
     return [sys.executable, "-m", "sqlcmp_dagster.cli", "evaluate", str(suite), "--db-dir", str(db_dir),
-            "--out", str(out), "--quiet", *extra]
+            "--out", str(out), "--quiet", "--no-cache", *extra]
 
 
 def _untimed(out: Path) -> list[Any]:

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 
-from conftest import compare_on as compare, plain_tables_of, schema_of, sqlite_file
+from conftest import compare_on as compare, forget_reports, plain_tables_of, schema_of, sqlite_file
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine import equivalence, execution
 from sqlcmp_dagster.engine.context import current, reset
@@ -1344,6 +1344,7 @@ def test_a_repeated_case_gets_the_search_of_the_first_without_building_its_neigh
     try:
         reports, counts = [], []
         for n, sql in enumerate((actual, actual, actual + " ")):
+            forget_reports()  # as for a report not kept: the second case is evaluated, and searches
             reports.append(evaluator.evaluate(CompareRequest(case_id=str(n), expected_sql=expected, actual_sql=sql)))
             counts.append(len(built))
     finally:

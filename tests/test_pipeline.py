@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, sample_suit
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine import batch, pipeline
 from sqlcmp_dagster.engine.cache import ExpectedResults
 from sqlcmp_dagster.engine.layers import validate
@@ -224,6 +226,84 @@ def test_the_tie_re_check_runs_only_when_a_tie_could_make_the_answer_valid(sampl
     database.close()
 
 
+def _same_inputs(case_id: str, config: EvalConfig, actual: str = "SELECT name, price FROM products WHERE price > 10",
+                 **fields: object) -> CompareRequest:
+    return CompareRequest(case_id=case_id, user_query=f"question of {case_id}", expected_sql=[
+        "SELECT name, price FROM products WHERE price > 10 ORDER BY name"], actual_sql=actual, config=config,
+        **fields)
+
+
+def test_a_case_with_the_same_inputs_as_an_earlier_one_gets_its_report_without_running(sample_db: Path) -> None:
+    """A suite asks most questions twice and a model often answers both alike: the second case's report is the
+    first's, made its own (case id, question, difficulty label), and none of its queries runs again. Another
+    answer, other options or another database state is evaluated anew."""
+    config = EvalConfig()
+    database = Recording(str(sample_db))
+    first = compare(_same_inputs("first", config, context={"difficulty": "easy"}), database)
+    ran = len(database.ran)
+    assert ran >= 2  # both queries, and the neighbor search's
+    second = compare(_same_inputs("second", config, context={"difficulty": "hard"}), database)
+    assert len(database.ran) == ran
+    assert (second.case_id, second.run_metadata["user_query"], second.run_metadata["difficulty"]) == \
+        ("second", "question of second", "hard")
+    assert (first.case_id, first.run_metadata["user_query"], first.run_metadata["difficulty"]) == \
+        ("first", "question of first", "easy")
+    own = {"case_id", "run_metadata"}
+    assert second.model_dump(exclude=own) == first.model_dump(exclude=own)
+    assert {k: v for k, v in second.run_metadata.items() if k not in ("user_query", "difficulty")} == \
+        {k: v for k, v in first.run_metadata.items() if k not in ("user_query", "difficulty")}
+    compare(_same_inputs("other answer", config, "SELECT name, price FROM products WHERE price >= 10"), database)
+    assert len(database.ran) > ran
+    ran = len(database.ran)
+    compare(_same_inputs("other options", EvalConfig(neighbor_count=3)), database)
+    assert len(database.ran) > ran
+    database.close()
+
+
+def test_a_changed_database_file_is_evaluated_anew(tmp_path: Path) -> None:
+    path = tmp_path / "shop.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.executescript("CREATE TABLE products (name TEXT, price REAL); "
+                                 "INSERT INTO products VALUES ('a', 20), ('b', 5);")
+    connection.close()
+    config = EvalConfig(neighbor_count=0)
+    database = ExecutionAdapter(str(path))
+    assert "(1 row)" in compare(_same_inputs("before", config), database).explanations[0]
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO products VALUES ('c', 30), ('d', 40)")
+    connection.close()
+    assert "(3 rows)" in compare(_same_inputs("after", config), database).explanations[0]
+    database.close()
+
+
+@pytest.mark.parametrize("reason", ["a clock could have cut it", "an engine fault", "a judge"])
+def test_a_report_is_not_kept_when_its_inputs_alone_may_not_decide_it(sample_db: Path, reason: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a report that nothing but its case's inputs decided is given to the next case: not one of a case that
+    took longer than its shortest time limit (a deadline may have cut a search, and the next case may not be cut),
+    not an engine fault, and none with a judge configured (the judge's prompt needs the case's results)."""
+    config = EvalConfig(fix_search_budget_ms=1) if reason == "a clock could have cut it" else EvalConfig()
+    calls: list[str] = []
+    real_validate = pipeline.validate
+
+    def validating(request: CompareRequest, *args: object) -> object:
+        calls.append(request.case_id)
+        if reason == "an engine fault" and len(calls) == 1:
+            raise RuntimeError("an engine fault")
+        return real_validate(request, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "validate", validating)
+    judge = JudgeConfig(model="test/never-called") if reason == "a judge" else None
+    database = ExecutionAdapter(str(sample_db))
+    for case_id in ("first", "second"):
+        # a recursive count makes the case take more than the 1 ms that fix_search_budget_ms allows
+        actual = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 20000) " \
+                 "SELECT name, price FROM products WHERE price > 10 AND (SELECT count(*) FROM n) > 0"
+        compare(_same_inputs(case_id, config, actual), database, judge=judge)
+    assert calls == ["first", "second"]
+    database.close()
+
+
 def test_vacuous_match_warns(suite_reports: dict[str, Report]) -> None:
     assert any("vacuous" in w for w in suite_reports["pass_vacuous_empty"].warnings)
 
@@ -334,8 +414,9 @@ def test_a_panic_in_polars_is_its_cases_fault_report(monkeypatch: pytest.MonkeyP
         return validate(request, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pipeline, "validate", panicking)
-    cases = [CompareRequest(case_id=name, db=SAMPLE_DB_ID, expected_sql="SELECT 1", actual_sql="SELECT 1")
-             for name in ("before", "panics", "after")]
+    # the panicking case's answer differs: the same case as "before" would get its report (REPORTS_KEPT)
+    cases = [CompareRequest(case_id=name, db=SAMPLE_DB_ID, expected_sql="SELECT 1", actual_sql=actual)
+             for name, actual in (("before", "SELECT 1"), ("panics", "SELECT 2"), ("after", "SELECT 1"))]
     reports = Evaluator(db_dir=sample_dir).evaluate_all(cases)
     assert [r.case_id for r in reports] == ["before", "panics", "after"]
     assert [r.deterministic_verdict for r in reports[::2]] == ["pass", "pass"]

@@ -4,13 +4,20 @@ A user evaluates model after model against one gold suite, and every run used to
 queries again. :class:`ExpectedResults` keeps, per expected query, its canonical parse and its execution's
 result: in memory for one batch (least recently used out, bounded by the cells held), and, with a
 :class:`Store`, on disk for the next run (``sqlcmp evaluate`` keeps one under the user's cache folder unless
-``--no-cache``). The actual query is never looked up here: whatever a model wrote is parsed and executed anew.
+``--no-cache``). The actual query is never looked up here: whatever a model wrote is parsed and executed anew,
+unless the whole case is one evaluated before (below).
 
 A disk entry is keyed by everything its value depends on: the database's *content* (:func:`database_fingerprint`:
 a copied or touched file still hits, a changed one misses exactly its entries), the dialect, the SQL text, the
 case's options (``EvalConfig.config_hash``), and the engine and libraries that computed it
 (:data:`ENVIRONMENT`, which holds ``REPORT_BEHAVIOUR_VERSION``: a release that may change a report misses every
-entry). Entries are written to a temporary file and renamed into place, so workers and concurrent runs never see
+entry).
+
+Beside the gold side, a disk store also keeps whole deterministic reports (:func:`report_key`) of cases that no
+clock decided (``pipeline``): a case whose every input is the same as an earlier run's (its queries' texts, the
+database's content, its options) gets that report again, the model's query neither parsed nor run, as a model
+evaluated again with most of its answers unchanged (another prompt, a CI run) needs. That is the only way the
+actual query's work is kept: never for another text, database or options. Entries are written to a temporary file and renamed into place, so workers and concurrent runs never see
 half an entry; each carries a checksum, and one that does not verify (truncated, corrupt, from another layout)
 is deleted and computed again, never used. The folder is bounded in bytes: past its bound, the least recently
 used entries go (a hit refreshes an entry's modification time), under a file lock so that two processes evict
@@ -350,6 +357,17 @@ class ExpectedResults:
         while self._cells > self.capacity_cells:
             _, dropped = self._entries.popitem(last=False)
             self._cells -= _cells(dropped) + _ENTRY_CELLS
+
+
+def report_key(database: ExecutionAdapter, case: str, store: Store) -> str | None:
+    """The disk key of the deterministic report of a case on ``database`` (``case``: the case's inputs as JSON,
+    its id, question and context left out), or None where none is kept: the database's content
+    (:func:`database_fingerprint`) and its name (a report names its database), as only a file database has."""
+    path = database.database_file
+    if database.dialect not in ("sqlite", "duckdb") or not path:
+        return None
+    fingerprint = database_fingerprint(path, store)
+    return None if fingerprint is None else json.dumps([fingerprint, database.identifier, case])
 
 
 def _cells(execution: Execution) -> int:

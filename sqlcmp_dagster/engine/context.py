@@ -112,6 +112,9 @@ class EngineContext:
         #: Spider schemas of SQLite files by (path, size, modification time), least recently used first
         #: (``published_metrics``).
         self.spider_schemas: Guarded[OrderedDict[tuple[str, int, int], Any]] = Guarded(OrderedDict())
+        #: Deterministic reports by what they depend on (database file and state, queries, given results, options),
+        #: least recently used first, as JSON (``pipeline``: a case without a judge).
+        self.reports: Guarded[OrderedDict[str, Any]] = Guarded(OrderedDict())
         #: Each thread's sqlglot generators and tokenizers (``parsing.sql_text``, ``parsing.tokens_of``).
         self.per_thread = threading.local()
         #: A worker process's case runner, set when the worker starts (``batch``).

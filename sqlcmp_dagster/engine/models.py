@@ -187,6 +187,12 @@ class EvalConfig(_Strict):
         use their whole timeout and the probes share what is left."""
         return self.case_timeout_ms if self.case_timeout_ms is not None else 3 * self.query_timeout_ms
 
+    def shortest_time_limit_ms(self) -> int:
+        """The least of the time limits a case runs under (each query's, the fix search's, the neighbor search's and
+        the case's own): a case that took less time than this was cut by no clock."""
+        return min(self.query_timeout_ms, self.fix_search_budget_ms, self.neighbor_time_budget_ms,
+                   self.case_budget_ms())
+
     def config_hash(self) -> str:
         """A short stable hash of every option, recorded in run_metadata and used for cache keys.
 

@@ -8,6 +8,7 @@ SQL, a missing database or an engine fault all end in a report.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -15,17 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from sqlcmp_dagster.engine.batch import Done, in_processes
-from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store
+from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store, report_key
 from sqlcmp_dagster.engine.collector import batch_collector
+from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
 from sqlcmp_dagster.engine.judge import Budget, JudgeConfig, PendingJudgment, apply_judgment, judge_reports, prepare
 from sqlcmp_dagster.engine.layers import CASE_FAULTS, analyze, engine_fault_report, finish_timings, validate
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.relation import Relation
-from sqlcmp_dagster.engine.report import blocked_report, build_report
+from sqlcmp_dagster.engine.report import blocked_report, build_report, for_case
 from sqlcmp_dagster.engine.validation import Validation
 
+#: Deterministic reports kept for the next case with the same queries, database and options
+#: (:func:`_deterministic`).
+REPORTS_KEPT = 512
 #: Cases whose deterministic reports wait for the judge together (:meth:`Evaluator.evaluate_stream`): enough for
 #: its concurrency to be used, few enough that the waiting reports and prompts stay bounded.
 JUDGED_TOGETHER = 256
@@ -46,18 +51,71 @@ def compare(request: CompareRequest, database: ExecutionAdapter | None = None, *
 def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, database_error: str | None,
                    judge: JudgeConfig | None, cache: ExpectedResults | None = None) \
         -> Done:
-    """Layers 1-4 and the report; with a judge configured, also the judge's prompt (while results are here)."""
+    """Layers 1-4 and the report; with a judge configured, also the judge's prompt (while results are here).
+
+    Without a judge, a case with the same queries, given results, database file and state, and options as one of
+    the last :data:`REPORTS_KEPT` kept gets that one's report as its own (:func:`~.report.for_case`), timings
+    included: what computing it cost. A report is kept only when its case took less time than the shortest time
+    limit that applies to it (:meth:`~.models.EvalConfig.shortest_time_limit_ms`): then no clock cut anything in
+    it, and every limit it obeys is a count, so the case's inputs alone decide it and a case with the same inputs
+    gets the same report, kept or not (a suite asks most questions twice, and a model often answers both alike: 173
+    of Spider dev's 1,034 cases with SuperSQL's predictions). An engine fault is never kept. With ``cache``'s disk
+    store, reports are kept there too, for the next run (:func:`~sqlcmp_dagster.engine.cache.report_key`)."""
     started = time.perf_counter()
+    store = cache.store if cache is not None else None
+    keys = _report_keys(request, database, store) if judge is None else None
+    kept = _kept_report(keys, store) if keys is not None else None
+    if kept is not None:
+        return for_case(kept, request), None
     validation = None
     try:
         validation = validate(request, database, database_error, cache)
         report = blocked_report(validation) or build_report(validation, analyze(validation, database))
     except CASE_FAULTS as error:  # an engine fault on one case must not sink a batch: it becomes that case's report
-        report = engine_fault_report(request, error)
-    finish_timings(report, (time.perf_counter() - started) * 1000)
+        report, keys = engine_fault_report(request, error), None
+    total_ms = (time.perf_counter() - started) * 1000
+    finish_timings(report, total_ms)
+    if keys is not None and total_ms < request.config.shortest_time_limit_ms():
+        text = report.model_dump_json()
+        keep_recent(current().reports, keys[0], text, REPORTS_KEPT)
+        if store is not None and keys[1] is not None:
+            store.save("report", keys[1], text)
     if judge is None:
         return report, None
     return report, prepare(request, report, *_judge_samples(validation, report), judge)
+
+
+def _report_keys(request: CompareRequest, database: ExecutionAdapter | None,
+                 store: Store | None) -> tuple[str, str | None] | None:
+    """What a deterministic report depends on: everything in the case but its id, question and context
+    (:func:`~sqlcmp_dagster.engine.report.for_case`), and the database file: in this process by its state on disk
+    (:meth:`~sqlcmp_dagster.engine.execution.ExecutionAdapter.version`, read without reading the file), in
+    ``store`` by its content (:func:`~sqlcmp_dagster.engine.cache.report_key`; None without a store). None where
+    no report is kept: a case on a server, whose content another client may change between two cases, or with no
+    database."""
+    if database is None or database.database_file is None:
+        return None
+    case = request.model_dump_json(exclude={"case_id", "user_query", "context"})
+    return (json.dumps([database.identifier, database.version(), case]),
+            report_key(database, case, store) if store is not None else None)
+
+
+def _kept_report(keys: tuple[str, str | None], store: Store | None) -> Report | None:
+    """The report kept under ``keys`` in this process, else in ``store`` (then kept in this process too); None
+    when there is none, or the store's entry is no report (its checksum verified it, so only a store written by
+    another program could hold one: then the case is evaluated)."""
+    text = recall(current().reports, keys[0])
+    if text is None and store is not None and keys[1] is not None:
+        loaded = store.load("report", keys[1])
+        text = loaded if isinstance(loaded, str) else None
+        if text is not None:
+            keep_recent(current().reports, keys[0], text, REPORTS_KEPT)
+    if text is None:
+        return None
+    try:
+        return Report.model_validate_json(text)
+    except ValueError:  # pydantic's ValidationError, and JSON that does not parse
+        return None
 
 
 def _judge_samples(validation: Validation | None, report: Report) -> tuple[Relation | None, Relation | None]:

@@ -416,12 +416,11 @@ def _run_metadata(request: CompareRequest, dialect: str | None, database: str | 
                   timings: dict[str, float], hardness: Hardness | None) -> dict[str, Any]:
     """Where and how the case ran, plus what groups it in breakdowns: the question, Spider's hardness of the
     expected query and the benchmark's own difficulty label (``context.difficulty``, e.g. BIRD's)."""
-    context = request.context if isinstance(request.context, dict) else {}
-    difficulty = context.get("difficulty")
+    own = _own_metadata(request)
     return {
-        "user_query": request.user_query,
+        "user_query": own["user_query"],
         "hardness": hardness,
-        "difficulty": str(difficulty) if difficulty is not None else None,
+        "difficulty": own["difficulty"],
         "engine_version": ENGINE_VERSION,
         "dialect": dialect,
         "database": database,
@@ -430,6 +429,22 @@ def _run_metadata(request: CompareRequest, dialect: str | None, database: str | 
         "timings": dict(timings),
         "judge": None,
     }
+
+
+def _own_metadata(request: CompareRequest) -> dict[str, Any]:
+    """What a report takes from its case beyond the queries, database and options: the question and the
+    benchmark's difficulty label (``context.difficulty``)."""
+    context = request.context if isinstance(request.context, dict) else {}
+    difficulty = context.get("difficulty")
+    return {"user_query": request.user_query, "difficulty": str(difficulty) if difficulty is not None else None}
+
+
+def for_case(report: Report, request: CompareRequest) -> Report:
+    """``report``, the deterministic report of a case with the same queries, database and options as ``request``,
+    as ``request``'s own: its case id, question and difficulty label (nothing else in a deterministic report
+    comes from them). ``report`` itself is left as it is."""
+    return report.model_copy(update={"case_id": request.case_id,
+                                      "run_metadata": {**report.run_metadata, **_own_metadata(request)}})
 
 
 def _empty_metrics() -> dict[str, Any]:
