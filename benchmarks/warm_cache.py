@@ -5,7 +5,10 @@ an earlier run, against the official execution-accuracy loop over the same cases
 
 The first model is SuperSQL's Spider dev predictions; it fills a fresh cache folder. The second is the same
 predictions lowercased (a model that differs in its string literals, as ``spider_vs_official.py``'s third model),
-evaluated three ways: without the cache (cold), with the filled cache (warm), and warm with ``--workers``. The
+evaluated three ways: without the cache (cold), with the filled cache (warm), and warm with ``--workers``. Two more
+runs over the filled cache show what a model evaluated again gets from the reports kept for cases whose every
+input is unchanged: SuperSQL's predictions again (a CI run of the same model), and SuperSQL's with every fifth one
+lowercased (another prompt that changed a fifth of the answers), each from a copy of the filled cache. The
 peer is the official loop over the second model's cases (``--official``: a checkout of taoyds/test-suite-sql-eval,
 never part of this project; without it, this project's re-implementation of its rules; see
 ``spider_vs_official.py`` for both). Every timed part is a child process from interpreter start to exit. The
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,6 +60,11 @@ def main() -> None:
         lowered.write_text((args.spider / "predictions" / "SuperSQL.sql").read_text(encoding="utf-8").lower(),
                            encoding="utf-8")
         second = import_suite(args.spider, work / "lower.jsonl", lowered)
+        fifth = work / "fifth.sql"
+        fifth.write_text("".join(line.lower() if i % 5 == 4 else line for i, line in enumerate(
+            (args.spider / "predictions" / "SuperSQL.sql").read_text(encoding="utf-8").splitlines(keepends=True))),
+            encoding="utf-8")
+        third = import_suite(args.spider, work / "fifth.jsonl", fifth)
         official_cmd = official_command(second, args.spider, args.official, args.official_python)
         compile_bytecode(sys.executable, ROOT / "sqlcmp_dagster")
         if args.official:
@@ -69,11 +78,18 @@ def main() -> None:
         cold = evaluate(second, "cold.jsonl", "--no-cache")
         fill = evaluate(first, "fill.jsonl", "--cache-dir", str(cache))
         first_cold = evaluate(first, "first.jsonl", "--no-cache")
+        for copy in ("again", "fifth"):  # each rerun from the cache as SuperSQL's run left it
+            shutil.copytree(cache, work / copy)
         warm = evaluate(second, "warm.jsonl", "--cache-dir", str(cache))
         parallel = evaluate(second, "warm-parallel.jsonl", "--cache-dir", str(cache), "--workers", str(args.workers))
+        again = evaluate(first, "again.jsonl", "--cache-dir", str(work / "again"))
+        changed = evaluate(third, "fifth-warm.jsonl", "--cache-dir", str(work / "fifth"))
+        changed_cold = evaluate(third, "fifth-cold.jsonl", "--no-cache")
         info = subprocess.run([sys.executable, "-m", "sqlcmp_dagster.cli", "cache", "info", "--cache-dir", str(cache)],
                               capture_output=True, text=True, check=True).stdout.strip().replace("\n", "; ")
-        same = untimed(work / "cold.jsonl") == untimed(work / "warm.jsonl") == untimed(work / "warm-parallel.jsonl")
+        same = untimed(work / "cold.jsonl") == untimed(work / "warm.jsonl") == untimed(work / "warm-parallel.jsonl") \
+            and untimed(work / "first.jsonl") == untimed(work / "again.jsonl") \
+            and untimed(work / "fifth-cold.jsonl") == untimed(work / "fifth-warm.jsonl")
         peer = "official exec_eval loop" if args.official else "spider_exec re-implementation of the official loop"
         cases = len(second.read_text(encoding="utf-8").splitlines())
         print(f"{cases} Spider dev cases of a second model (SuperSQL lowercased), the cache filled by SuperSQL's own "
@@ -91,9 +107,16 @@ def main() -> None:
         # the workers' processor time is not all counted (the forkserver that reaps them may outlive the command)
         print(f"  {f'sqlcmp evaluate, warm, --workers {args.workers}':44} {parallel[0]:6.1f} s   ratio to the peer "
               f"{parallel[0] / official[0]:.2f}x wall")
+        for label, figures, cold_run, suite in (
+                ("SuperSQL's predictions again (warm)", again, first_cold, first),
+                ("one answer in five changed (warm)", changed, changed_cold, third)):
+            peer_run = measured(official_command(suite, args.spider, args.official, args.official_python))
+            print(f"  {label:44} {figures[0]:6.1f} s {figures[1]:6.1f} s cpu   ratio to the peer on these cases "
+                  f"({peer_run[0]:.1f} s) {figures[0] / peer_run[0]:.2f}x wall, {figures[1] / peer_run[1]:.2f}x "
+                  f"processor; to their cold run {figures[0] / cold_run[0]:.2f}x wall")
         print(f"  filling the cache (SuperSQL's run): {fill[1] / first_cold[1]:.2f}x the processor time of the same "
               f"run without it; {info}")
-        print(f"  reports of the warm runs identical to the cold run's, timings aside: {same}")
+        print(f"  reports of the warm runs identical to the cold runs', timings aside: {same}")
 
 
 if __name__ == "__main__":
