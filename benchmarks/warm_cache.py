@@ -78,10 +78,11 @@ def main() -> None:
         cold = evaluate(second, "cold.jsonl", "--no-cache")
         fill = evaluate(first, "fill.jsonl", "--cache-dir", str(cache))
         first_cold = evaluate(first, "first.jsonl", "--no-cache")
-        for copy in ("again", "fifth"):  # each rerun from the cache as SuperSQL's run left it
+        for copy in ("parallel", "again", "fifth"):  # each later run from the cache as SuperSQL's run left it
             shutil.copytree(cache, work / copy)
         warm = evaluate(second, "warm.jsonl", "--cache-dir", str(cache))
-        parallel = evaluate(second, "warm-parallel.jsonl", "--cache-dir", str(cache), "--workers", str(args.workers))
+        parallel = evaluate(second, "warm-parallel.jsonl", "--cache-dir", str(work / "parallel"), "--workers",
+                            str(args.workers))
         again = evaluate(first, "again.jsonl", "--cache-dir", str(work / "again"))
         changed = evaluate(third, "fifth-warm.jsonl", "--cache-dir", str(work / "fifth"))
         changed_cold = evaluate(third, "fifth-cold.jsonl", "--no-cache")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -28,6 +29,7 @@ from sqlcmp_dagster.engine.cache import (
     ExpectedResults,
     Store,
     database_fingerprint,
+    file_state,
 )
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -317,6 +319,7 @@ def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(
     gold_run = {sql for sql in gold_texts if executed[sql]}
     assert gold_run  # the suite does execute expected queries
     assert run(tmp_path / "cache") == uncached  # cold: fills the store
+    shutil.rmtree(tmp_path / "cache" / "entries" / "report")  # the gold side's entries alone: each case evaluated
     assert run(tmp_path / "cache") == uncached  # warm
     assert not {sql for sql in gold_run if executed[sql]}
     assert not {sql for sql in gold_run if parsed[sql]}
@@ -325,7 +328,20 @@ def test_cached_runs_report_as_an_uncached_run_and_skip_the_gold_side(
     assert run(tmp_path / "cache") == uncached  # every entry damaged: ignored, computed again
     assert {sql for sql in gold_run if executed[sql]} == gold_run
     assert run(tmp_path / "cache", workers=2) == uncached  # rebuilt, and read by worker processes
+    shutil.rmtree(tmp_path / "cache" / "entries" / "report")
     assert run(tmp_path / "cache") == uncached and not {sql for sql in gold_run if executed[sql]}
+
+
+def test_a_database_files_state_holds_its_write_ahead_log_sqlites_and_duckdbs(tmp_path: Path) -> None:
+    """A write that sits in the write-ahead log leaves the file's size and time as they were: the state (and so
+    every key made from it) holds the log, SQLite's ``-wal`` and DuckDB's ``.wal`` (a review's finding)."""
+    path = tmp_path / "db.duckdb"
+    path.write_bytes(b"database")
+    before = file_state(str(path))
+    for log in ("db.duckdb.wal", "db.duckdb-wal"):
+        (tmp_path / log).write_bytes(b"a pending write")
+        assert file_state(str(path)) != before
+        before = file_state(str(path))
 
 
 def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(
@@ -383,6 +399,7 @@ def test_evaluate_keeps_its_cache_where_told_and_cache_info_and_clear_read_it(
     monkeypatch.setenv("SQLCMP_CACHE_DIR", str(default))
 
     def evaluate(out: str, *options: str) -> list[object]:
+        forget_reports()  # each run as a new process
         main(["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(tmp_path / out), "--quiet", *options])
         return [untimed(json.loads(line)) for line in (tmp_path / out).read_text(encoding="utf-8").splitlines()]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import os
 import sqlite3
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine import batch, pipeline
 from sqlcmp_dagster.engine.cache import ExpectedResults
 from sqlcmp_dagster.engine.layers import validate
-from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, ExecutionError, Report, ResultTable
 from sqlcmp_dagster.engine.neighbor_report import NEIGHBOR_METRICS
 from sqlcmp_dagster.engine.pipeline import Evaluator, compare
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
@@ -304,6 +305,71 @@ def test_a_report_is_not_kept_when_its_inputs_alone_may_not_decide_it(sample_db:
     database.close()
 
 
+def test_cases_that_differ_only_where_json_cannot_tell_are_each_evaluated(sample_db: Path) -> None:
+    """A given result of NULL, infinity or NaN prints as the same JSON ``null``: cases with given results are never
+    given another case's report (a review's finding: in one batch all three passed)."""
+    database = ExecutionAdapter(str(sample_db))
+    verdicts = [compare(CompareRequest(case_id=str(value), expected_sql="SELECT NULL AS x", actual_sql="SELECT 1",
+                                       actual_result=ResultTable(columns=["x"], rows=[[value]])), database)
+                .deterministic_verdict for value in (None, math.inf, math.nan)]
+    database.close()
+    assert verdicts == ["pass", "fail", "fail"]
+
+
+class FlakyDatabase(ExecutionAdapter):
+    """The sample database, whose every execution of ``FLAKY`` fails as a locked database does."""
+
+    FLAKY = "SELECT name FROM products WHERE price > 10"
+
+    def execute(self, sql: str, **options: object) -> Execution:  # type: ignore[override]
+        if sql == self.FLAKY:
+            return Execution(False, None, ExecutionError(category="unknown_error", message="database is locked"), 1.0)
+        return super().execute(sql, **options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("actual", [
+    "SELECT name FROM products WHERE price > 10",  # fails as a locked database does: may not happen again
+    "SELECT name FROM products WHERE price > 10 AND date('now') > '2000-01-01'",  # another day, another answer
+    "SELECT name FROM products WHERE price > abs(random()) % 2"])
+def test_a_report_that_a_transient_failure_or_an_unstable_function_decided_is_not_given_again(
+        sample_db: Path, actual: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+    real_validate = pipeline.validate
+
+    def validating(request: CompareRequest, *args: object) -> object:
+        calls.append(request.case_id)
+        return real_validate(request, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "validate", validating)
+    database = FlakyDatabase(str(sample_db))
+    request = CompareRequest(expected_sql="SELECT name FROM products WHERE price > 10", actual_sql=actual)
+    reports = [compare(request.model_copy(update={"case_id": case_id}), database) for case_id in ("first", "second")]
+    database.close()
+    assert calls == ["first", "second"]
+    if actual == FlakyDatabase.FLAKY:
+        assert reports[0].error_types == ["unknown_error"]
+
+
+def test_a_changed_database_of_the_test_suite_is_evaluated_anew(tmp_path: Path) -> None:
+    """A Spider test suite's verdict reads every database of the folder: a change to one of them, not the
+    evaluated one, makes the next identical case evaluated again (a review's finding)."""
+    for name in ("shop.sqlite", "shop_2.sqlite"):
+        with sqlite3.connect(tmp_path / name) as connection:
+            connection.executescript("CREATE TABLE products (name TEXT, price REAL); "
+                                     "INSERT INTO products VALUES ('a', 20), ('b', 5);")
+        connection.close()
+    request = CompareRequest(expected_sql="SELECT name FROM products WHERE price > 10",
+                             actual_sql="SELECT name FROM products WHERE price >= 11",
+                             config=EvalConfig(neighbor_count=0))
+    database = ExecutionAdapter(str(tmp_path / "shop.sqlite"))
+    assert compare(request, database).metrics["validation"]["spider_test_suite_match"] is True
+    with sqlite3.connect(tmp_path / "shop_2.sqlite") as connection:
+        connection.execute("INSERT INTO products VALUES ('c', 10.5)")
+    connection.close()
+    assert compare(request, database).metrics["validation"]["spider_test_suite_match"] is False
+    database.close()
+
+
 def test_vacuous_match_warns(suite_reports: dict[str, Report]) -> None:
     assert any("vacuous" in w for w in suite_reports["pass_vacuous_empty"].warnings)
 
@@ -414,9 +480,9 @@ def test_a_panic_in_polars_is_its_cases_fault_report(monkeypatch: pytest.MonkeyP
         return validate(request, *args)  # type: ignore[arg-type]
 
     monkeypatch.setattr(pipeline, "validate", panicking)
-    # the panicking case's answer differs: the same case as "before" would get its report (REPORTS_KEPT)
+    # three cases with other answers: a case with the same inputs as one before would get its report (REPORTS_KEPT)
     cases = [CompareRequest(case_id=name, db=SAMPLE_DB_ID, expected_sql="SELECT 1", actual_sql=actual)
-             for name, actual in (("before", "SELECT 1"), ("panics", "SELECT 2"), ("after", "SELECT 1"))]
+             for name, actual in (("before", "SELECT 1"), ("panics", "SELECT 2"), ("after", "SELECT 2 - 1"))]
     reports = Evaluator(db_dir=sample_dir).evaluate_all(cases)
     assert [r.case_id for r in reports] == ["before", "panics", "after"]
     assert [r.deterministic_verdict for r in reports[::2]] == ["pass", "pass"]

@@ -26,15 +26,18 @@ once. Entries are pickles read only from a folder this module creates for the us
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import json
 import os
 import pickle
 import secrets
 import shutil
+import sqlite3
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,7 +61,8 @@ CACHE_FORMAT = 2
 #: What computed an entry: the layout, the engine (package and report-behaviour version) and the libraries whose
 #: objects a value holds. Part of every key, so an upgrade of any of them misses instead of reading old values.
 ENVIRONMENT = (f"format {CACHE_FORMAT}; sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; "
-               f"polars {pl.__version__}; python {sys.version_info.major}.{sys.version_info.minor}")
+               f"polars {pl.__version__}; python {sys.version_info.major}.{sys.version_info.minor}; "
+               f"sqlite {sqlite3.sqlite_version}")
 #: The default bound of a cache folder, in bytes (``--cache-max-mb``).
 DEFAULT_MAX_BYTES = 1 << 30
 #: The environment variable naming the default cache folder (else the platform's user cache folder).
@@ -233,10 +237,10 @@ FINGERPRINTS_KEPT = 4096
 
 def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
     """A database file's state as the file system tells it (path, size, modification time and inode, of the file
-    and of SQLite's write-ahead log when there is one), or None when it does not exist: what changes whenever its
-    content does, read without reading the content."""
+    and of its write-ahead log when there is one: SQLite's ``-wal``, DuckDB's ``.wal``), or None when it does not
+    exist: what changes whenever its content does, read without reading the content."""
     state = []
-    for name in (path, f"{path}-wal"):
+    for name in (path, f"{path}-wal", f"{path}.wal"):
         try:
             stat = os.stat(name)
         except OSError:
@@ -312,7 +316,8 @@ class ExpectedResults:
         fingerprint = database_fingerprint(path, self.store) if self.store is not None else file_state(path)
         if fingerprint is None:
             return None
-        return json.dumps([fingerprint, database.dialect, dialect, sql, config.config_hash()])
+        return json.dumps([fingerprint, database.dialect, dialect, sql, config.config_hash(),
+                           engine_release(database.dialect)])
 
     def get(self, key: str) -> Execution | None:
         hit = self._entries.get(key)
@@ -359,15 +364,31 @@ class ExpectedResults:
             self._cells -= _cells(dropped) + _ENTRY_CELLS
 
 
-def report_key(database: ExecutionAdapter, case: str, store: Store) -> str | None:
+def report_key(database: ExecutionAdapter, case: str, store: Store, also: Sequence[str] = ()) -> str | None:
     """The disk key of the deterministic report of a case on ``database`` (``case``: the case's inputs as JSON,
     its id, question and context left out), or None where none is kept: the database's content
-    (:func:`database_fingerprint`) and its name (a report names its database), as only a file database has."""
+    (:func:`database_fingerprint`), its name (a report names its database) and engine (:func:`engine_release`),
+    as only a file database has, and the content of the files ``also`` names (a test suite's other databases)."""
     path = database.database_file
     if database.dialect not in ("sqlite", "duckdb") or not path:
         return None
-    fingerprint = database_fingerprint(path, store)
-    return None if fingerprint is None else json.dumps([fingerprint, database.identifier, case])
+    fingerprints = [database_fingerprint(name, store) for name in (path, *also)]
+    if None in fingerprints:
+        return None
+    return json.dumps([fingerprints, database.identifier, engine_release(database.dialect), case])
+
+
+@functools.cache
+def engine_release(dialect: str) -> str:
+    """The release of the database engine that runs a file database of ``dialect``, which its results and errors
+    may depend on: SQLite's, or DuckDB's as its installed package's metadata names it (read without importing it:
+    DuckDB runs in its own process)."""
+    if dialect != "duckdb":
+        return sqlite3.sqlite_version
+    try:
+        return importlib.metadata.version("duckdb")
+    except importlib.metadata.PackageNotFoundError:  # no DuckDB here: no DuckDB database opens either
+        return "none"
 
 
 def _cells(execution: Execution) -> int:

@@ -9,6 +9,7 @@ SQL, a missing database or an engine fault all end in a report.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlcmp_dagster.engine.batch import Done, in_processes
-from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store, report_key
+from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store, file_state, report_key
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database
@@ -25,6 +26,9 @@ from sqlcmp_dagster.engine.layers import CASE_FAULTS, analyze, engine_fault_repo
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.relation import Relation
+from sqlcmp_dagster.engine.sandbox.duckdb_process import BUILD_TIMEOUT_S
+from sqlcmp_dagster.engine.sandbox.sqlite import BUSY_TIMEOUT_S
+from sqlcmp_dagster.engine.spider_execution import suite_databases
 from sqlcmp_dagster.engine.report import blocked_report, build_report, for_case
 from sqlcmp_dagster.engine.validation import Validation
 
@@ -75,29 +79,84 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
         report, keys = engine_fault_report(request, error), None
     total_ms = (time.perf_counter() - started) * 1000
     finish_timings(report, total_ms)
-    if keys is not None and total_ms < request.config.shortest_time_limit_ms():
-        text = report.model_dump_json()
-        keep_recent(current().reports, keys[0], text, REPORTS_KEPT)
-        if store is not None and keys[1] is not None:
-            store.save("report", keys[1], text)
+    if keys is not None and validation is not None and _inputs_alone_decided(validation, report, total_ms) \
+            and _report_keys(request, database, None) == (keys[0], None):  # no file changed meanwhile
+        _keep_report(report, keys, store)
     if judge is None:
         return report, None
     return report, prepare(request, report, *_judge_samples(validation, report), judge)
 
 
+#: Functions whose value changes from one call, run or day to the next (SQLite's, DuckDB's, PostgreSQL's), and
+#: the ``'now'`` of SQLite's date functions: a case whose query names one is not decided by its inputs alone. Read
+#: in the text, so a name in a string or a comment counts too (a report not kept costs only time).
+_UNSTABLE = re.compile(r"\b(?:random|randomblob|setseed|uuid|gen_random_uuid|now|today|current_date|current_time|"
+                       r"current_timestamp|localtime|localtimestamp|get_current_time|get_current_timestamp|"
+                       r"transaction_timestamp|statement_timestamp|clock_timestamp|timeofday|changes|"
+                       r"total_changes|last_insert_rowid|current_setting|txid_current)\b", re.IGNORECASE)
+#: Error categories that a query's text and the database's content decide; any other (``timeout``, and
+#: ``unknown_error``: a database locked by a writer, an I/O error, DuckDB's process lost) may not happen again.
+_DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
+                             "invalid_aggregation", "ambiguous_reference", "permission_error", "unsafe_statement"})
+#: The time limits a case obeys that are no option: SQLite's wait for a lock, DuckDB's process start.
+_FIXED_LIMITS_MS = min(BUSY_TIMEOUT_S, BUILD_TIMEOUT_S) * 1000
+
+
 def _report_keys(request: CompareRequest, database: ExecutionAdapter | None,
                  store: Store | None) -> tuple[str, str | None] | None:
     """What a deterministic report depends on: everything in the case but its id, question and context
-    (:func:`~sqlcmp_dagster.engine.report.for_case`), and the database file: in this process by its state on disk
-    (:meth:`~sqlcmp_dagster.engine.execution.ExecutionAdapter.version`, read without reading the file), in
-    ``store`` by its content (:func:`~sqlcmp_dagster.engine.cache.report_key`; None without a store). None where
-    no report is kept: a case on a server, whose content another client may change between two cases, or with no
-    database."""
-    if database is None or database.database_file is None:
+    (:func:`~sqlcmp_dagster.engine.report.for_case`), and the database files it reads (the database, and the other
+    databases of its Spider test suite: :func:`~sqlcmp_dagster.engine.spider_execution.suite_databases`): in this
+    process by their state on disk (read without reading them), in ``store`` by their content
+    (:func:`~sqlcmp_dagster.engine.cache.report_key`; None without a store). None where no report is kept: a case
+    on a server, whose content another client may change between two cases; with no database; with a result
+    given in the case (JSON tells NaN, infinity and NULL apart where the case's printed form does not); and
+    anything that cannot be read or printed (then the case is only evaluated)."""
+    if database is None or database.database_file is None \
+            or request.expected_result is not None or request.actual_result is not None:
         return None
-    case = request.model_dump_json(exclude={"case_id", "user_query", "context"})
-    return (json.dumps([database.identifier, database.version(), case]),
-            report_key(database, case, store) if store is not None else None)
+    try:
+        case = request.model_dump_json(exclude={"case_id", "user_query", "context"})
+        path = database.database_file
+        suite = [str(f) for f in suite_databases(Path(path)) if str(f) != path] if database.dialect == "sqlite" else []
+        states = [database.version(), *(repr(file_state(name)) for name in suite)]
+        return (json.dumps([database.identifier, states, case]),
+                report_key(database, case, store, suite) if store is not None else None)
+    except Exception:  # a case the report key cannot hold is evaluated, never lost
+        return None
+
+
+def _inputs_alone_decided(validation: Validation, report: Report, total_ms: float) -> bool:
+    """Whether nothing but the case's inputs decided ``report``, so that a case with the same inputs gets it
+    again: the case took less time than every time limit it obeys (no deadline cut anything: every other bound is
+    a count), each query of the case that failed failed for its text (:data:`_DECIDED_ERRORS`), no query names a
+    function whose value changes between calls (:data:`_UNSTABLE`), no query failed on a neighbor database, and
+    the fix search was not skipped for the time the two queries took (the expected one's may be an earlier
+    run's)."""
+    request = validation.request
+    if total_ms >= min(request.config.shortest_time_limit_ms(), _FIXED_LIMITS_MS):
+        return False
+    sides = [validation.actual, *validation.expected]
+    if any(side.execution is not None and side.execution.error is not None
+           and side.execution.error.category not in _DECIDED_ERRORS for side in sides):
+        return False
+    if any(_UNSTABLE.search(sql) for sql in (request.actual_sql, *request.expected_sql)):
+        return False
+    neighborhood = report.evidence.get("neighborhood") or {}
+    return not neighborhood.get("query_failures") and not any(
+        warning.startswith("fix search skipped") and " ms on this database" in warning for warning in report.warnings)
+
+
+def _keep_report(report: Report, keys: tuple[str, str | None], store: Store | None) -> None:
+    """Keep ``report`` in this process under ``keys[0]`` and in ``store`` under ``keys[1]``; a report that cannot
+    be printed is not kept (and is the case's report all the same)."""
+    try:
+        text = report.model_dump_json()
+    except Exception:
+        return
+    keep_recent(current().reports, keys[0], text, REPORTS_KEPT)
+    if store is not None and keys[1] is not None:
+        store.save("report", keys[1], text)
 
 
 def _kept_report(keys: tuple[str, str | None], store: Store | None) -> Report | None:

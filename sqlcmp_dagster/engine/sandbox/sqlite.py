@@ -36,12 +36,17 @@ T = TypeVar("T")
 
 #: How many SQLite virtual-machine steps pass between two deadline checks: small enough to stop within a few ms.
 PROGRESS_STEPS = 10_000
+#: How long a connection waits for a lock another connection holds (a writer of the file, a neighbor's builder)
+#: before its statement fails with "database is locked": the ``sqlite3`` module's default, named because it is a
+#: time limit that a case's report can depend on (``pipeline`` keeps no report of a case that took this long).
+BUSY_TIMEOUT_S = 5.0
 
 
 def sqlite_read_only(path: Path) -> sqlite3.Connection:
     """A connection to the SQLite file at ``path`` that cannot write: opened ``mode=ro`` and ``query_only``,
     under :func:`sqlite_authorizer`."""
-    return _sqlite_sandboxed(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False))
+    return _sqlite_sandboxed(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False,
+                                             timeout=BUSY_TIMEOUT_S))
 
 
 def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
@@ -49,7 +54,8 @@ def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
     alive while its builder holds a connection) that cannot write: the rules of :func:`sqlite_read_only`. It
     reads what its builder has not committed yet (``read_uncommitted``): a neighbor database is built in a
     transaction that is rolled back once its queries have run (:mod:`~sqlcmp_dagster.engine.neighbors.scratch`)."""
-    connection = sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True, check_same_thread=False)
+    connection = sqlite3.connect(f"file:{quote(name)}?mode=memory&cache=shared", uri=True, check_same_thread=False,
+                                 timeout=BUSY_TIMEOUT_S)
     connection.execute("PRAGMA read_uncommitted = ON")
     return _sqlite_sandboxed(connection)
 
