@@ -16,7 +16,7 @@ import dagster as dg
 import polars as pl
 import pytest
 
-from conftest import forget_reports, untimed
+from conftest import forget_reports, sqlite_file, untimed
 from sqlcmp_dagster.assets import LAYERS
 from sqlcmp_dagster.assets.common import cases_partitions
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
@@ -350,11 +350,8 @@ def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(
     the disk store: no query runs, not even the model's, and the report is the one computed (made the new
     case's own). Another answer, or the database's content changed, is evaluated anew; so is every case without
     the store."""
-    path = tmp_path / "shop.sqlite"
-    with sqlite3.connect(path) as connection:
-        connection.executescript("CREATE TABLE products (name TEXT, price REAL); "
-                                 "INSERT INTO products VALUES ('a', 20), ('b', 5), ('c', 12);")
-    connection.close()
+    path = sqlite_file(tmp_path / "shop.sqlite", "CREATE TABLE products (name TEXT, price REAL); "
+                       "INSERT INTO products VALUES ('a', 20), ('b', 5), ('c', 12);")
     ran: list[str] = []
     execute = ExecutionAdapter.execute
 

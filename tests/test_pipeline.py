@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import untimed
+from conftest import sqlite_file, untimed
 from sqlcmp_dagster.cases.sample import INVALID_SUITE, SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.engine.collector import BATCH_THRESHOLDS, batch_collector
@@ -227,6 +227,10 @@ def test_the_tie_re_check_runs_only_when_a_tie_could_make_the_answer_valid(sampl
     database.close()
 
 
+#: A small shop whose products above 10 are one: ``a``.
+SHOP = "CREATE TABLE products (name TEXT, price REAL); INSERT INTO products VALUES ('a', 20), ('b', 5);"
+
+
 def _same_inputs(case_id: str, config: EvalConfig, actual: str = "SELECT name, price FROM products WHERE price > 10",
                  **fields: object) -> CompareRequest:
     return CompareRequest(case_id=case_id, user_query=f"question of {case_id}", expected_sql=[
@@ -262,11 +266,7 @@ def test_a_case_with_the_same_inputs_as_an_earlier_one_gets_its_report_without_r
 
 
 def test_a_changed_database_file_is_evaluated_anew(tmp_path: Path) -> None:
-    path = tmp_path / "shop.sqlite"
-    with sqlite3.connect(path) as connection:
-        connection.executescript("CREATE TABLE products (name TEXT, price REAL); "
-                                 "INSERT INTO products VALUES ('a', 20), ('b', 5);")
-    connection.close()
+    path = sqlite_file(tmp_path / "shop.sqlite", SHOP)
     config = EvalConfig(neighbor_count=0)
     database = ExecutionAdapter(str(path))
     assert "(1 row)" in compare(_same_inputs("before", config), database).explanations[0]
@@ -354,10 +354,7 @@ def test_a_changed_database_of_the_test_suite_is_evaluated_anew(tmp_path: Path) 
     """A Spider test suite's verdict reads every database of the folder: a change to one of them, not the
     evaluated one, makes the next identical case evaluated again (a review's finding)."""
     for name in ("shop.sqlite", "shop_2.sqlite"):
-        with sqlite3.connect(tmp_path / name) as connection:
-            connection.executescript("CREATE TABLE products (name TEXT, price REAL); "
-                                     "INSERT INTO products VALUES ('a', 20), ('b', 5);")
-        connection.close()
+        sqlite_file(tmp_path / name, SHOP)
     request = CompareRequest(expected_sql="SELECT name FROM products WHERE price > 10",
                              actual_sql="SELECT name FROM products WHERE price >= 11",
                              config=EvalConfig(neighbor_count=0))
