@@ -154,12 +154,14 @@ def _parser() -> argparse.ArgumentParser:
     _config_options(batch)
     _cache_options(batch)
     batch.add_argument("--no-cache", action="store_true",
-                       help="neither read nor fill the cache (expected queries are still run once per batch)")
+                       help="neither read nor fill the cache (expected queries are still run once per batch, and "
+                            "a case that repeats one of the batch still gets its report)")
     batch.add_argument("--cache-max-mb", type=int, default=1024,
                        help="bound of the cache folder in MB; the least recently used entries go (default 1024)")
     batch.set_defaults(handler=evaluate_command)
 
-    kept = command("cache", "describe or clear the cache of expected queries' parses and results")
+    kept = command("cache", "describe or clear the cache: expected queries' parses and results, reports of cases "
+                            "evaluated before")
     kept.add_argument("action", choices=("info", "clear"), help="info: its folder, entries and size; clear: empty it")
     _cache_options(kept)
     kept.set_defaults(handler=cache_command)
@@ -235,8 +237,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cache_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-dir", type=Path,
-                        help="the cache folder: expected queries' parses and results, kept for the next run "
-                             "(default: $SQLCMP_CACHE_DIR, else the user's cache folder, ~/.cache/sqlcmp on Linux)")
+                        help="the cache folder: expected queries' parses and results, and the reports of cases "
+                             "whose every input is unchanged, kept for the next run (default: $SQLCMP_CACHE_DIR, "
+                             "else the user's cache folder, ~/.cache/sqlcmp on Linux)")
 
 
 class _Version(argparse.Action):

@@ -100,6 +100,7 @@ class Store:
         self._lock = FileLock(str(self.root / "evict.lock"))
         self._held: int | None = None  # bytes in the folder as this process last counted them, plus its writes
         self._private: bool | None = None
+        self._folders: set[Path] = set()  # entry folders this process made or found (a mkdir costs a third of a save)
 
     def private(self) -> bool:
         """Whether the folder is its user's alone (it is created so when missing). Entries are unpickled, which
@@ -152,10 +153,13 @@ class Store:
         path = self._path(kind, key)
         temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if path.parent not in self._folders:
+                path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                self._folders.add(path.parent)
             temporary.write_bytes(blob)
             os.replace(temporary, path)
         except OSError:  # a full or read-only disk makes the cache miss, never the case fail
+            self._folders.discard(path.parent)  # removed meanwhile (``sqlcmp cache clear``): made again next time
             _remove(temporary)
             return
         if self._held is None:
@@ -196,6 +200,7 @@ class Store:
         with self._lock:
             count = sum(1 for path, _, _ in self._files() if not path.name.startswith("."))
             shutil.rmtree(self._entries, ignore_errors=True)
+            self._folders.clear()
             self._held = 0
         return count
 

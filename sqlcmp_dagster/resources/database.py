@@ -18,9 +18,9 @@ class DatabaseResource(dg.ConfigurableResource):
 
     ``db_dir`` resolves a case's ``db`` id (``DIR/<id>/<id>.sqlite`` or ``DIR/<id>.sqlite``); ``url`` serves cases
     that name no database. ``query_timeout_ms`` and ``max_result_rows`` are defaults for cases whose own config
-    does not set them. ``cache_dir`` is the gold side's cache, shared with ``sqlcmp evaluate`` (default: its
-    default folder; ``use_cache=False`` for none), so a gold query whose inputs did not change is neither parsed nor
-    executed again. Every field can come from the launchpad or an environment variable
+    does not set them. ``cache_dir`` is the cache shared with ``sqlcmp evaluate`` (default: its default folder;
+    ``use_cache=False`` for none), of which the assets use the gold side, so a gold query whose inputs did not change
+    is neither parsed nor executed again (they compute each layer apart, so they keep no whole report). Every field can come from the launchpad or an environment variable
     (``dg.EnvVar("SQLCMP_DB_DIR")``).
     """
 
