@@ -59,12 +59,13 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
 
     Without a judge, a case with the same queries, given results, database file and state, and options as one of
     the last :data:`REPORTS_KEPT` kept gets that one's report as its own (:func:`~.report.for_case`), timings
-    included: what computing it cost. A report is kept only when its case took less time than the shortest time
-    limit that applies to it (:meth:`~.models.EvalConfig.shortest_time_limit_ms`): then no clock cut anything in
-    it, and every limit it obeys is a count, so the case's inputs alone decide it and a case with the same inputs
-    gets the same report, kept or not (a suite asks most questions twice, and a model often answers both alike: 173
-    of Spider dev's 1,034 cases with SuperSQL's predictions). An engine fault is never kept. With ``cache``'s disk
-    store, reports are kept there too, for the next run (:func:`~sqlcmp_dagster.engine.cache.report_key`)."""
+    included: what computing it cost. A report is kept only when the case's inputs alone decided it
+    (:func:`_inputs_alone_decided`: above all, the case took less time than the shortest time limit that applies to
+    it, so no clock cut anything in it and every limit it obeyed was a count), so a case with the same inputs gets
+    the same report, kept or not (a suite asks most questions twice, and a model often answers both alike: 173 of
+    Spider dev's 1,034 cases with SuperSQL's predictions). An engine fault is never kept, nor a report no file state
+    can key (:func:`_report_keys`). With ``cache``'s disk store, reports are kept there too, for the next run
+    (:func:`~sqlcmp_dagster.engine.cache.report_key`)."""
     started = time.perf_counter()
     store = cache.store if cache is not None else None
     keys = _report_keys(request, database, store) if judge is None else None
@@ -110,8 +111,8 @@ def _report_keys(request: CompareRequest, database: ExecutionAdapter | None,
     process by their state on disk (read without reading them), in ``store`` by their content
     (:func:`~sqlcmp_dagster.engine.cache.report_key`; None without a store). None where no report is kept: a case
     on a server, whose content another client may change between two cases; with no database; with a result
-    given in the case (JSON tells NaN, infinity and NULL apart where the case's printed form does not); and
-    anything that cannot be read or printed (then the case is only evaluated)."""
+    given in the case (its printed form, JSON, does not tell NaN, infinity and NULL apart); and anything that
+    cannot be read or printed (then the case is only evaluated)."""
     if database is None or database.database_file is None \
             or request.expected_result is not None or request.actual_result is not None:
         return None
