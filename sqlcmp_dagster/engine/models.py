@@ -189,7 +189,11 @@ class EvalConfig(_Strict):
 
     def shortest_time_limit_ms(self) -> int:
         """The least of the time limits a case runs under (each query's, the fix search's, the neighbor search's and
-        the case's own): a case that took less time than this was cut by no clock."""
+        the case's own): a case that took less time than this was cut by no clock.
+
+        >>> EvalConfig().shortest_time_limit_ms(), EvalConfig(case_timeout_ms=2_500).shortest_time_limit_ms()
+        (10000, 2500)
+        """
         return min(self.query_timeout_ms, self.fix_search_budget_ms, self.neighbor_time_budget_ms,
                    self.case_budget_ms())
 
