@@ -17,7 +17,9 @@ Beside the gold side, a disk store also keeps whole deterministic reports (:func
 clock decided (``pipeline``): a case whose every input is the same as an earlier run's (its queries' texts, the
 database's content, its options) gets that report again, the model's query neither parsed nor run, as a model
 evaluated again with most of its answers unchanged (another prompt, a CI run) needs. That is the only way the
-actual query's work is kept: never for another text, database or options. Entries are written to a temporary file and renamed into place, so workers and concurrent runs never see
+actual query's work is kept: never for another text, database or options.
+
+Entries are written to a temporary file and renamed into place, so workers and concurrent runs never see
 half an entry; each carries a checksum, and one that does not verify (truncated, corrupt, from another layout)
 is deleted and computed again, never used. The folder is bounded in bytes: past its bound, the least recently
 used entries go (a hit refreshes an entry's modification time), under a file lock so that two processes evict

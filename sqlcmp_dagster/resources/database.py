@@ -20,7 +20,8 @@ class DatabaseResource(dg.ConfigurableResource):
     that name no database. ``query_timeout_ms`` and ``max_result_rows`` are defaults for cases whose own config
     does not set them. ``cache_dir`` is the cache shared with ``sqlcmp evaluate`` (default: its default folder;
     ``use_cache=False`` for none), of which the assets use the gold side, so a gold query whose inputs did not change
-    is neither parsed nor executed again (they compute each layer apart, so they keep no whole report). Every field can come from the launchpad or an environment variable
+    is neither parsed nor executed again (they compute each layer apart, so they keep no whole report). Every
+    field can come from the launchpad or an environment variable
     (``dg.EnvVar("SQLCMP_DB_DIR")``).
     """
 
