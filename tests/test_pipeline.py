@@ -305,6 +305,32 @@ def test_a_report_is_not_kept_when_its_inputs_alone_may_not_decide_it(sample_db:
     database.close()
 
 
+def test_a_fix_search_limited_by_what_was_left_of_the_case_budget_is_not_given_again(
+        sample_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``case_timeout_ms`` barely above ``query_timeout_ms``, the fix search gets what the case's recorded
+    times left of it, and the report names that figure: a clock decided it, in a case far quicker than any of its
+    time limits, so the next identical case is evaluated again (a review's finding)."""
+    calls: list[str] = []
+    real_validate = pipeline.validate
+
+    def validating(request: CompareRequest, *args: object) -> object:
+        calls.append(request.case_id)
+        return real_validate(request, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "validate", validating)
+    # a recursive count makes the actual query take more than the 1 ms the case's budget leaves beyond the search's
+    actual = "SELECT city FROM customers WHERE (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n " \
+             "WHERE i < 20000) SELECT count(*) FROM n) > 0"
+    request = CompareRequest(expected_sql="SELECT DISTINCT city FROM customers", actual_sql=actual,
+                             config=EvalConfig(case_timeout_ms=10_001))
+    database = ExecutionAdapter(str(sample_db))
+    first = compare(request.model_copy(update={"case_id": "first"}), database)
+    compare(request.model_copy(update={"case_id": "second"}), database)
+    database.close()
+    assert any(w.startswith("fix search limited to") for w in first.warnings)
+    assert calls == ["first", "second"]
+
+
 def test_cases_that_differ_only_where_json_cannot_tell_are_each_evaluated(sample_db: Path) -> None:
     """A given result of NULL, infinity or NaN prints as the same JSON ``null``: cases with given results are never
     given another case's report (a review's finding: in one batch all three passed)."""

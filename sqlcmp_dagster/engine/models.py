@@ -188,14 +188,17 @@ class EvalConfig(_Strict):
         return self.case_timeout_ms if self.case_timeout_ms is not None else 3 * self.query_timeout_ms
 
     def shortest_time_limit_ms(self) -> int:
-        """The least of the time limits a case runs under (each query's, the fix search's, the neighbor search's and
-        the case's own): a case that took less time than this was cut by no clock.
+        """The least time after which a clock can decide something in a case: each query's timeout, the fix
+        search's and the neighbor search's budgets, and what the case may spend before the fix search gets less
+        than its whole budget (``case_timeout_ms`` less the least of ``query_timeout_ms`` and
+        ``fix_search_budget_ms``; the report then names the rest). A case that spent less than this, by the clock and
+        by the times its budget counts, was cut and limited by no clock.
 
-        >>> EvalConfig().shortest_time_limit_ms(), EvalConfig(case_timeout_ms=2_500).shortest_time_limit_ms()
+        >>> EvalConfig().shortest_time_limit_ms(), EvalConfig(case_timeout_ms=12_500).shortest_time_limit_ms()
         (10000, 2500)
         """
         return min(self.query_timeout_ms, self.fix_search_budget_ms, self.neighbor_time_budget_ms,
-                   self.case_budget_ms())
+                   self.case_budget_ms() - min(self.query_timeout_ms, self.fix_search_budget_ms))
 
     def config_hash(self) -> str:
         """A short stable hash of every option, recorded in run_metadata and used for cache keys.

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlcmp_dagster.engine.batch import Done, in_processes
 from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store, file_state, report_key
@@ -81,7 +81,7 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     total_ms = (time.perf_counter() - started) * 1000
     finish_timings(report, total_ms)
     if keys is not None and validation is not None and _inputs_alone_decided(validation, report, total_ms) \
-            and _report_keys(request, database, None) == (keys[0], None):  # no file changed meanwhile
+            and database is not None and _file_states(database, keys.suite) == keys.states:  # none changed meanwhile
         _keep_report(report, keys, store)
     if judge is None:
         return report, None
@@ -103,8 +103,23 @@ _DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch",
 _FIXED_LIMITS_MS = min(BUSY_TIMEOUT_S, BUILD_TIMEOUT_S) * 1000
 
 
-def _report_keys(request: CompareRequest, database: ExecutionAdapter | None,
-                 store: Store | None) -> tuple[str, str | None] | None:
+class _Keys(NamedTuple):
+    """Where a case's report is kept: in this process (``memory``) and in the disk store (``disk``, None without
+    one), with the database files' states ``memory`` holds (the database's, then ``suite``'s, its test suite's
+    other databases)."""
+
+    memory: str
+    disk: str | None
+    suite: list[str]
+    states: list[str]
+
+
+def _file_states(database: ExecutionAdapter, suite: list[str]) -> list[str]:
+    """The states on disk of ``database``'s file and of the files ``suite`` names, read without reading them."""
+    return [database.version(), *(repr(file_state(name)) for name in suite)]
+
+
+def _report_keys(request: CompareRequest, database: ExecutionAdapter | None, store: Store | None) -> _Keys | None:
     """What a deterministic report depends on: everything in the case but its id, question and context
     (:func:`~sqlcmp_dagster.engine.report.for_case`), and the database files it reads (the database, and the other
     databases of its Spider test suite: :func:`~sqlcmp_dagster.engine.spider_execution.suite_databases`): in this
@@ -120,22 +135,24 @@ def _report_keys(request: CompareRequest, database: ExecutionAdapter | None,
         case = request.model_dump_json(exclude={"case_id", "user_query", "context"})
         path = database.database_file
         suite = [str(f) for f in suite_databases(Path(path)) if str(f) != path] if database.dialect == "sqlite" else []
-        states = [database.version(), *(repr(file_state(name)) for name in suite)]
-        return (json.dumps([database.identifier, states, case]),
-                report_key(database, case, store, suite) if store is not None else None)
+        states = _file_states(database, suite)
+        return _Keys(json.dumps([database.identifier, states, case]),
+                     report_key(database, case, store, suite) if store is not None else None, suite, states)
     except Exception:  # a case the report key cannot hold is evaluated, never lost
         return None
 
 
 def _inputs_alone_decided(validation: Validation, report: Report, total_ms: float) -> bool:
     """Whether nothing but the case's inputs decided ``report``, so that a case with the same inputs gets it
-    again: the case took less time than every time limit it obeys (no deadline cut anything: every other bound is
-    a count), each query of the case that failed failed for its text (:data:`_DECIDED_ERRORS`), no query names a
-    function whose value changes between calls (:data:`_UNSTABLE`), no query failed on a neighbor database, and
-    the fix search was not skipped for the time the two queries took (the expected one's may be an earlier
-    run's)."""
+    again: the case spent less time than every time limit it obeys (no deadline cut or limited anything: every
+    other bound is a count), counted both by the clock (``total_ms``) and as its budget counts it (the recorded
+    parse, execution and probe times, of which an expected query's may be an earlier run's, from the cache), each
+    query of the case that failed failed for its text (:data:`_DECIDED_ERRORS`), no query names a function whose
+    value changes between calls (:data:`_UNSTABLE`), and no query failed on a neighbor database."""
     request = validation.request
-    if total_ms >= min(request.config.shortest_time_limit_ms(), _FIXED_LIMITS_MS):
+    timings = report.run_metadata.get("timings") or {}
+    counted_ms = sum(timings.get(name, 0.0) for name in ("parse_ms", "execution_ms", "probe_execution_ms"))
+    if max(total_ms, counted_ms) >= min(request.config.shortest_time_limit_ms(), _FIXED_LIMITS_MS):
         return False
     sides = [validation.actual, *validation.expected]
     if any(side.execution is not None and side.execution.error is not None
@@ -144,32 +161,31 @@ def _inputs_alone_decided(validation: Validation, report: Report, total_ms: floa
     if any(_UNSTABLE.search(sql) for sql in (request.actual_sql, *request.expected_sql)):
         return False
     neighborhood = report.evidence.get("neighborhood") or {}
-    return not neighborhood.get("query_failures") and not any(
-        warning.startswith("fix search skipped") and " ms on this database" in warning for warning in report.warnings)
+    return not neighborhood.get("query_failures")
 
 
-def _keep_report(report: Report, keys: tuple[str, str | None], store: Store | None) -> None:
-    """Keep ``report`` in this process under ``keys[0]`` and in ``store`` under ``keys[1]``; a report that cannot
-    be printed is not kept (and is the case's report all the same)."""
+def _keep_report(report: Report, keys: _Keys, store: Store | None) -> None:
+    """Keep ``report`` in this process and in ``store`` under ``keys``; a report that cannot be printed is not kept
+    (and is the case's report all the same)."""
     try:
         text = report.model_dump_json()
     except Exception:
         return
-    keep_recent(current().reports, keys[0], text, REPORTS_KEPT)
-    if store is not None and keys[1] is not None:
-        store.save("report", keys[1], text)
+    keep_recent(current().reports, keys.memory, text, REPORTS_KEPT)
+    if store is not None and keys.disk is not None:
+        store.save("report", keys.disk, text)
 
 
-def _kept_report(keys: tuple[str, str | None], store: Store | None) -> Report | None:
+def _kept_report(keys: _Keys, store: Store | None) -> Report | None:
     """The report kept under ``keys`` in this process, else in ``store`` (then kept in this process too); None
     when there is none, or the store's entry is no report (its checksum verified it, so only a store written by
     another program could hold one: then the case is evaluated)."""
-    text = recall(current().reports, keys[0])
-    if text is None and store is not None and keys[1] is not None:
-        loaded = store.load("report", keys[1])
+    text = recall(current().reports, keys.memory)
+    if text is None and store is not None and keys.disk is not None:
+        loaded = store.load("report", keys.disk)
         text = loaded if isinstance(loaded, str) else None
         if text is not None:
-            keep_recent(current().reports, keys[0], text, REPORTS_KEPT)
+            keep_recent(current().reports, keys.memory, text, REPORTS_KEPT)
     if text is None:
         return None
     try:
