@@ -277,6 +277,20 @@ def test_a_changed_database_file_is_evaluated_anew(tmp_path: Path) -> None:
     database.close()
 
 
+@pytest.fixture
+def evaluated(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the cases evaluated (Layer 1 run for them), in order; a case given a kept report is not."""
+    calls: list[str] = []
+    real_validate = pipeline.validate
+
+    def validating(request: CompareRequest, *args: object) -> object:
+        calls.append(request.case_id)
+        return real_validate(request, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pipeline, "validate", validating)
+    return calls
+
+
 @pytest.mark.parametrize("reason", ["a clock could have cut it", "an engine fault", "a judge"])
 def test_a_report_is_not_kept_when_its_inputs_alone_may_not_decide_it(sample_db: Path, reason: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,18 +320,10 @@ def test_a_report_is_not_kept_when_its_inputs_alone_may_not_decide_it(sample_db:
 
 
 def test_a_fix_search_limited_by_what_was_left_of_the_case_budget_is_not_given_again(
-        sample_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        sample_db: Path, evaluated: list[str]) -> None:
     """With ``case_timeout_ms`` barely above ``query_timeout_ms``, the fix search gets what the case's recorded
     times left of it, and the report names that figure: a clock decided it, in a case far quicker than any of its
     time limits, so the next identical case is evaluated again (a review's finding)."""
-    calls: list[str] = []
-    real_validate = pipeline.validate
-
-    def validating(request: CompareRequest, *args: object) -> object:
-        calls.append(request.case_id)
-        return real_validate(request, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(pipeline, "validate", validating)
     # a recursive count makes the actual query take more than the 1 ms the case's budget leaves beyond the search's
     actual = "SELECT city FROM customers WHERE (WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n " \
              "WHERE i < 20000) SELECT count(*) FROM n) > 0"
@@ -328,7 +334,7 @@ def test_a_fix_search_limited_by_what_was_left_of_the_case_budget_is_not_given_a
     compare(request.model_copy(update={"case_id": "second"}), database)
     database.close()
     assert any(w.startswith("fix search limited to") for w in first.warnings)
-    assert calls == ["first", "second"]
+    assert evaluated == ["first", "second"]
 
 
 def test_cases_that_differ_only_where_json_cannot_tell_are_each_evaluated(sample_db: Path) -> None:
@@ -358,20 +364,12 @@ class FlakyDatabase(ExecutionAdapter):
     "SELECT name FROM products WHERE price > 10 AND date('now') > '2000-01-01'",  # another day, another answer
     "SELECT name FROM products WHERE price > abs(random()) % 2"])
 def test_a_report_that_a_transient_failure_or_an_unstable_function_decided_is_not_given_again(
-        sample_db: Path, actual: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[str] = []
-    real_validate = pipeline.validate
-
-    def validating(request: CompareRequest, *args: object) -> object:
-        calls.append(request.case_id)
-        return real_validate(request, *args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(pipeline, "validate", validating)
+        sample_db: Path, actual: str, evaluated: list[str]) -> None:
     database = FlakyDatabase(str(sample_db))
     request = CompareRequest(expected_sql="SELECT name FROM products WHERE price > 10", actual_sql=actual)
     reports = [compare(request.model_copy(update={"case_id": case_id}), database) for case_id in ("first", "second")]
     database.close()
-    assert calls == ["first", "second"]
+    assert evaluated == ["first", "second"]
     if actual == FlakyDatabase.FLAKY:
         assert reports[0].error_types == ["unknown_error"]
 
