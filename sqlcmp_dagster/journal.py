@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 
 from sqlcmp_dagster.cases.suite import case_version
+from sqlcmp_dagster.engine.atomic import file_state
 from sqlcmp_dagster.engine.execution import resolve_database
 from sqlcmp_dagster.engine.models import CompareRequest
 
@@ -37,10 +38,11 @@ def journal_path(out: Path) -> Path:
 
 
 class CaseVersions:
-    """Each case's version for the journal (call it with the case). A database file is stamped by its path,
-    size and modification time (hashing every database's bytes on every run would cost more than many runs'
-    cases); a database that cannot be resolved by the text that names it (its cases' reports say why). The
-    stamps are kept per database, not per case."""
+    """Each case's version for the journal (call it with the case). A database file is stamped by its path and
+    its state on disk (``atomic.file_state``, its write-ahead log's included: hashing every database's bytes on
+    every run would cost more than many runs' cases); a server by its address; a database that cannot be
+    resolved, by the text that names it (its cases' reports say why). The stamps are kept per database, not per
+    case."""
 
     def __init__(self, db_dir: Path | None, default_db: str | None) -> None:
         self.db_dir, self.default_db = db_dir, default_db
@@ -51,13 +53,18 @@ class CaseVersions:
 
     def _stamp(self, target: str) -> str:
         if target not in self._stamps:
-            try:
-                resolved = resolve_database(target, self.db_dir)
-                info = os.stat(resolved) if "://" not in resolved else None
-                self._stamps[target] = resolved if info is None else f"{resolved}|{info.st_size}|{info.st_mtime_ns}"
-            except (OSError, ValueError):
-                self._stamps[target] = f"unresolved:{target}"
+            self._stamps[target] = self._stamp_of(target)
         return self._stamps[target]
+
+    def _stamp_of(self, target: str) -> str:
+        try:
+            resolved = resolve_database(target, self.db_dir)
+        except (OSError, ValueError):
+            return f"unresolved:{target}"
+        if "://" in resolved:  # a server, by its address
+            return resolved
+        state = file_state(resolved)
+        return f"unresolved:{target}" if state is None else f"{resolved}|{state}"
 
 
 class Journal:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sqlite3
+import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -24,12 +25,12 @@ from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine import cache, execution
+from sqlcmp_dagster.engine.atomic import file_state
 from sqlcmp_dagster.engine.cache import (
     ENVIRONMENT,
     ExpectedResults,
     Store,
     database_fingerprint,
-    file_state,
 )
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -387,6 +388,41 @@ def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(
     connection.close()
     changed = run("changed", answer, tmp_path / "cache")
     assert answer in ran and changed["deterministic_verdict"] == "fail" != first["deterministic_verdict"]
+
+
+def test_a_database_rewritten_to_the_same_size_with_its_modification_time_set_back_is_read_again(
+        tmp_path: Path) -> None:
+    """``cp -p``, ``rsync -t`` or ``os.utime`` give a changed file its old size and modification time: its change
+    time, which no call sets back, still tells it, so neither the earlier report nor the gold side's result is
+    given again, in the same process or in the next one."""
+    path = sqlite_file(tmp_path / "shop.sqlite", "CREATE TABLE products (name TEXT, price REAL); "
+                       "INSERT INTO products VALUES ('a', 20), ('b', 5), ('c', 12);")
+    case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT name FROM products WHERE price > 10",
+                          actual_sql="SELECT name FROM products WHERE price >= 11")
+
+    def verdict(*, new_process: bool) -> str:
+        if new_process:
+            reset()
+        evaluator = Evaluator(default_db=str(path), cache_dir=tmp_path / "cache")
+        try:
+            return evaluator.evaluate_all([case])[0].deterministic_verdict
+        finally:
+            evaluator.close()
+
+    assert verdict(new_process=True) == "pass"
+    before = os.stat(path)
+    with sqlite3.connect(path) as connection:
+        connection.execute("UPDATE products SET price = 10.5 WHERE name = 'a'")  # now the answer misses 'a'
+    connection.close()
+    while True:  # the old times back, once the clock has moved past the file's first change time
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        after = os.stat(path)
+        if after.st_ctime_ns != before.st_ctime_ns:
+            break
+        time.sleep(0.01)
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
+    assert verdict(new_process=False) == "fail"
+    assert verdict(new_process=True) == "fail"
 
 
 def test_evaluate_keeps_its_cache_where_told_and_cache_info_and_clear_read_it(

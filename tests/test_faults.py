@@ -11,6 +11,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -257,6 +258,30 @@ def test_resume_evaluates_only_the_cases_that_changed(tmp_path: Path, sample_dir
     reports = _untimed(out)
     assert [r["deterministic_verdict"] for r in reports] == ["fail"] + ["pass"] * (SLOW_CASES - 1)
     assert reports[1:] == clean[1:]
+
+
+def test_a_write_left_in_the_write_ahead_log_is_another_case_version(tmp_path: Path) -> None:
+    """``--resume`` keeps a journal's report only for the same case version: a database whose last write sits in
+    its write-ahead log, the file itself untouched, is another version (the stamp used to read the file alone)."""
+    from sqlcmp_dagster.journal import CaseVersions
+
+    path = tmp_path / "shop.sqlite"
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")  # every later write stays in the log
+        writer.execute("CREATE TABLE t (x INTEGER)")
+        writer.commit()
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT x FROM t",
+                              actual_sql="SELECT x FROM t")
+        before, file = CaseVersions(None, str(path))(case), os.stat(path)
+        writer.execute("INSERT INTO t VALUES (1)")
+        writer.commit()
+        assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (file.st_size, file.st_mtime_ns)
+        assert CaseVersions(None, str(path))(case) != before
+    finally:
+        writer.close()
 
 
 def _no_space(monkeypatch: pytest.MonkeyPatch, name: str) -> None:

@@ -169,6 +169,42 @@ def remove_debris(folder: Path, target: str | None = None) -> list[Path]:
     return removed
 
 
+#: What :func:`file_version` gives: path, size, modification time, change time (both in ns) and inode.
+FileVersion = tuple[str, int, int, int, int]
+
+
+def file_version(path: str | Path) -> FileVersion | None:
+    """What changes whenever a file's content does, read without reading it, or None when there is no such file:
+    its path, size, modification and change times (nanoseconds) and inode. The change time is set by the kernel
+    at every write, ``touch`` or rename, and no call sets it back: a file rewritten to the same size with its
+    modification time restored (``cp -p``, ``rsync -t``, ``os.utime``) still gets another version. Only a
+    write within one tick of the file system's clock, or a clock set back, could keep it; on the ext4, XFS and
+    tmpfs of a Linux machine that tick is a few milliseconds or finer.
+
+    >>> import tempfile
+    >>> file = Path(tempfile.mkdtemp()) / "db"
+    >>> file_version(file) is None
+    True
+    >>> _ = file.write_bytes(b"one")
+    >>> file_version(file)[1]
+    3
+    """
+    try:
+        stat = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return str(path), stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
+
+
+def file_state(path: str) -> tuple[FileVersion, ...] | None:
+    """A database file's state as the file system tells it (:func:`file_version` of the file and of its
+    write-ahead log when there is one: SQLite's ``-wal``, DuckDB's ``.wal``), or None when it does not exist: what
+    changes whenever its content does, read without reading the content. A write that sits in the log leaves the
+    file itself as it was."""
+    state = [version for version in map(file_version, (path, f"{path}-wal", f"{path}.wal")) if version is not None]
+    return tuple(state) if state and state[0][0] == path else None
+
+
 def running(pid: int) -> bool:
     """Whether process ``pid`` exists (one of another user counts: it may be a writer we cannot see into)."""
     try:

@@ -49,6 +49,7 @@ import polars as pl
 import sqlglot
 from filelock import FileLock
 
+from sqlcmp_dagster.engine.atomic import FileVersion, file_state
 from sqlcmp_dagster.engine.context import Guarded, current, keep_recent, recall
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
@@ -242,20 +243,6 @@ def _remove(path: Path) -> None:
 FINGERPRINTS_KEPT = 4096
 
 
-def file_state(path: str) -> tuple[tuple[str, int, int, int], ...] | None:
-    """A database file's state as the file system tells it (path, size, modification time and inode, of the file
-    and of its write-ahead log when there is one: SQLite's ``-wal``, DuckDB's ``.wal``), or None when it does not
-    exist: what changes whenever its content does, read without reading the content."""
-    state = []
-    for name in (path, f"{path}-wal", f"{path}.wal"):
-        try:
-            stat = os.stat(name)
-        except OSError:
-            continue
-        state.append((name, stat.st_size, stat.st_mtime_ns, stat.st_ino))
-    return tuple(state) if state and state[0][0] == path else None
-
-
 def database_fingerprint(path: str, store: Store | None = None) -> str | None:
     """A digest of a database file's content (its write-ahead log included), or None when it cannot be read: a
     copy of the file, or the file touched, has the same one. Computed once per :func:`file_state`: remembered in
@@ -287,7 +274,7 @@ def database_fingerprint(path: str, store: Store | None = None) -> str | None:
     return known
 
 
-def _fingerprints() -> Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]]:
+def _fingerprints() -> Guarded[OrderedDict[tuple[FileVersion, ...], str]]:
     """The engine context's fingerprints, typed."""
     return current().fingerprints
 

@@ -39,6 +39,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from sqlcmp_dagster.engine.atomic import FileVersion
+
 __all__ = ["EngineContext", "Guarded", "current", "keep_recent", "recall", "reset"]
 
 M = TypeVar("M")
@@ -83,15 +85,15 @@ class EngineContext:
         #: (``sandbox.gate.gate_reason``).
         self.gate_answers: Guarded[OrderedDict[tuple[int, str, str], tuple[object, str | None]]] = \
             Guarded(OrderedDict())
-        #: SHA-256 prefixes of database files by (path, size, modification time), least recently used first, at
-        #: most ``execution.FILE_DIGESTS_KEPT`` (``execution``): a long-lived process that sees database files
-        #: rewritten again and again (a Dagster code server, a scheduled evaluation) keeps only the recent ones.
-        self.file_digests: Guarded[OrderedDict[tuple[str, int, int], str]] = Guarded(OrderedDict())
-        #: Content fingerprints of database files by their state on disk (path, size, modification time and
-        #: inode, of the file and of its write-ahead log), least recently used first, at most
-        #: ``cache.FINGERPRINTS_KEPT`` (``cache.database_fingerprint``).
-        self.fingerprints: Guarded[OrderedDict[tuple[tuple[str, int, int, int], ...], str]] = \
-            Guarded(OrderedDict())
+        #: SHA-256 prefixes of database files by their version on disk (``atomic.file_version``), least recently
+        #: used first, at most ``execution.FILE_DIGESTS_KEPT`` (``execution``): a long-lived process that sees
+        #: database files rewritten again and again (a Dagster code server, a scheduled evaluation) keeps only the
+        #: recent ones.
+        self.file_digests: Guarded[OrderedDict[FileVersion, str]] = Guarded(OrderedDict())
+        #: Content fingerprints of database files by their state on disk (``atomic.file_state``: the versions of the
+        #: file and of its write-ahead log), least recently used first, at most ``cache.FINGERPRINTS_KEPT``
+        #: (``cache.database_fingerprint``).
+        self.fingerprints: Guarded[OrderedDict[tuple[FileVersion, ...], str]] = Guarded(OrderedDict())
         #: Neighbor schemas with their sample rows by (database, version, sample rows), oldest first
         #: (``neighbors.schema.read_schema``).
         self.schemas: Guarded[dict[tuple[str, str, int], Any]] = Guarded({})
@@ -109,9 +111,9 @@ class EngineContext:
         #: Spider's comparable form of gold queries by (id of the Spider schema, query text), each with that
         #: schema, least recently used first (``spider_match.exact_set_match``).
         self.spider_golds: Guarded[OrderedDict[tuple[int, str], tuple[Any, Any]]] = Guarded(OrderedDict())
-        #: Spider schemas of SQLite files by (path, size, modification time), least recently used first
+        #: Spider schemas of SQLite files by their state on disk (``atomic.file_state``), least recently used first
         #: (``published_metrics``).
-        self.spider_schemas: Guarded[OrderedDict[tuple[str, int, int], Any]] = Guarded(OrderedDict())
+        self.spider_schemas: Guarded[OrderedDict[tuple[FileVersion, ...], Any]] = Guarded(OrderedDict())
         #: Deterministic reports by what they depend on (database file and state, queries, given results, options),
         #: least recently used first, as JSON (``pipeline``: a case without a judge).
         self.reports: Guarded[OrderedDict[str, Any]] = Guarded(OrderedDict())

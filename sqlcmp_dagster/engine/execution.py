@@ -11,6 +11,7 @@ is rolled back, is interrupted at its timeout, and stops fetching at ``max_resul
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import sqlite3
 import sys
@@ -22,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sqlcmp_dagster.engine.atomic import file_state, file_version
 from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
@@ -351,19 +353,16 @@ class ExecutionAdapter:
 
     def version(self) -> str:
         """What changes whenever the database's content may have changed, read without reading the content: a
-        SQLite or DuckDB file's path, size, modification time and inode, and its write-ahead log's; a server's or
-        a neighbor's :meth:`fingerprint` (its address). The key of what one process keeps per database (the
-        neighbor search's schema and sample rows), which :meth:`fingerprint` keyed by the file's bytes: reading a
-        1 GB file whole took 1.4-2.1 s of the first case that searched (``benchmarks/large_database.py``), to
-        tell a copy from the original, which only what outlives the process needs. A file rewritten to the same
-        size within one tick of the file system's clock keeps its version (as the batch's expected results
-        keep theirs, ``cache.file_state``)."""
+        SQLite or DuckDB file's :func:`~sqlcmp_dagster.engine.atomic.file_state` (its version and its write-ahead
+        log's); a server's or a neighbor's :meth:`fingerprint` (its address). The key of what one process keeps
+        per database (the neighbor search's schema and sample rows), which :meth:`fingerprint` keyed by the file's
+        bytes: reading a 1 GB file whole took 1.4-2.1 s of the first case that searched
+        (``benchmarks/large_database.py``), to tell a copy from the original, which only what outlives the
+        process needs."""
         file = self.database_file
         if file is None:
             return self.fingerprint()
-        path = Path(file)
-        wal = path.with_name(path.name + ("-wal" if self._sqlite_path is not None else ".wal"))
-        return repr([_file_state(path), _file_state(wal)])
+        return repr(file_state(file))
 
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
@@ -477,20 +476,12 @@ def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
 
 
-def _file_state(path: Path) -> tuple[str, int, int, int] | None:
-    """A file's path, size, modification time (ns) and inode; None when there is none."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino
-
-
 def _file_digest(path: Path) -> str:
     """The first 16 hex digits of the file's SHA-256, kept in the engine context per file version (at most
     :data:`FILE_DIGESTS_KEPT` versions, least recently used out first)."""
-    stat = path.stat()
-    key, digests = (str(path), stat.st_size, stat.st_mtime_ns), current().file_digests
+    key, digests = file_version(path), current().file_digests
+    if key is None:
+        raise FileNotFoundError(errno.ENOENT, "no such database file", str(path))
     known = recall(digests, key)
     if known is not None:
         return known

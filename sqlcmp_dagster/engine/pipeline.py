@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from sqlcmp_dagster.engine.batch import Done, in_processes
-from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store, file_state, report_key
+from sqlcmp_dagster.engine.atomic import file_state
+from sqlcmp_dagster.engine.cache import DEFAULT_MAX_BYTES, ExpectedResults, Store, report_key
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, resolve_database

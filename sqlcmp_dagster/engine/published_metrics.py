@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlcmp_dagster.engine import bird_metrics
+from sqlcmp_dagster.engine.atomic import FileVersion, file_state
 from sqlcmp_dagster.engine.bird_metrics import BIRD_DIFFICULTIES
 from sqlcmp_dagster.engine.context import Guarded, current, keep_recent
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -158,11 +159,9 @@ def _sqlite_path(database: str | None) -> Path | None:
 def _sqlite_schema(path: Path) -> SpiderSchema | None:
     """The Spider schema of the SQLite file at ``path``, kept per file version; None for a file that cannot be
     read."""
-    try:
-        stat = path.stat()
-    except OSError:
+    key, kept = file_state(str(path)), _spider_schemas()
+    if key is None:
         return None
-    key, kept = (str(path), stat.st_size, stat.st_mtime_ns), _spider_schemas()
     with kept.lock:
         if key in kept.entries:
             kept.entries.move_to_end(key)
@@ -176,7 +175,7 @@ def _sqlite_schema(path: Path) -> SpiderSchema | None:
 _SCHEMAS_KEPT = 64
 
 
-def _spider_schemas() -> Guarded[OrderedDict[tuple[str, int, int], SpiderSchema | None]]:
+def _spider_schemas() -> Guarded[OrderedDict[tuple[FileVersion, ...], SpiderSchema | None]]:
     """The engine context's Spider schemas, typed."""
     return current().spider_schemas
 
