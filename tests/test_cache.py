@@ -3,6 +3,7 @@ what the expected-result cache keeps across runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -248,6 +249,27 @@ def test_a_changed_database_misses_exactly_its_entries(tmp_path: Path) -> None:
         adapter.close()
 
 
+def test_an_expected_result_that_read_the_clock_or_chance_is_kept_for_its_run_only(tmp_path: Path) -> None:
+    """A gold query that reads the clock (in its text, or in a view it reads) or chance may give another result
+    tomorrow: the batch reuses it, the disk store does not keep it (a review's finding: an answer identical to
+    such a gold query failed against yesterday's result)."""
+    path = make_db(tmp_path / "one.sqlite", [(1, "x")])
+    with sqlite3.connect(path) as connection:
+        connection.execute("CREATE VIEW stamped AS SELECT id, strftime('%s', 'now') AS at FROM t")
+    connection.close()
+    adapter, config = ExecutionAdapter(str(path)), EvalConfig()
+    for sql, kept in (("SELECT id FROM t", True), ("SELECT id, date() FROM t", False),
+                      ("SELECT id FROM stamped", False), ("SELECT id FROM t WHERE random() IS NOT NULL", False)):
+        batch = ExpectedResults(store=Store(tmp_path / "cache"))
+        key = batch.key(adapter, "sqlite", sql, config)
+        assert key is not None
+        batch.put(key, adapter.execute(sql, timeout_ms=1000, max_rows=100, max_bytes=10**6, max_cell_bytes=1000))
+        assert batch.get(key) is not None, sql
+        assert (executions(ExpectedResults(store=Store(tmp_path / "cache")), adapter, sql, config) is not None) \
+            == kept, sql
+    adapter.close()
+
+
 def test_a_restored_execution_holds_what_was_kept(tmp_path: Path) -> None:
     writing = ExpectedResults(store=Store(tmp_path))
     rows = [(1, "a", None, 2.5, b"\x00"), (None, "b", 3, float("nan"), b"")]
@@ -423,6 +445,38 @@ def test_a_database_rewritten_to_the_same_size_with_its_modification_time_set_ba
     assert (after.st_size, after.st_mtime_ns, after.st_ino) == (before.st_size, before.st_mtime_ns, before.st_ino)
     assert verdict(new_process=False) == "fail"
     assert verdict(new_process=True) == "fail"
+
+
+def test_a_fix_search_skipped_for_a_cached_expected_querys_time_is_not_given_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix search's time bound reads the expected query's time, an earlier run's when the result is cached:
+    a skip that time decided is no input's, so the report is not kept (a review's finding: a first run on a busy
+    machine skipped the search, and every later run was given that report)."""
+    path = sqlite_file(tmp_path / "shop.sqlite", "CREATE TABLE products (name TEXT, price REAL); "
+                       "INSERT INTO products VALUES ('a', 20), ('b', 5), ('c', 12);")
+    expected, answer = "SELECT name FROM products WHERE price > 10", "SELECT name FROM products WHERE price > 15"
+    case = CompareRequest(case_id="c", user_query="q", expected_sql=expected, actual_sql=answer,
+                          config=EvalConfig(fix_search_budget_ms=150))
+    ran: list[str] = []
+    execute = ExecutionAdapter.execute
+
+    def slow_gold(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
+        ran.append(sql)
+        execution = execute(self, sql, **kwargs)  # type: ignore[arg-type]
+        return dataclasses.replace(execution, elapsed_ms=400.0) if sql == expected and slow else execution
+
+    monkeypatch.setattr(ExecutionAdapter, "execute", slow_gold)
+    warnings = []
+    for slow in (True, False, False):  # a busy machine's run, then two runs of a quiet one, each a new process
+        forget_reports()
+        ran.clear()
+        evaluator = Evaluator(default_db=str(path), cache_dir=tmp_path / "cache")
+        try:
+            warnings.append(evaluator.evaluate_all([case])[0].warnings)
+        finally:
+            evaluator.close()
+        assert answer in ran  # evaluated: no report of an earlier run given
+    assert all(any(w.startswith("fix search skipped: the two queries took") for w in run) for run in warnings)
 
 
 def test_evaluate_keeps_its_cache_where_told_and_cache_info_and_clear_read_it(

@@ -351,7 +351,7 @@ def test_cases_that_differ_only_where_json_cannot_tell_are_each_evaluated(sample
 class FlakyDatabase(ExecutionAdapter):
     """The sample database, whose every execution of ``FLAKY`` fails as a locked database does."""
 
-    FLAKY = "SELECT name FROM products WHERE price > 10"
+    FLAKY = "SELECT name FROM products WHERE 10 < price"
 
     def execute(self, sql: str, **options: object) -> Execution:  # type: ignore[override]
         if sql == self.FLAKY:
@@ -360,9 +360,13 @@ class FlakyDatabase(ExecutionAdapter):
 
 
 @pytest.mark.parametrize("actual", [
-    "SELECT name FROM products WHERE price > 10",  # fails as a locked database does: may not happen again
+    FlakyDatabase.FLAKY,  # fails as a locked database does: may not happen again
     "SELECT name FROM products WHERE price > 10 AND date('now') > '2000-01-01'",  # another day, another answer
-    "SELECT name FROM products WHERE price > abs(random()) % 2"])
+    "SELECT name FROM products WHERE price > 10 AND abs(random()) >= 0",
+    # SQLite reads the clock for a date function without a time value, however the value is spelled
+    "SELECT name FROM products WHERE price > 10 AND date() > '2000-01-01'",
+    "SELECT name FROM products WHERE price > 10 AND julianday('n' || 'ow') > 0",
+    "SELECT name FROM products WHERE price > 10 AND \"strftime\"/* */('%S') IS NOT NULL"])
 def test_a_report_that_a_transient_failure_or_an_unstable_function_decided_is_not_given_again(
         sample_db: Path, actual: str, evaluated: list[str]) -> None:
     database = FlakyDatabase(str(sample_db))
@@ -372,6 +376,36 @@ def test_a_report_that_a_transient_failure_or_an_unstable_function_decided_is_no
     assert evaluated == ["first", "second"]
     if actual == FlakyDatabase.FLAKY:
         assert reports[0].error_types == ["unknown_error"]
+    else:  # the expected query ran: only the answer's clock or chance kept its report from being given again
+        assert reports[0].deterministic_verdict == "pass"
+
+
+def test_a_report_on_a_view_that_reads_the_clock_is_not_given_again(tmp_path: Path, evaluated: list[str]) -> None:
+    """The query's text shows no clock, the database's view reads it: what SQLite's authorizer saw called decides
+    (a review's finding: the first report was given again after the clock had changed the answer)."""
+    path = sqlite_file(tmp_path / "shop.sqlite", SHOP + "CREATE VIEW fresh AS SELECT name, price FROM products "
+                       "WHERE strftime('%s', 'now') > '0';")
+    database = ExecutionAdapter(str(path))
+    # no neighbor search: a neighbor has no view, so the answer would fail there, and no such report is kept
+    request = CompareRequest(expected_sql="SELECT name FROM products", actual_sql="SELECT name FROM fresh",
+                             config=EvalConfig(neighbor_count=0))
+    reports = [compare(request.model_copy(update={"case_id": case_id}), database) for case_id in ("first", "second")]
+    database.close()
+    assert reports[0].deterministic_verdict == "pass" and evaluated == ["first", "second"]
+
+
+def test_a_kept_report_gives_back_every_value_as_it_was(sample_db: Path, evaluated: list[str]) -> None:
+    """A kept report is a copy of the report, not of its JSON: an infinity among the rows shown comes back a
+    float, where the JSON text gave back the text "Infinity" (a review's finding, seen in the HTML report)."""
+    database = ExecutionAdapter(str(sample_db))
+    request = CompareRequest(expected_sql="SELECT -1e999 AS x", actual_sql="SELECT 1e999 AS x")
+    first, second = (compare(request.model_copy(update={"case_id": case_id}), database)
+                     for case_id in ("first", "second"))
+    database.close()
+    assert evaluated == ["first"]
+    assert first.mismatch_map["extra_rows_sample"] == [[math.inf]]
+    assert untimed(second.model_dump(exclude={"case_id", "run_metadata"})) \
+        == untimed(first.model_dump(exclude={"case_id", "run_metadata"}))
 
 
 def test_a_changed_database_of_the_test_suite_is_evaluated_anew(tmp_path: Path) -> None:

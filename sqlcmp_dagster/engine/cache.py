@@ -326,9 +326,11 @@ class ExpectedResults:
         return hit
 
     def put(self, key: str, execution: Execution) -> None:
+        """Keep a successful execution for the batch, and in the store unless it read the clock or chance
+        (``Execution.unstable``: run tomorrow, ``date('now')`` gives another result)."""
         if not execution.success or key in self._entries:
             return
-        if self.store is not None:
+        if self.store is not None and not execution.unstable:
             record = _execution_record(execution)
             if record is not None:
                 self.store.save("execution", key, record)

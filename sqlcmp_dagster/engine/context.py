@@ -115,8 +115,8 @@ class EngineContext:
         #: (``published_metrics``).
         self.spider_schemas: Guarded[OrderedDict[tuple[FileVersion, ...], Any]] = Guarded(OrderedDict())
         #: Deterministic reports by what they depend on (database file and state, queries, given results, options),
-        #: least recently used first, as JSON (``pipeline``: a case without a judge).
-        self.reports: Guarded[OrderedDict[str, Any]] = Guarded(OrderedDict())
+        #: least recently used first, pickled (``pipeline``: a case without a judge).
+        self.reports: Guarded[OrderedDict[str, bytes]] = Guarded(OrderedDict())
         #: Each thread's sqlglot generators and tokenizers (``parsing.sql_text``, ``parsing.tokens_of``).
         self.per_thread = threading.local()
         #: A worker process's case runner, set when the worker starts (``batch``).

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import re
 import sqlite3
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,8 +37,8 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
     Request, memory_bound
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
-from sqlcmp_dagster.engine.sandbox.sqlite import Progress, SqliteConnections, sqlite_memory_read_only, \
-    sqlite_read_only, utf8_first
+from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, Progress, SqliteConnections, calls_noted, \
+    sqlite_memory_read_only, sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -184,8 +185,9 @@ class ExecutionAdapter:
         for attempt in (1, 2):
             watches: list[postgres.Watch] = []
             try:
-                names, fetched, elapsed, steps = self._fetch(sql, timeout, limit, max_bytes, max_cell_bytes,
-                                                             watches)
+                with calls_noted() as calls:
+                    names, fetched, elapsed, steps = self._fetch(sql, timeout, limit, max_bytes, max_cell_bytes,
+                                                                 watches)
             except Exception as failure:
                 terminated = any(watch.terminated for watch in watches)
                 if self.dialect == "postgres" and not terminated and postgres.connection_lost(failure):
@@ -197,9 +199,10 @@ class ExecutionAdapter:
                         f"the PostgreSQL connection was ended from outside, twice: {_db_message(failure)}") \
                         from failure
                 return Execution(False, None, self._error(failure, timeout, max_cell_bytes, terminated),
-                                 (time.perf_counter() - started) * 1000)
+                                 (time.perf_counter() - started) * 1000, unstable=reads_clock_or_chance(sql, calls))
             relation = relation_from_rows(names, fetched.rows, fetched.truncated)
-            return Execution(True, relation, None, elapsed, fetched.warnings, steps)
+            return Execution(True, relation, None, elapsed, fetched.warnings, steps,
+                             unstable=reads_clock_or_chance(sql, calls))
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _fetch(self, sql: str, timeout: int, limit: int, max_bytes: int, max_cell_bytes: int,
@@ -274,7 +277,8 @@ class ExecutionAdapter:
         if answer.outcome == "ok":
             assert answer.names is not None and answer.fetched is not None
             relation = relation_from_rows(answer.names, answer.fetched.rows, answer.fetched.truncated)
-            return Execution(True, relation, None, elapsed, answer.fetched.warnings)
+            return Execution(True, relation, None, elapsed, answer.fetched.warnings,
+                             unstable=reads_clock_or_chance(request.sql))
         if answer.outcome == "no_rows":
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
         elif answer.outcome == "memory":
@@ -285,7 +289,7 @@ class ExecutionAdapter:
             error = ExecutionError(category="timeout", message=f"interrupted: {answer.message}")
         else:
             error = execution_error(answer.message)
-        return Execution(False, None, error, elapsed)
+        return Execution(False, None, error, elapsed, unstable=reads_clock_or_chance(request.sql))
 
     def borrow_duckdb_process(self) -> DuckdbProcess:
         """One of this adapter's idle DuckDB processes (a new one when none is idle), the caller's until
@@ -408,6 +412,31 @@ class ExecutionAdapter:
                     yield connection.connection, None
                 finally:
                     transaction.rollback()
+
+
+#: Names that read the clock or chance in SQLite, DuckDB or PostgreSQL (functions, the ``CURRENT_*`` keywords,
+#: ``'now'`` and its kin as a date's text, DuckDB's and PostgreSQL's sampling), matched as words of the query's
+#: text (in a string or a comment too: a result not kept costs only time). SQLite's own calls are also noted as
+#: its authorizer sees them (:data:`~.sandbox.sqlite.CLOCK_AND_CHANCE`); another engine's views stay unseen.
+_CLOCK_OR_CHANCE_WORDS = re.compile(
+    r"\b(?:random|randomblob|rand|setseed|uuid|uuidv4|uuidv7|gen_random_uuid|now|today|tomorrow|yesterday|"
+    r"current_date|current_time|current_timestamp|current_localtime|current_localtimestamp|localtime|"
+    r"localtimestamp|get_current_time|get_current_timestamp|transaction_timestamp|statement_timestamp|"
+    r"clock_timestamp|timeofday|changes|total_changes|last_insert_rowid|current_setting|txid_current|"
+    r"current_transaction_id|nextval|currval|sample|tablesample)\b", re.IGNORECASE)
+
+
+def reads_clock_or_chance(sql: str, calls: Collection[str] = ()) -> bool:
+    """Whether a query may give another result when it runs again on the same database: it names the clock or
+    chance (:data:`_CLOCK_OR_CHANCE_WORDS`), or, on SQLite, called one of :data:`~.sandbox.sqlite.CLOCK_AND_CHANCE`
+    (``calls``: what its authorizer saw, :func:`~.sandbox.sqlite.calls_noted`).
+
+    >>> reads_clock_or_chance("SELECT name FROM t"), reads_clock_or_chance("SELECT date('NOW')")
+    (False, True)
+    >>> reads_clock_or_chance("SELECT * FROM v", calls={"strftime"})  # a view that reads the clock
+    True
+    """
+    return not CLOCK_AND_CHANCE.isdisjoint(calls) or _CLOCK_OR_CHANCE_WORDS.search(sql) is not None
 
 
 def resolve_database(db: str, db_dir: Path | None) -> str:

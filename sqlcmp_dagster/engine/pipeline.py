@@ -9,7 +9,7 @@ SQL, a missing database or an engine fault all end in a report.
 from __future__ import annotations
 
 import json
-import re
+import pickle
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -89,13 +89,6 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     return report, prepare(request, report, *_judge_samples(validation, report), judge)
 
 
-#: Functions whose value changes from one call, run or day to the next (SQLite's, DuckDB's, PostgreSQL's), and
-#: the ``'now'`` of SQLite's date functions: a case whose query names one is not decided by its inputs alone. Read
-#: in the text, so a name in a string or a comment counts too (a report not kept costs only time).
-_UNSTABLE = re.compile(r"\b(?:random|randomblob|setseed|uuid|gen_random_uuid|now|today|current_date|current_time|"
-                       r"current_timestamp|localtime|localtimestamp|get_current_time|get_current_timestamp|"
-                       r"transaction_timestamp|statement_timestamp|clock_timestamp|timeofday|changes|"
-                       r"total_changes|last_insert_rowid|current_setting|txid_current)\b", re.IGNORECASE)
 #: Error categories that a query's text and the database's content decide; any other (``timeout``, and
 #: ``unknown_error``: a database locked by a writer, an I/O error, DuckDB's process lost) may not happen again.
 _DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
@@ -147,52 +140,56 @@ def _inputs_alone_decided(validation: Validation, report: Report, total_ms: floa
     """Whether nothing but the case's inputs decided ``report``, so that a case with the same inputs gets it
     again: the case spent less time than every time limit it obeys (no deadline cut or limited anything: every
     other bound is a count), counted both by the clock (``total_ms``) and as its budget counts it (the recorded
-    parse, execution and probe times, of which an expected query's may be an earlier run's, from the cache), each
-    query of the case that failed failed for its text (:data:`_DECIDED_ERRORS`), no query names a function whose
-    value changes between calls (:data:`_UNSTABLE`), and no query failed on a neighbor database."""
+    parse and probe times, and every query's execution time, an expected query's included when it is an earlier
+    run's, from the cache, which the fix search's time bound reads), each query of the case that failed failed
+    for its text (:data:`_DECIDED_ERRORS`), no query read the clock or chance (``Execution.unstable``), and no
+    query failed on a neighbor database."""
     request = validation.request
+    sides = [validation.actual, *validation.expected]
     timings = report.run_metadata.get("timings") or {}
-    counted_ms = sum(timings.get(name, 0.0) for name in ("parse_ms", "execution_ms", "probe_execution_ms"))
+    counted_ms = sum(timings.get(name, 0.0) for name in ("parse_ms", "probe_execution_ms")) \
+        + sum(side.execution.elapsed_ms for side in sides if side.execution is not None)
     if max(total_ms, counted_ms) >= min(request.config.shortest_time_limit_ms(), _FIXED_LIMITS_MS):
         return False
-    sides = [validation.actual, *validation.expected]
     if any(side.execution is not None and side.execution.error is not None
            and side.execution.error.category not in _DECIDED_ERRORS for side in sides):
         return False
-    if any(_UNSTABLE.search(sql) for sql in (request.actual_sql, *request.expected_sql)):
+    if any(side.execution is not None and side.execution.unstable for side in sides):
         return False
     neighborhood = report.evidence.get("neighborhood") or {}
     return not neighborhood.get("query_failures")
 
 
 def _keep_report(report: Report, keys: _Keys, store: Store | None) -> None:
-    """Keep ``report`` in this process and in ``store`` under ``keys``; a report that cannot be printed is not kept
-    (and is the case's report all the same)."""
+    """Keep ``report`` in this process and in ``store`` under ``keys``, pickled: a copy that gives back every
+    value as it was (JSON text gave an infinity back as the text ``"Infinity"``); a report that cannot be
+    pickled is not kept (and is the case's report all the same)."""
     try:
-        text = report.model_dump_json()
+        kept = pickle.dumps(report, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:
         return
-    keep_recent(current().reports, keys.memory, text, REPORTS_KEPT)
+    keep_recent(current().reports, keys.memory, kept, REPORTS_KEPT)
     if store is not None and keys.disk is not None:
-        store.save("report", keys.disk, text)
+        store.save("report", keys.disk, kept)
 
 
 def _kept_report(keys: _Keys, store: Store | None) -> Report | None:
-    """The report kept under ``keys`` in this process, else in ``store`` (then kept in this process too); None
-    when there is none, or the store's entry is no report (its checksum verified it, so only a store written by
-    another program could hold one: then the case is evaluated)."""
-    text = recall(current().reports, keys.memory)
-    if text is None and store is not None and keys.disk is not None:
+    """A copy of the report kept under ``keys`` in this process, else in ``store`` (then kept in this process
+    too); None when there is none, or the store's entry is no report (its checksum verified it, so only a store
+    written by another program could hold one: then the case is evaluated)."""
+    kept = recall(current().reports, keys.memory)
+    if kept is None and store is not None and keys.disk is not None:
         loaded = store.load("report", keys.disk)
-        text = loaded if isinstance(loaded, str) else None
-        if text is not None:
-            keep_recent(current().reports, keys.memory, text, REPORTS_KEPT)
-    if text is None:
+        kept = loaded if isinstance(loaded, bytes) else None
+        if kept is not None:
+            keep_recent(current().reports, keys.memory, kept, REPORTS_KEPT)
+    if kept is None:
         return None
     try:
-        return Report.model_validate_json(text)
-    except ValueError:  # pydantic's ValidationError, and JSON that does not parse
+        report = pickle.loads(kept)
+    except Exception:  # a pickle of classes this release no longer has: evaluated again
         return None
+    return report if isinstance(report, Report) else None
 
 
 def _judge_samples(validation: Validation | None, report: Report) -> tuple[Relation | None, Relation | None]:

@@ -164,6 +164,9 @@ class Execution:
     #: SQLite's count of the query's virtual-machine steps (:class:`~.sandbox.sqlite.Progress`), its cost the same
     #: on every machine; None on other engines and for a result given rather than executed.
     steps: int | None = None
+    #: Whether the query read the clock or chance (``ExecutionAdapter.execute``): run again on the same database
+    #: it may give another result, so nothing keeps it beyond its run.
+    unstable: bool = False
 
 
 

@@ -44,9 +44,11 @@ BUSY_TIMEOUT_S = 5.0
 
 def sqlite_read_only(path: Path) -> sqlite3.Connection:
     """A connection to the SQLite file at ``path`` that cannot write: opened ``mode=ro`` and ``query_only``,
-    under :func:`sqlite_authorizer`."""
+    under :func:`sqlite_authorizer`. It keeps no prepared statement (``cached_statements=0``), so that every
+    statement is prepared, and so authorized and its calls noted (:func:`calls_noted`), each time it runs: on a
+    database file a text runs once or twice in a batch, so the cache saved nothing there."""
     return _sqlite_sandboxed(sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, check_same_thread=False,
-                                             timeout=BUSY_TIMEOUT_S))
+                                             timeout=BUSY_TIMEOUT_S, cached_statements=0))
 
 
 def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
@@ -91,6 +93,31 @@ def utf8_first(connection: sqlite3.Connection, run: Callable[[], T]) -> T:
     return run()
 
 
+#: SQLite's functions whose value its arguments and the database do not decide: chance, the connection's own
+#: history, and the clock, which every date and time function reads for ``'now'`` or for no time value at all,
+#: however the argument is spelled (``date()``, ``julianday('n' || 'ow')``). A result that called one may differ
+#: the next time the same query runs on the same file.
+CLOCK_AND_CHANCE = frozenset({"random", "randomblob", "date", "time", "datetime", "julianday", "unixepoch",
+                              "strftime", "timediff", "current_date", "current_time", "current_timestamp",
+                              "changes", "total_changes", "last_insert_rowid"})
+#: Per thread, the set :func:`calls_noted` is filling, if any.
+_NOTED = threading.local()
+
+
+@contextmanager
+def calls_noted() -> Iterator[set[str]]:
+    """The names (lower case) of the functions that the statements prepared in this thread while the block runs
+    call, as SQLite's authorizer is told them at each prepare: the views' and the common table expressions'
+    calls included, which no reading of the query's text sees."""
+    noted: set[str] = set()
+    outer = getattr(_NOTED, "calls", None)
+    _NOTED.calls = noted
+    try:
+        yield noted
+    finally:
+        _NOTED.calls = outer
+
+
 #: What a query may do on SQLite (authorizer actions): read, select, call a function, recurse, and the
 #: session's own transaction statements.
 _SQLITE_ALLOWED = frozenset({sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION,
@@ -107,12 +134,15 @@ def sqlite_authorizer(action: int, first: str | None, second: str | None, databa
     ``enable_external_access=false``): it allows reads, function calls but those on the deny list
     (:data:`~sqlcmp_dagster.engine.parsing.DENIED_FUNCTIONS`) and the read-only pragmas, and denies everything
     else, so ``ATTACH`` (which opens, even creates, any file), a pragma that sets something and every write
-    fail with ``not authorized`` even past the gate.
+    fail with ``not authorized`` even past the gate. It notes each function called (:func:`calls_noted`).
 
     >>> sqlite_authorizer(sqlite3.SQLITE_ATTACH, "/tmp/x.db", None, None, None) == sqlite3.SQLITE_DENY
     True
     """
     if action == sqlite3.SQLITE_FUNCTION:
+        noted = getattr(_NOTED, "calls", None)
+        if noted is not None:
+            noted.add((second or "").lower())
         return sqlite3.SQLITE_DENY if denied(second or "", "sqlite") else sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA:
         name = (first or "").lower()
