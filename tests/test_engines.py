@@ -103,6 +103,32 @@ def test_a_duckdb_file_edited_in_place_has_a_new_fingerprint(duck: Path) -> None
         adapter.close()
 
 
+def test_a_duckdb_result_that_may_read_the_clock_or_chance_is_marked_unstable(duck: Path) -> None:
+    """DuckDB has no authorizer to say what a statement calls: its text is read for the clock and chance (sampling
+    included), and a database that defines a view counts as one whose results may read them, for a view's calls
+    are not in the text of the query that reads it (a review's finding). Nothing keeps such a result past its
+    run."""
+    duckdb = pytest.importorskip("duckdb")
+    adapter = ExecutionAdapter(str(duck))
+    try:
+        unstable = {sql: adapter.execute(sql).unstable for sql in (
+            "SELECT count(*) FROM items", "SELECT id FROM items USING SAMPLE 10",
+            "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'")}
+        assert unstable == {"SELECT count(*) FROM items": False, "SELECT id FROM items USING SAMPLE 10": True,
+                            "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'": True}
+    finally:
+        adapter.close()
+    connection = duckdb.connect(str(duck))
+    connection.execute("CREATE VIEW stamped AS SELECT id, now() AS at FROM items")
+    connection.close()
+    adapter = ExecutionAdapter(str(duck))
+    try:
+        assert adapter.execute("SELECT count(*) FROM stamped").unstable
+        assert adapter.execute("SELECT count(*) FROM items").unstable  # the database's results, all of them
+    finally:
+        adapter.close()
+
+
 @pytest.mark.parametrize(
     ("sql", "category"),
     [

@@ -80,6 +80,7 @@ class ExecutionAdapter:
         self._duckdb_idle: list[DuckdbProcess] = []
         self._idle_lock = threading.Lock()
         self._sqlite: SqliteConnections | None = None  # a SQLite file's or neighbor's kept connections
+        self._views: tuple[str, bool] | None = None  # a DuckDB file's version, and whether it defines a view then
         #: What the adapter found when it connected and the operator should know (a PostgreSQL role without the
         #: recommended role-level defaults): said once, by whoever opened the adapter.
         self.setup_warnings: list[str] = []
@@ -274,11 +275,11 @@ class ExecutionAdapter:
         elapsed = (time.perf_counter() - started) * 1000
         if process is not self.neighbor_process:
             self.return_duckdb_process(process)
+        unstable = reads_clock_or_chance(request.sql) or self._defines_views()
         if answer.outcome == "ok":
             assert answer.names is not None and answer.fetched is not None
             relation = relation_from_rows(answer.names, answer.fetched.rows, answer.fetched.truncated)
-            return Execution(True, relation, None, elapsed, answer.fetched.warnings,
-                             unstable=reads_clock_or_chance(request.sql))
+            return Execution(True, relation, None, elapsed, answer.fetched.warnings, unstable=unstable)
         if answer.outcome == "no_rows":
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
         elif answer.outcome == "memory":
@@ -289,7 +290,27 @@ class ExecutionAdapter:
             error = ExecutionError(category="timeout", message=f"interrupted: {answer.message}")
         else:
             error = execution_error(answer.message)
-        return Execution(False, None, error, elapsed, unstable=reads_clock_or_chance(request.sql))
+        return Execution(False, None, error, elapsed, unstable=unstable)
+
+    def _defines_views(self) -> bool:
+        """Whether this DuckDB file defines a view (asked once per :meth:`version`; a neighbor defines none). What
+        a view calls is not in the text of a query that reads it, and DuckDB has no authorizer to tell it, so a
+        result on such a database may have read the clock or chance: nothing keeps it beyond its run. A database
+        that cannot say counts as one that does."""
+        if self.neighbor_process is not None or self.database_file is None:
+            return False
+        version = self.version()
+        if self._views is None or self._views[0] != version:
+            process = self.borrow_duckdb_process()
+            try:
+                answer = process.run(Request(str(self._duckdb_database),
+                                             "SELECT count(*) FROM sqlite_master WHERE type = 'view'",
+                                             self.timeout_ms, 1, 1 << 16, 1 << 10))
+            finally:
+                self.return_duckdb_process(process)
+            none = answer.outcome == "ok" and answer.fetched is not None and list(answer.fetched.rows) == [(0,)]
+            self._views = (version, not none)
+        return self._views[1]
 
     def borrow_duckdb_process(self) -> DuckdbProcess:
         """One of this adapter's idle DuckDB processes (a new one when none is idle), the caller's until
