@@ -174,17 +174,25 @@ class Store:
 
     def evict(self) -> None:
         """Delete the least recently used entries (and stray temporary files) until the folder holds at most
-        :data:`_EVICT_TO` of its bound."""
+        :data:`_EVICT_TO` of its bound.
+
+        Never waits for the lock: another process that holds it is evicting (or clearing) the same folder, and the
+        next save past the bound tries again; a save that waited would hang its case for as long as that process
+        holds the lock. A lock that cannot be taken at all (a folder in its file's place, say) leaves the folder as
+        it is: a cache problem makes the cache miss or grow, never a case or the run fail."""
         self.private()  # the lock file's folder
-        with self._lock:
-            files = sorted(self._files(), key=lambda file: file[2])
-            held = sum(size for _, size, _ in files)
-            for path, size, _ in files:
-                if held <= self.max_bytes * _EVICT_TO:
-                    break
-                _remove(path)
-                held -= size
-            self._held = held
+        try:
+            with self._lock.acquire(timeout=0):
+                files = sorted(self._files(), key=lambda file: file[2])
+                held = sum(size for _, size, _ in files)
+                for path, size, _ in files:
+                    if held <= self.max_bytes * _EVICT_TO:
+                        break
+                    _remove(path)
+                    held -= size
+                self._held = held
+        except OSError:  # filelock's Timeout is one: another process holds the lock
+            pass
 
     def info(self) -> StoreInfo:
         entries: dict[str, int] = {}
