@@ -6,21 +6,49 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
+import pytest
+
+from sqlcmp_dagster.cli import EXIT_FAIL, main
+from sqlcmp_dagster.engine import cache
 from sqlcmp_dagster.engine.cache import Store
 
 #: How long a test waits for what should take a moment (a process to start, saves to finish): generous, so
 #: that only a hang fails it.
 PATIENCE_SECONDS = 60.0
 
+T = TypeVar("T")
+
 
 def fill(store: Store, count: int, size: int, prefix: str = "k") -> None:
     """Save ``count`` values of about ``size`` bytes each."""
     for index in range(count):
         store.save("execution", f"{prefix}{index}", bytes(size))
+
+
+def promptly(call: Callable[[], T]) -> T:
+    """``call()``, asserting that it returns within :data:`PATIENCE_SECONDS`: it runs in a thread, so that a
+    hang fails the test instead of hanging it."""
+    results: list[T] = []
+    thread = threading.Thread(target=lambda: results.append(call()), daemon=True)
+    thread.start()
+    thread.join(PATIENCE_SECONDS)
+    assert results, f"still running after {PATIENCE_SECONDS} s"
+    return results[0]
+
+
+def clear_fails(root: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """What ``sqlcmp cache clear`` says on stderr, asserting that it fails promptly, in one line and with
+    nothing on stdout."""
+    capsys.readouterr()
+    assert promptly(lambda: main(["cache", "clear", "--cache-dir", str(root)])) == EXIT_FAIL
+    out, err = capsys.readouterr()
+    assert not out and err.count("\n") == 1 and "Traceback" not in err
+    return err
 
 
 @contextmanager
@@ -54,10 +82,27 @@ def test_a_save_does_not_wait_for_another_process_holding_the_lock(tmp_path: Pat
     store = Store(tmp_path, max_bytes=10_000)
     store.private()
     with lock_held_elsewhere(tmp_path / "evict.lock"):
-        saving = threading.Thread(target=fill, args=(store, 20, 900), daemon=True)
-        saving.start()
-        saving.join(PATIENCE_SECONDS)
-        assert not saving.is_alive()
+        promptly(lambda: fill(store, 20, 900))
         assert store.info().bytes > store.max_bytes
     store.save("execution", "after", bytes(900))
     assert store.info().bytes <= store.max_bytes
+
+
+def test_clear_says_in_one_line_that_its_lock_cannot_be_taken(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    store = Store(tmp_path)
+    fill(store, 3, 100)
+    (tmp_path / "evict.lock").mkdir()
+    assert "evict.lock cannot be taken" in clear_fails(tmp_path, capsys)
+    assert store.info().entries == {"execution": 3}
+
+
+def test_clear_waits_a_bounded_time_for_another_process_holding_the_lock(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cache, "CLEAR_WAIT_SECONDS", 0.1)
+    store = Store(tmp_path)
+    fill(store, 3, 100)
+    with lock_held_elsewhere(tmp_path / "evict.lock"):
+        assert "another process holds the cache's lock" in clear_fails(tmp_path, capsys)
+    assert store.info().entries == {"execution": 3}
+    assert store.clear() == 3

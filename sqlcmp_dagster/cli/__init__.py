@@ -65,7 +65,8 @@ EXIT_STATUSES = {
 {_USAGE}""",
     "import": f"  0  the suite was written\n{_USAGE}",
     "spider-ex": f"  0  the table was written\n{_USAGE}",
-    "cache": f"  0  the cache was described or cleared\n{_USAGE}",
+    "cache": f"  0  the cache was described or cleared\n  1  the cache could not be cleared (stderr says why: "
+             f"another process holds its lock, say)\n{_USAGE}",
     "demo": f"  0  the sample was evaluated\n  1  a Dagster run failed (its logs are in the Dagster UI)\n{_USAGE}\n"
             "  130, 143  stopped by SIGINT, SIGTERM (the next demo runs the tick's cases again)",
 }

@@ -20,11 +20,16 @@ from sqlcmp_dagster.cli.evaluate import check_outputs
 
 
 def cache_command(args: argparse.Namespace) -> int:
-    from sqlcmp_dagster.engine.cache import Store
+    from sqlcmp_dagster.engine.cache import Store, StoreError
 
     store = Store(cache_dir_of(args))
     if args.action == "clear":
-        say(f"removed {store.clear()} entries from {store.root}")
+        try:
+            count = store.clear()
+        except StoreError as error:
+            say(f"sqlcmp: {store.root} not cleared: {error}", file=sys.stderr)
+            return EXIT_FAIL
+        say(f"removed {count} entries from {store.root}")
         return EXIT_PASS
     info = store.info()
     entries = ", ".join(f"{kind} {count}" for kind, count in info.entries.items()) or "none"

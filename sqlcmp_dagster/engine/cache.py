@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 import polars as pl
 import sqlglot
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from sqlcmp_dagster.engine.atomic import FileVersion, file_state
 from sqlcmp_dagster.engine.context import Guarded, current, keep_recent, recall
@@ -74,6 +74,9 @@ CACHE_DIR_VARIABLE = "SQLCMP_CACHE_DIR"
 _MAGIC = b"sqlcmp-cache\x01"
 #: What eviction brings a folder down to, as a share of its bound (so that the next entries do not evict again).
 _EVICT_TO = 0.8
+#: How long :meth:`Store.clear` waits for another process's lock: an eviction walks the folder once, well within
+#: it, so a lock held longer is held by a process that is not evicting (a stuck one, or ``flock`` by hand).
+CLEAR_WAIT_SECONDS = 10.0
 
 
 def default_cache_dir() -> Path:
@@ -91,6 +94,10 @@ class StoreInfo:
     bytes: int
     #: :meth:`Store.private`: whether the folder is used at all.
     private: bool
+
+
+class StoreError(Exception):
+    """Why :meth:`Store.clear` could not empty its folder, in one line: ``sqlcmp cache clear`` says it and fails."""
 
 
 class Store:
@@ -206,13 +213,24 @@ class Store:
         return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total, self.private())
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were."""
+        """Delete every entry; returns how many there were. Waits for another process's lock at most
+        :data:`CLEAR_WAIT_SECONDS`, so that a stuck process cannot hang the command; raises :class:`StoreError`
+        when the lock cannot be taken (held that long, or a folder in its file's place)."""
         self.private()  # the lock file's folder
-        with self._lock:
+        try:
+            self._lock.acquire(timeout=CLEAR_WAIT_SECONDS)
+        except Timeout as error:
+            raise StoreError(f"another process holds the cache's lock {self._lock.lock_file}") from error
+        except OSError as error:
+            raise StoreError(f"the cache's lock {self._lock.lock_file} cannot be taken: {error.strerror}") \
+                from error
+        try:
             count = sum(1 for path, _, _ in self._files() if not path.name.startswith("."))
             shutil.rmtree(self._entries, ignore_errors=True)
             self._folders.clear()
             self._held = 0
+        finally:
+            self._lock.release()
         return count
 
     def _path(self, kind: str, key: str) -> Path:
