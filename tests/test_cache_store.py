@@ -3,11 +3,14 @@ unusable or held by another process, several processes writing to one bounded fo
 
 from __future__ import annotations
 
+import multiprocessing
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from multiprocessing.queues import Queue
+from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import TypeVar
 
@@ -106,3 +109,36 @@ def test_clear_waits_a_bounded_time_for_another_process_holding_the_lock(
         assert "another process holds the cache's lock" in clear_fails(tmp_path, capsys)
     assert store.info().entries == {"execution": 3}
     assert store.clear() == 3
+
+
+def write_and_measure(root: str, max_bytes: int, name: str, start: Barrier, peaks: Queue[int]) -> None:
+    """Save 100 values of 4 KB once every writer is ready, and put the largest size of the folder's entries seen
+    after a save."""
+    store = Store(root, max_bytes)
+    start.wait(PATIENCE_SECONDS)
+    peak = 0
+    for index in range(100):
+        store.save("execution", f"{name}{index}", bytes(4000))
+        peak = max(peak, store.info().bytes)
+    peaks.put(peak)
+
+
+def test_concurrent_writers_exceed_the_bound_by_at_most_a_tenth_of_it_and_an_entry_each(tmp_path: Path) -> None:
+    """Four processes each save twice the bound at once: each counts the folder again after a tenth of the bound
+    of its own saves, so none sees it past the bound by more than that and an entry per writer (counting only
+    its own saves, each filled it to the bound: four writers kept up to four bounds)."""
+    writers, max_bytes = 4, 200_000
+    single = Store(tmp_path / "single")
+    single.save("execution", "k", bytes(4000))
+    entry = single.info().bytes
+    context = multiprocessing.get_context()
+    start, peaks = context.Barrier(writers), context.Queue()
+    processes = [context.Process(target=write_and_measure,
+                                 args=(str(tmp_path / "shared"), max_bytes, f"w{index}-", start, peaks))
+                 for index in range(writers)]
+    for process in processes:
+        process.start()
+    seen = [peaks.get(timeout=PATIENCE_SECONDS) for _ in processes]
+    for process in processes:
+        process.join(PATIENCE_SECONDS)
+    assert max(seen) <= max_bytes + writers * (max_bytes // 10 + entry)

@@ -23,7 +23,9 @@ Entries are written to a temporary file and renamed into place, so workers and c
 half an entry; each carries a checksum, and one that does not verify (truncated, corrupt, from another layout)
 is deleted and computed again, never used. The folder is bounded in bytes: past its bound, the least recently
 used entries go (a hit refreshes an entry's modification time), under a file lock so that two processes evict
-once. Entries are pickles read only from a folder this module creates for the user alone (mode 0700).
+once; each process counts the folder again after writing a tenth of the bound, so N processes writing at once
+exceed it by at most N tenths of it and N entries (:class:`Store`). Entries are pickles read only from a folder
+this module creates for the user alone (mode 0700).
 """
 
 from __future__ import annotations
@@ -101,7 +103,14 @@ class StoreError(Exception):
 
 
 class Store:
-    """A folder of values keyed by text, bounded in bytes, safe for concurrent readers and writers."""
+    """A folder of values keyed by text, bounded in bytes, safe for concurrent readers and writers.
+
+    Counting the folder walks it, so a process counts it at its first save and then adds its own saves to that
+    count; it counts again (and evicts when the count is past the bound) once its saves since its last count reach
+    a tenth of the bound. Another process's saves are seen only at a count, so the folder exceeds its bound by at
+    most what no count has seen: for each process writing to it, less than a tenth of the bound plus the entry it
+    is saving (itself at most a tenth). Counting only its own saves, each of N writers would fill the folder to
+    the bound: N bounds in all."""
 
     def __init__(self, root: Path | str, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.root = Path(root)
@@ -109,6 +118,7 @@ class Store:
         self._entries = self.root / "entries"
         self._lock = FileLock(str(self.root / "evict.lock"))
         self._held: int | None = None  # bytes in the folder as this process last counted them, plus its writes
+        self._uncounted = 0  # what this process wrote since it last counted the folder
         self._private: bool | None = None
         self._folders: set[Path] = set()  # entry folders this process made or found (a mkdir costs a third of a save)
 
@@ -172,8 +182,10 @@ class Store:
             self._folders.discard(path.parent)  # removed meanwhile (``sqlcmp cache clear``): made again next time
             _remove(temporary)
             return
-        if self._held is None:
+        self._uncounted += len(blob)
+        if self._held is None or self._uncounted >= self.max_bytes // 10:
             self._held = sum(size for _, size, _ in self._files())
+            self._uncounted = 0
         else:
             self._held += len(blob)
         if self._held > self.max_bytes:
@@ -197,7 +209,7 @@ class Store:
                         break
                     _remove(path)
                     held -= size
-                self._held = held
+                self._held, self._uncounted = held, 0
         except OSError:  # filelock's Timeout is one: another process holds the lock
             pass
 
@@ -228,7 +240,7 @@ class Store:
             count = sum(1 for path, _, _ in self._files() if not path.name.startswith("."))
             shutil.rmtree(self._entries, ignore_errors=True)
             self._folders.clear()
-            self._held = 0
+            self._held, self._uncounted = 0, 0
         finally:
             self._lock.release()
         return count
