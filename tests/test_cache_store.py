@@ -142,3 +142,16 @@ def test_concurrent_writers_exceed_the_bound_by_at_most_a_tenth_of_it_and_an_ent
     for process in processes:
         process.join(PATIENCE_SECONDS)
     assert max(seen) <= max_bytes + writers * (max_bytes // 10 + entry)
+
+
+def test_a_folder_in_an_entrys_place_is_removed_and_the_entry_written_again(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.save("execution", "a", 1)
+    [path] = [path for path in (tmp_path / "entries").rglob("*") if path.is_file()]
+    path.unlink()
+    (path / "inside").mkdir(parents=True)
+    (path / "inside" / "file").write_text("x")
+    assert store.load("execution", "a") is None
+    assert not path.exists()
+    store.save("execution", "a", 2)
+    assert store.load("execution", "a") == 2

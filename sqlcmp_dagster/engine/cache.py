@@ -144,7 +144,10 @@ class Store:
         path = self._path(kind, key)
         try:
             blob = path.read_bytes()
-        except OSError:
+        except FileNotFoundError:
+            return None
+        except OSError:  # a folder in its place, or unreadable: removed, so that the next save writes it again
+            _remove(path)
             return None
         head = len(_MAGIC) + 32
         if blob[:len(_MAGIC)] == _MAGIC and hashlib.sha256(blob[head:]).digest() == blob[len(_MAGIC):head]:
@@ -269,10 +272,12 @@ def _touch(path: Path) -> None:
 
 
 def _remove(path: Path) -> None:
+    """Delete the file at ``path`` (an entry's or a temporary file's, under the store's entries folder), or the
+    folder tree in its place: no entry could ever be renamed onto a folder, so it would never be written again."""
     try:
         path.unlink()
     except OSError:
-        pass
+        shutil.rmtree(path, ignore_errors=True)
 
 
 #: Content fingerprints kept in the engine context (:func:`database_fingerprint`), the least recently used
