@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import pytest
 
-from sqlcmp_dagster.cli import EXIT_FAIL, main
+from sqlcmp_dagster.cli import EXIT_FAIL, EXIT_PASS, main
 from sqlcmp_dagster.engine import cache
 from sqlcmp_dagster.engine.cache import Store
 
@@ -155,3 +155,35 @@ def test_a_folder_in_an_entrys_place_is_removed_and_the_entry_written_again(tmp_
     assert not path.exists()
     store.save("execution", "a", 2)
     assert store.load("execution", "a") == 2
+
+
+def info(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    """What ``sqlcmp cache info`` says on stdout and stderr."""
+    capsys.readouterr()
+    assert main(["cache", "info", "--cache-dir", str(root)]) == EXIT_PASS
+    return capsys.readouterr()
+
+
+def test_info_and_clear_of_a_missing_folder_create_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, err = info(tmp_path / "typo" / "cache", capsys)
+    assert not (tmp_path / "typo").exists()
+    assert "entries: none" in out and err == f"not used: {tmp_path / 'typo' / 'cache'} does not exist\n"
+    assert Store(tmp_path / "typo" / "cache").clear() == 0
+    assert not (tmp_path / "typo").exists()
+
+
+def test_a_file_given_as_the_folder_is_said_to_be_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "file").write_text("x")
+    assert info(tmp_path / "file", capsys)[1] == f"not used: {tmp_path / 'file'} is not a folder\n"
+    assert clear_fails(tmp_path / "file", capsys) == f"sqlcmp: cache not cleared: {tmp_path / 'file'} is not a folder\n"
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def test_clear_refuses_a_folder_that_is_not_used(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A folder others may write to is neither read nor written, nor cleared: it may be no cache at all."""
+    store = Store(tmp_path / "shared")
+    fill(store, 3, 100)
+    (tmp_path / "shared").chmod(0o777)
+    assert "other users may write to it" in clear_fails(tmp_path / "shared", capsys)
+    (tmp_path / "shared").chmod(0o700)
+    assert store.info().entries == {"execution": 3}

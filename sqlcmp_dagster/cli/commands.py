@@ -27,16 +27,15 @@ def cache_command(args: argparse.Namespace) -> int:
         try:
             count = store.clear()
         except StoreError as error:
-            say(f"sqlcmp: {store.root} not cleared: {error}", file=sys.stderr)
+            say(f"sqlcmp: cache not cleared: {error}", file=sys.stderr)
             return EXIT_FAIL
         say(f"removed {count} entries from {store.root}")
         return EXIT_PASS
     info = store.info()
     entries = ", ".join(f"{kind} {count}" for kind, count in info.entries.items()) or "none"
     say(f"folder: {info.root}", f"entries: {entries}", f"size: {info.bytes / 2**20:.1f} MB", sep="\n")
-    if not info.private:
-        say("not used: other users may write to this folder (or it is not yours), and its entries would be "
-             "unpickled", file=sys.stderr)
+    if info.problem is not None:
+        say(f"not used: {info.root} {info.problem}", file=sys.stderr)
     return EXIT_PASS
 
 

@@ -39,6 +39,7 @@ import pickle
 import secrets
 import shutil
 import sqlite3
+import stat
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -79,6 +80,9 @@ _EVICT_TO = 0.8
 #: How long :meth:`Store.clear` waits for another process's lock: an eviction walks the folder once, well within
 #: it, so a lock held longer is held by a process that is not evicting (a stuck one, or ``flock`` by hand).
 CLEAR_WAIT_SECONDS = 10.0
+#: What :meth:`Store.problem` says of a folder that does not exist: the first save creates it, and there is nothing
+#: to clear.
+MISSING = "does not exist"
 
 
 def default_cache_dir() -> Path:
@@ -94,8 +98,13 @@ class StoreInfo:
     max_bytes: int
     entries: dict[str, int]
     bytes: int
-    #: :meth:`Store.private`: whether the folder is used at all.
-    private: bool
+    #: :meth:`Store.problem`: why the folder is not used, or None.
+    problem: str | None
+
+    @property
+    def private(self) -> bool:
+        """Whether the folder is used at all: it is a folder, and its user's alone (see :meth:`Store.private`)."""
+        return self.problem is None
 
 
 class StoreError(Exception):
@@ -129,13 +138,26 @@ class Store:
         if self._private is None:
             try:
                 self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-                stat = self.root.stat()
-            except OSError:
-                self._private = False
-            else:
-                self._private = not hasattr(os, "getuid") or (stat.st_uid == os.getuid()
-                                                               and not stat.st_mode & 0o022)
+            except OSError:  # a file in its place, or no right to make it: problem() says which
+                pass
+            self._private = self.problem() is None
         return self._private
+
+    def problem(self) -> str | None:
+        """Why the folder is not used, as words that follow its name (:data:`MISSING`, ``is not a folder``, ...),
+        or None when it is used. Unlike :meth:`private` it creates nothing, so that ``sqlcmp cache info`` on a
+        mistyped folder makes no folder there."""
+        try:
+            status = self.root.stat()
+        except FileNotFoundError:
+            return MISSING
+        except OSError as error:
+            return f"cannot be read: {error.strerror}"
+        if not stat.S_ISDIR(status.st_mode):
+            return "is not a folder"
+        if hasattr(os, "getuid") and (status.st_uid != os.getuid() or status.st_mode & 0o022):
+            return "is not yours, or other users may write to it: its entries would be unpickled, which may run code"
+        return None
 
     def load(self, kind: str, key: str) -> Any | None:
         """The value saved under ``kind``/``key``, or None (never saved, evicted, or not verified: then deleted)."""
@@ -225,13 +247,19 @@ class Store:
             kind = path.relative_to(self._entries).parts[0]
             entries[kind] = entries.get(kind, 0) + 1
             total += size
-        return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total, self.private())
+        return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total, self.problem())
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were. Waits for another process's lock at most
-        :data:`CLEAR_WAIT_SECONDS`, so that a stuck process cannot hang the command; raises :class:`StoreError`
-        when the lock cannot be taken (held that long, or a folder in its file's place)."""
-        self.private()  # the lock file's folder
+        """Delete every entry; returns how many there were (none where the folder does not exist: it is not
+        made). Waits for another process's lock at most :data:`CLEAR_WAIT_SECONDS`, so that a stuck process cannot
+        hang the command; raises :class:`StoreError` when the lock cannot be taken (held that long, or a folder in
+        its file's place), or when the folder is not used (:meth:`problem`): it may be any folder, and one
+        that is not a store's should lose nothing."""
+        problem = self.problem()
+        if problem == MISSING:
+            return 0
+        if problem is not None:
+            raise StoreError(f"{self.root} {problem}")
         try:
             self._lock.acquire(timeout=CLEAR_WAIT_SECONDS)
         except Timeout as error:
