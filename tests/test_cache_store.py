@@ -187,3 +187,21 @@ def test_clear_refuses_a_folder_that_is_not_used(tmp_path: Path, capsys: pytest.
     assert "other users may write to it" in clear_fails(tmp_path / "shared", capsys)
     (tmp_path / "shared").chmod(0o700)
     assert store.info().entries == {"execution": 3}
+
+
+def test_clear_deletes_only_the_files_the_store_wrote_and_the_folders_it_left_empty(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    fill(store, 3, 100)
+    entry = next(path for path in (tmp_path / "entries").rglob("*") if path.is_file())
+    crashed = entry.with_name(f".{entry.name}.123.0badc0de.tmp")  # a save's temporary file that a crash left
+    crashed.write_bytes(b"half")
+    elsewhere = ("1" if entry.name[0] == "0" else "0") * 64  # a digest of another entry folder
+    others = [tmp_path / "entries" / "index.md", tmp_path / "entries" / "2024" / "diary.txt",
+              entry.parent / "notes.txt", entry.parent / elsewhere, tmp_path / "entries" / "execution" / entry.name]
+    for path in others:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("mine")
+    assert store.clear() == 3
+    assert [path.read_text() for path in others] == ["mine"] * len(others)
+    left = {*others, *(path.parent for path in others)} - {tmp_path / "entries"}
+    assert set((tmp_path / "entries").rglob("*")) == left

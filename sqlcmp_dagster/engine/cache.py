@@ -36,6 +36,7 @@ import importlib.metadata
 import json
 import os
 import pickle
+import re
 import secrets
 import shutil
 import sqlite3
@@ -83,6 +84,9 @@ CLEAR_WAIT_SECONDS = 10.0
 #: What :meth:`Store.problem` says of a folder that does not exist: the first save creates it, and there is nothing
 #: to clear.
 MISSING = "does not exist"
+#: The names of the files a store writes in an entry folder (``entries/<kind>/<2 hex digits>/``): an entry, named
+#: by its key's digest, and a save's temporary file (:func:`_temporary`). The digest starts with the folder's name.
+_STORED_NAME = re.compile(r"(?P<entry>[0-9a-f]{64})|\.(?P<temporary>[0-9a-f]{64})\.[0-9]+\.[0-9a-f]{8}\.tmp")
 
 
 def default_cache_dir() -> Path:
@@ -196,7 +200,7 @@ class Store:
         if len(blob) > self.max_bytes // 10:
             return
         path = self._path(kind, key)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+        temporary = _temporary(path)
         try:
             if path.parent not in self._folders:
                 path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -250,11 +254,11 @@ class Store:
         return StoreInfo(str(self.root), self.max_bytes, dict(sorted(entries.items())), total, self.problem())
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were (none where the folder does not exist: it is not
-        made). Waits for another process's lock at most :data:`CLEAR_WAIT_SECONDS`, so that a stuck process cannot
-        hang the command; raises :class:`StoreError` when the lock cannot be taken (held that long, or a folder in
-        its file's place), or when the folder is not used (:meth:`problem`): it may be any folder, and one
-        that is not a store's should lose nothing."""
+        """Delete every entry and the temporary files of saves, nothing else; returns how many entries it deleted
+        (none where the folder does not exist: it is not made). Waits for another process's lock at most
+        :data:`CLEAR_WAIT_SECONDS`, so that a stuck process cannot hang the command; raises :class:`StoreError`
+        when the lock cannot be taken (held that long, or a folder in its file's place), or when the folder is not
+        used (:meth:`problem`): it may be any folder, and one that is not a store's should lose nothing."""
         problem = self.problem()
         if problem == MISSING:
             return 0
@@ -268,8 +272,20 @@ class Store:
             raise StoreError(f"the cache's lock {self._lock.lock_file} cannot be taken: {error.strerror}") \
                 from error
         try:
-            count = sum(1 for path, _, _ in self._files() if not path.name.startswith("."))
-            shutil.rmtree(self._entries, ignore_errors=True)
+            files = [path for path, _, _ in self._files()]
+            count = 0
+            for path in files:
+                try:
+                    path.unlink()
+                except OSError:  # gone meanwhile (a save's temporary file renamed into place), or not deletable
+                    continue
+                count += not path.name.startswith(".")
+            for folder in {path.parent for path in files}:  # the folders left empty, and theirs
+                for empty in (folder, folder.parent, self._entries):
+                    try:
+                        empty.rmdir()
+                    except OSError:  # not empty: what is in it is not the store's, or a save's meanwhile
+                        break
             self._folders.clear()
             self._held, self._uncounted = 0, 0
         finally:
@@ -281,15 +297,31 @@ class Store:
         return self._entries / kind / digest[:2] / digest
 
     def _files(self) -> Iterator[tuple[Path, int, int]]:
-        """Every file under the entries folder: path, size and modification time (nanoseconds)."""
-        for folder, _, names in os.walk(self._entries):
+        """Every file the store wrote (entries, and temporary files of saves under way or that a crash left): path,
+        size and modification time (nanoseconds). Only those, as :data:`_STORED_NAME` names them in an entry
+        folder: the folder may be one that holds other files (given by mistake to ``--cache-dir``), which no
+        eviction or clear may delete."""
+        for folder, subfolders, names in os.walk(self._entries):
+            if len(Path(folder).relative_to(self._entries).parts) < 2:  # entries/ or entries/<kind>/
+                continue
+            subfolders.clear()  # an entry folder holds no folder of the store's
             for name in names:
+                stored = _STORED_NAME.fullmatch(name)
+                if stored is None or (stored["entry"] or stored["temporary"])[:2] != os.path.basename(folder):
+                    continue
                 path = Path(folder, name)
                 try:
-                    stat = path.stat()
+                    status = path.lstat()
                 except OSError:  # evicted by another process meanwhile
                     continue
-                yield path, stat.st_size, stat.st_mtime_ns
+                if stat.S_ISREG(status.st_mode):
+                    yield path, status.st_size, status.st_mtime_ns
+
+
+def _temporary(path: Path) -> Path:
+    """Where a save writes the entry at ``path`` before renaming it into place: a name of its own for each save
+    (its process and a random part), so that concurrent saves of one key never write one file."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
 
 
 def _touch(path: Path) -> None:
