@@ -209,7 +209,7 @@ def test_the_file_digests_a_process_remembers_are_bounded(tmp_path: Path, monkey
     reset()
     paths = [make_db(tmp_path / f"{name}.sqlite", [(1, name)]) for name in "abc"]
     digests = {path: ExecutionAdapter(str(path)).fingerprint() for path in (paths[0], paths[1], paths[0], paths[2])}
-    assert [key[0] for key in current().file_digests.entries] == [str(paths[0]), str(paths[2])]
+    assert [key[0][0] for key in current().file_digests.entries] == [str(paths[0]), str(paths[2])]
     assert len(set(digests.values())) == 3
     with sqlite3.connect(paths[0]) as connection:
         connection.execute("INSERT INTO t VALUES (2, 'z')")
@@ -365,6 +365,73 @@ def test_a_database_files_state_holds_its_write_ahead_log_sqlites_and_duckdbs(tm
         (tmp_path / log).write_bytes(b"a pending write")
         assert file_state(str(path)) != before
         before = file_state(str(path))
+
+
+def test_the_engines_own_reads_of_a_database_in_wal_mode_leave_its_state_as_it_was(tmp_path: Path) -> None:
+    """A read-only connection to a database in WAL mode creates an empty ``-wal`` when there is none and, run as
+    root, gives it its owner again at every connection (its change time moves): neither changes the state, or
+    nothing would be kept, reused or resumed on such a database (a review's finding)."""
+    path = tmp_path / "wal.sqlite"
+    writer = sqlite3.connect(path)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("CREATE TABLE t (x INTEGER)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.commit()
+    writer.close()  # the last connection checkpoints and removes the log
+    assert not (tmp_path / "wal.sqlite-wal").exists()
+    before = file_state(str(path))
+    for _ in range(3):
+        adapter = ExecutionAdapter(str(path))
+        assert adapter.execute("SELECT x FROM t").success
+        adapter.close()
+    assert (tmp_path / "wal.sqlite-wal").exists() and file_state(str(path)) == before
+
+
+def test_a_sqlite_databases_content_digest_holds_a_write_left_in_its_log(tmp_path: Path) -> None:
+    """The adapter's content digest (a case's Dagster data version) read the SQLite file alone: a write sitting in
+    the ``-wal`` left it as it was. An empty log adds nothing, so a file without writes there keeps its digest."""
+    path = tmp_path / "wal.sqlite"
+    writer = sqlite3.connect(path)
+    try:
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("PRAGMA wal_autocheckpoint=0")
+        writer.execute("CREATE TABLE t (x INTEGER)")
+        writer.commit()
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        before = ExecutionAdapter(str(path)).fingerprint()
+        assert before == hashlib.sha256(path.read_bytes()).hexdigest()[:16]  # the file's alone, as it always was
+        writer.execute("INSERT INTO t VALUES (1)")
+        writer.commit()
+        assert ExecutionAdapter(str(path)).fingerprint() != before
+    finally:
+        writer.close()
+
+
+def test_a_duckdb_result_is_kept_for_its_file_and_time_zone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A DuckDB result may read the file's name (``current_database()``) and the time zone (a ``TIMESTAMPTZ`` as
+    text): a copy of the file, or another ``TZ``, is another key (a review's finding). A SQLite copy hits."""
+    duckdb = pytest.importorskip("duckdb")
+    connection = duckdb.connect(str(tmp_path / "a.duckdb"))
+    connection.execute("CREATE TABLE t AS SELECT 1 AS x")
+    connection.close()
+    shutil.copy(tmp_path / "a.duckdb", tmp_path / "b.duckdb")
+    sqlite_copies = [make_db(tmp_path / "a.sqlite", [(1, "x")])]
+    shutil.copy(sqlite_copies[0], tmp_path / "b.sqlite")
+    sqlite_copies.append(tmp_path / "b.sqlite")
+    batch, config = ExpectedResults(store=Store(tmp_path / "cache")), EvalConfig()
+
+    def key(path: Path, dialect: str) -> str | None:
+        adapter = ExecutionAdapter(str(path))
+        try:
+            return batch.key(adapter, dialect, "SELECT 1", config)
+        finally:
+            adapter.close()
+
+    first = key(tmp_path / "a.duckdb", "duckdb")
+    assert first is not None and key(tmp_path / "b.duckdb", "duckdb") != first
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    assert key(tmp_path / "a.duckdb", "duckdb") != first
+    assert key(sqlite_copies[0], "sqlite") == key(sqlite_copies[1], "sqlite") is not None
 
 
 def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(

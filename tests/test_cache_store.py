@@ -157,6 +157,22 @@ def test_a_folder_in_an_entrys_place_is_removed_and_the_entry_written_again(tmp_
     assert store.load("execution", "a") == 2
 
 
+def test_an_entry_folder_linked_elsewhere_leads_nowhere_the_store_deletes(tmp_path: Path) -> None:
+    """An entry folder that is a symbolic link to another folder: a folder there named as the entry is the user's,
+    and stays (a review's finding: the load's clean-up deleted it)."""
+    store = Store(tmp_path / "cache")
+    store.save("execution", "a", 1)
+    [path] = [path for path in (tmp_path / "cache" / "entries").rglob("*") if path.is_file()]
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / path.name).mkdir(parents=True)
+    (elsewhere / path.name / "keep.txt").write_text("mine")
+    path.unlink()
+    path.parent.rmdir()
+    path.parent.symlink_to(elsewhere, target_is_directory=True)
+    assert store.load("execution", "a") is None
+    assert (elsewhere / path.name / "keep.txt").read_text() == "mine"
+
+
 def info(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
     """What ``sqlcmp cache info`` says on stdout and stderr."""
     capsys.readouterr()

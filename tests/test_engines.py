@@ -105,9 +105,9 @@ def test_a_duckdb_file_edited_in_place_has_a_new_fingerprint(duck: Path) -> None
 
 def test_a_duckdb_result_that_may_read_the_clock_or_chance_is_marked_unstable(duck: Path) -> None:
     """DuckDB has no authorizer to say what a statement calls: its text is read for the clock and chance (sampling
-    included), and a database that defines a view counts as one whose results may read them, for a view's calls
-    are not in the text of the query that reads it (a review's finding). Nothing keeps such a result past its
-    run."""
+    included), and a database that defines a view or a macro counts as one whose results may read them, for their
+    calls are not in the text of the query that reads them (two reviews' findings). Nothing keeps such a result
+    past its run."""
     duckdb = pytest.importorskip("duckdb")
     adapter = ExecutionAdapter(str(duck))
     try:
@@ -118,15 +118,20 @@ def test_a_duckdb_result_that_may_read_the_clock_or_chance_is_marked_unstable(du
                             "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'": True}
     finally:
         adapter.close()
-    connection = duckdb.connect(str(duck))
-    connection.execute("CREATE VIEW stamped AS SELECT id, now() AS at FROM items")
-    connection.close()
-    adapter = ExecutionAdapter(str(duck))
-    try:
-        assert adapter.execute("SELECT count(*) FROM stamped").unstable
-        assert adapter.execute("SELECT count(*) FROM items").unstable  # the database's results, all of them
-    finally:
-        adapter.close()
+    for hiding, reading in (("CREATE MACRO secs() AS epoch(get_current_timestamp())", "SELECT secs() > 0"),
+                            ("CREATE VIEW stamped AS SELECT id, now() AS at FROM items",
+                             "SELECT count(*) FROM stamped")):
+        connection = duckdb.connect(str(duck))
+        connection.execute("DROP VIEW IF EXISTS stamped")
+        connection.execute("DROP MACRO IF EXISTS secs")
+        connection.execute(hiding)
+        connection.close()
+        adapter = ExecutionAdapter(str(duck))
+        try:
+            assert adapter.execute(reading).unstable, hiding
+            assert adapter.execute("SELECT count(*) FROM items").unstable  # the database's results, all of them
+        finally:
+            adapter.close()
 
 
 @pytest.mark.parametrize(

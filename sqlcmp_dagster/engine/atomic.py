@@ -197,12 +197,35 @@ def file_version(path: str | Path) -> FileVersion | None:
 
 
 def file_state(path: str) -> tuple[FileVersion, ...] | None:
-    """A database file's state as the file system tells it (:func:`file_version` of the file and of its
-    write-ahead log when there is one: SQLite's ``-wal``, DuckDB's ``.wal``), or None when it does not exist: what
-    changes whenever its content does, read without reading the content. A write that sits in the log leaves the
-    file itself as it was."""
-    state = [version for version in map(file_version, (path, f"{path}-wal", f"{path}.wal")) if version is not None]
-    return tuple(state) if state and state[0][0] == path else None
+    """A database file's state as the file system tells it, or None when it does not exist: what changes whenever
+    its content does, read without reading the content. That is the file's :func:`file_version` and its
+    write-ahead log's (SQLite's ``-wal``, DuckDB's ``.wal``: a write that sits in the log leaves the file itself
+    as it was) when the log holds anything.
+
+    The log's change time is left out, and an empty log counts as none: a read-only SQLite connection to a
+    database in WAL mode creates an empty ``-wal`` when there is none, and, run as root, gives it its owner again
+    at every connection, which moves its change time. Counted, they made the state change under the engine's own
+    reads (a review's finding: nothing was kept, reused or resumed on such a database).
+
+    >>> import sqlite3, tempfile
+    >>> db = str(Path(tempfile.mkdtemp()) / "wal.sqlite")
+    >>> writer = sqlite3.connect(db)
+    >>> writer.execute("PRAGMA journal_mode=WAL").fetchone(), writer.execute("PRAGMA wal_autocheckpoint=0").fetchone()
+    (('wal',), (0,))
+    >>> _ = writer.execute("CREATE TABLE t (x)"); writer.commit(); _ = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    >>> before = file_state(db); len(before)  # the file alone: its log is empty
+    1
+    >>> _ = writer.execute("INSERT INTO t VALUES (1)"); writer.commit()
+    >>> after = file_state(db); after[0] == before[0], len(after)  # the write is in the log alone
+    (True, 2)
+    >>> writer.close()
+    """
+    main = file_version(path)
+    if main is None:
+        return None
+    logs = [log[:3] + (0,) + log[4:] for log in map(file_version, (f"{path}-wal", f"{path}.wal"))
+            if log is not None and log[1] > 0]
+    return (main, *logs)
 
 
 def running(pid: int) -> bool:

@@ -42,6 +42,7 @@ import shutil
 import sqlite3
 import stat
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -63,8 +64,9 @@ from sqlcmp_dagster.engine.version import ENGINE_VERSION
 if TYPE_CHECKING:  # the adapter is only read here (its file and dialect)
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
 
-#: The layout of a disk entry; a change makes every older entry miss.
-CACHE_FORMAT = 2
+#: The layout of a disk entry and the rules of what one may hold; a change makes every older entry miss. 3: entries
+#: written before SQLite's authorizer told the clock and chance apart may hold results that read them.
+CACHE_FORMAT = 3
 #: What computed an entry: the layout, the engine (package and report-behaviour version) and the libraries whose
 #: objects a value holds. Part of every key, so an upgrade of any of them misses instead of reading old values.
 ENVIRONMENT = (f"format {CACHE_FORMAT}; sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; "
@@ -173,7 +175,7 @@ class Store:
         except FileNotFoundError:
             return None
         except OSError:  # a folder in its place, or unreadable: removed, so that the next save writes it again
-            _remove(path)
+            self._discard(path)
             return None
         head = len(_MAGIC) + 32
         if blob[:len(_MAGIC)] == _MAGIC and hashlib.sha256(blob[head:]).digest() == blob[len(_MAGIC):head]:
@@ -296,6 +298,18 @@ class Store:
         digest = hashlib.sha256(f"{ENVIRONMENT}\x00{kind}\x00{key}".encode("utf-8", "surrogatepass")).hexdigest()
         return self._entries / kind / digest[:2] / digest
 
+    def _discard(self, path: Path) -> None:
+        """Delete the entry at ``path``, or the folder tree in its place: no entry could ever be renamed onto a
+        folder, so it would never be written again. A tree is deleted only where it really is inside the store's
+        entries folder: an entry folder that is a link to elsewhere leads nowhere the store may delete (a review's
+        finding)."""
+        try:
+            path.unlink()
+        except OSError:
+            real, entries = os.path.realpath(path), os.path.realpath(self._entries)
+            if os.path.commonpath([real, entries]) == entries and real != entries:
+                shutil.rmtree(real, ignore_errors=True)
+
     def _files(self) -> Iterator[tuple[Path, int, int]]:
         """Every file the store wrote (entries, and temporary files of saves under way or that a crash left): path,
         size and modification time (nanoseconds). Only those, as :data:`_STORED_NAME` names them in an entry
@@ -332,12 +346,10 @@ def _touch(path: Path) -> None:
 
 
 def _remove(path: Path) -> None:
-    """Delete the file at ``path`` (an entry's or a temporary file's, under the store's entries folder), or the
-    folder tree in its place: no entry could ever be renamed onto a folder, so it would never be written again."""
     try:
         path.unlink()
     except OSError:
-        shutil.rmtree(path, ignore_errors=True)
+        pass
 
 
 #: Content fingerprints kept in the engine context (:func:`database_fingerprint`), the least recently used
@@ -414,7 +426,7 @@ class ExpectedResults:
         if fingerprint is None:
             return None
         return json.dumps([fingerprint, database.dialect, dialect, sql, config.config_hash(),
-                           engine_release(database.dialect)])
+                           engine_release(database.dialect), *read_beside_content(database)])
 
     def get(self, key: str) -> Execution | None:
         hit = self._entries.get(key)
@@ -474,7 +486,20 @@ def report_key(database: ExecutionAdapter, case: str, store: Store, also: Sequen
     fingerprints = [database_fingerprint(name, store) for name in (path, *also)]
     if None in fingerprints:
         return None
-    return json.dumps([fingerprints, database.identifier, engine_release(database.dialect), case])
+    return json.dumps([fingerprints, database.identifier, engine_release(database.dialect), case,
+                       *read_beside_content(database)])
+
+
+def read_beside_content(database: ExecutionAdapter) -> list[str]:
+    """What a result on ``database`` may read besides the file's content, for the keys of what outlives a run. On
+    DuckDB, the file's path (``current_database()`` is its name: two copies answer differently) and the time zone
+    (a ``TIMESTAMPTZ`` printed as text is printed in it), from the ``TZ`` variable or the system's, as the
+    engine's process inherits it (a review's finding: both were served from another file's or zone's entry).
+    SQLite's results read neither: the path is behind a pragma the sandbox denies, local time behind a date
+    function, which nothing keeps."""
+    if database.dialect != "duckdb":
+        return []
+    return [database.identifier, os.environ.get("TZ", ""), *time.tzname, str(time.timezone)]
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlcmp_dagster.engine.atomic import file_state, file_version
+from sqlcmp_dagster.engine.atomic import file_state
 from sqlcmp_dagster.engine.context import current, keep_recent, recall
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
@@ -80,7 +80,7 @@ class ExecutionAdapter:
         self._duckdb_idle: list[DuckdbProcess] = []
         self._idle_lock = threading.Lock()
         self._sqlite: SqliteConnections | None = None  # a SQLite file's or neighbor's kept connections
-        self._views: tuple[str, bool] | None = None  # a DuckDB file's version, and whether it defines a view then
+        self._views: tuple[str, bool] | None = None  # a DuckDB file's version, and whether it hid calls then
         #: What the adapter found when it connected and the operator should know (a PostgreSQL role without the
         #: recommended role-level defaults): said once, by whoever opened the adapter.
         self.setup_warnings: list[str] = []
@@ -275,7 +275,7 @@ class ExecutionAdapter:
         elapsed = (time.perf_counter() - started) * 1000
         if process is not self.neighbor_process:
             self.return_duckdb_process(process)
-        unstable = reads_clock_or_chance(request.sql) or self._defines_views()
+        unstable = reads_clock_or_chance(request.sql) or self._hides_calls()
         if answer.outcome == "ok":
             assert answer.names is not None and answer.fetched is not None
             relation = relation_from_rows(answer.names, answer.fetched.rows, answer.fetched.truncated)
@@ -292,11 +292,11 @@ class ExecutionAdapter:
             error = execution_error(answer.message)
         return Execution(False, None, error, elapsed, unstable=unstable)
 
-    def _defines_views(self) -> bool:
-        """Whether this DuckDB file defines a view (asked once per :meth:`version`; a neighbor defines none). What
-        a view calls is not in the text of a query that reads it, and DuckDB has no authorizer to tell it, so a
-        result on such a database may have read the clock or chance: nothing keeps it beyond its run. A database
-        that cannot say counts as one that does."""
+    def _hides_calls(self) -> bool:
+        """Whether this DuckDB file defines a view or a macro (asked once per :meth:`version`; a neighbor defines
+        none). What they call is not in the text of a query that reads them, and DuckDB has no authorizer to tell
+        it, so a result on such a database may have read the clock or chance: nothing keeps it beyond its run. A
+        database that cannot say counts as one that does."""
         if self.neighbor_process is not None or self.database_file is None:
             return False
         version = self.version()
@@ -304,7 +304,9 @@ class ExecutionAdapter:
             process = self.borrow_duckdb_process()
             try:
                 answer = process.run(Request(str(self._duckdb_database),
-                                             "SELECT count(*) FROM sqlite_master WHERE type = 'view'",
+                                             "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'view') + "
+                                             "(SELECT count(*) FROM duckdb_functions() WHERE NOT internal AND "
+                                             "function_type IN ('macro', 'table_macro'))",
                                              self.timeout_ms, 1, 1 << 16, 1 << 10))
             finally:
                 self.return_duckdb_process(process)
@@ -391,15 +393,13 @@ class ExecutionAdapter:
 
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
-        DuckDB file's is its bytes' (a DuckDB file's write-ahead log's too); a server's, its address's. A DuckDB
-        file's used to be its address's: a file edited in place kept its cached schema (the neighbor search then
-        built neighbors without the new column) and its cases their Dagster data version."""
-        if self._sqlite_path is not None:
-            return _file_digest(self._sqlite_path)
-        if self.neighbor_process is None and self._duckdb_database not in (None, ":memory:"):
-            path = Path(str(self._duckdb_database))
-            wal = path.with_name(path.name + ".wal")
-            return _file_digest(path) + (_file_digest(wal) if wal.is_file() else "")
+        DuckDB file's is its bytes' and its write-ahead log's when that holds anything (:func:`_content_digest`); a
+        server's, its address's. A DuckDB file's used to be its address's: a file edited in place kept its cached
+        schema (the neighbor search then built neighbors without the new column) and its cases their Dagster data
+        version; a SQLite file's used to leave its log out, so a write sitting there kept them too."""
+        file = self.database_file
+        if file is not None:
+            return _content_digest(file)
         return hashlib.sha256(self.identifier.encode()).hexdigest()[:16]
 
     def close(self) -> None:
@@ -526,19 +526,22 @@ def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
 
 
-def _file_digest(path: Path) -> str:
-    """The first 16 hex digits of the file's SHA-256, kept in the engine context per file version (at most
-    :data:`FILE_DIGESTS_KEPT` versions, least recently used out first)."""
-    key, digests = file_version(path), current().file_digests
+def _content_digest(path: str) -> str:
+    """The first 16 hex digits of the SHA-256 of the database file at ``path``, then of its write-ahead log's when
+    that holds anything, kept in the engine context per :func:`~sqlcmp_dagster.engine.atomic.file_state` (at most
+    :data:`FILE_DIGESTS_KEPT` states, least recently used out first)."""
+    key, digests = file_state(path), current().file_digests
     if key is None:
-        raise FileNotFoundError(errno.ENOENT, "no such database file", str(path))
+        raise FileNotFoundError(errno.ENOENT, "no such database file", path)
     known = recall(digests, key)
     if known is not None:
         return known
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    keep_recent(digests, key, digest.hexdigest()[:16], FILE_DIGESTS_KEPT)
-    return digest.hexdigest()[:16]
-
+    parts = []
+    for name, *_ in key:
+        digest = hashlib.sha256()
+        with open(name, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        parts.append(digest.hexdigest()[:16])
+    keep_recent(digests, key, "".join(parts), FILE_DIGESTS_KEPT)
+    return "".join(parts)
