@@ -387,6 +387,37 @@ def test_the_engines_own_reads_of_a_database_in_wal_mode_leave_its_state_as_it_w
     assert (tmp_path / "wal.sqlite-wal").exists() and file_state(str(path)) == before
 
 
+def test_a_case_on_a_database_in_wal_mode_gets_its_report_again(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``-wal`` and ``-shm`` beside a database in WAL mode count among its Spider test suite's databases by
+    name (the official rule), and its readers change them: their names key the report, not their states, or no
+    case on such a database would be given its report again (a review's finding)."""
+    path = sqlite_file(tmp_path / "shop.sqlite", "CREATE TABLE products (name TEXT, price REAL); "
+                       "INSERT INTO products VALUES ('a', 20), ('b', 5);")
+    with sqlite3.connect(path) as connection:
+        connection.execute("PRAGMA journal_mode=WAL")
+    connection.close()
+    case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT name FROM products WHERE price > 10",
+                          actual_sql="SELECT name FROM products WHERE price >= 11")
+    ran: list[str] = []
+    execute = ExecutionAdapter.execute
+
+    def recording(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
+        ran.append(sql)
+        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExecutionAdapter, "execute", recording)
+    for run in range(3):  # each a new process: the first evaluates, the others read the store
+        forget_reports()
+        ran.clear()
+        evaluator = Evaluator(default_db=str(path), cache_dir=tmp_path / "cache")
+        try:
+            assert evaluator.evaluate_all([case])[0].deterministic_verdict == "pass"
+        finally:
+            evaluator.close()
+        assert (tmp_path / "shop.sqlite-shm").exists() and (case.actual_sql in ran) == (run == 0), run
+
+
 def test_a_sqlite_databases_content_digest_holds_a_write_left_in_its_log(tmp_path: Path) -> None:
     """The adapter's content digest (a case's Dagster data version) read the SQLite file alone: a write sitting in
     the ``-wal`` left it as it was. An empty log adds nothing, so a file without writes there keeps its digest."""

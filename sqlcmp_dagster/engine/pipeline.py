@@ -83,7 +83,10 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     finish_timings(report, total_ms)
     if keys is not None and validation is not None and _inputs_alone_decided(validation, report, total_ms) \
             and database is not None and _file_states(database, keys.suite) == keys.states:  # none changed meanwhile
-        _keep_report(report, keys, store)
+        if _suite_files(database)[1] != keys.companions:  # SQLite made its files beside the database meanwhile
+            keys = _report_keys(request, database, store)  # kept under the names the report was computed with
+        if keys is not None:
+            _keep_report(report, keys, store)
     if judge is None:
         return report, None
     return report, prepare(request, report, *_judge_samples(validation, report), judge)
@@ -93,6 +96,9 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
 #: ``unknown_error``: a database locked by a writer, an I/O error, DuckDB's process lost) may not happen again.
 _DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
                              "invalid_aggregation", "ambiguous_reference", "permission_error", "unsafe_statement"})
+#: The endings of the files SQLite keeps beside a database: its write-ahead log and shared-memory index, and its
+#: rollback journal.
+_SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 #: The time limits a case obeys that are no option: SQLite's wait for a lock, DuckDB's process start.
 _FIXED_LIMITS_MS = min(BUSY_TIMEOUT_S, BUILD_TIMEOUT_S) * 1000
 
@@ -100,12 +106,27 @@ _FIXED_LIMITS_MS = min(BUSY_TIMEOUT_S, BUILD_TIMEOUT_S) * 1000
 class _Keys(NamedTuple):
     """Where a case's report is kept: in this process (``memory``) and in the disk store (``disk``, None without
     one), with the database files' states ``memory`` holds (the database's, then ``suite``'s, its test suite's
-    other databases)."""
+    other databases) and the names of SQLite's files beside them (:func:`_suite_files`)."""
 
     memory: str
     disk: str | None
     suite: list[str]
     states: list[str]
+    companions: list[str]
+
+
+def _suite_files(database: ExecutionAdapter) -> tuple[list[str], list[str]]:
+    """The other databases of a SQLite database's Spider test suite
+    (:func:`~sqlcmp_dagster.engine.spider_execution.suite_databases`), and apart from them the files SQLite keeps
+    beside a database there, which the official rule counts among them and reads none of as one: their names
+    decide the test suite's verdict, not their content, which readers change (the shared-memory index's read
+    marks; run as root, their owner at each connection)."""
+    path = database.database_file
+    if database.dialect != "sqlite" or path is None:
+        return [], []
+    others = [str(f) for f in suite_databases(Path(path)) if str(f) != path]
+    return ([name for name in others if not name.endswith(_SQLITE_COMPANIONS)],
+            [name for name in others if name.endswith(_SQLITE_COMPANIONS)])
 
 
 def _file_states(database: ExecutionAdapter, suite: list[str]) -> list[str]:
@@ -126,12 +147,12 @@ def _report_keys(request: CompareRequest, database: ExecutionAdapter | None, sto
             or request.expected_result is not None or request.actual_result is not None:
         return None
     try:
-        case = request.model_dump_json(exclude={"case_id", "user_query", "context"})
-        path = database.database_file
-        suite = [str(f) for f in suite_databases(Path(path)) if str(f) != path] if database.dialect == "sqlite" else []
+        suite, companions = _suite_files(database)
+        case = json.dumps([companions, request.model_dump_json(exclude={"case_id", "user_query", "context"})])
         states = _file_states(database, suite)
         return _Keys(json.dumps([database.identifier, states, case]),
-                     report_key(database, case, store, suite) if store is not None else None, suite, states)
+                     report_key(database, case, store, suite) if store is not None else None, suite, states,
+                     companions)
     except Exception:  # a case the report key cannot hold is evaluated, never lost
         return None
 
