@@ -105,25 +105,30 @@ def test_a_duckdb_file_edited_in_place_has_a_new_fingerprint(duck: Path) -> None
 
 def test_a_duckdb_result_that_may_read_the_clock_or_chance_is_marked_unstable(duck: Path) -> None:
     """DuckDB has no authorizer to say what a statement calls: its text is read for the clock and chance (sampling
-    included), and a database that defines a view or a macro counts as one whose results may read them, for their
-    calls are not in the text of the query that reads them (two reviews' findings). Nothing keeps such a result
-    past its run."""
+    included), and a database that defines a view, a macro or a generated column that names them counts as one
+    whose results may read them, for their calls are not in the text of the query that reads them (three
+    reviews' findings). Nothing keeps such a result past its run."""
     duckdb = pytest.importorskip("duckdb")
     adapter = ExecutionAdapter(str(duck))
     try:
         unstable = {sql: adapter.execute(sql).unstable for sql in (
             "SELECT count(*) FROM items", "SELECT id FROM items USING SAMPLE 10",
-            "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'")}
+            "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'",
+            "SELECT value FROM duckdb_settings() WHERE name = 'secret_directory'")}  # reads HOME
         assert unstable == {"SELECT count(*) FROM items": False, "SELECT id FROM items USING SAMPLE 10": True,
-                            "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'": True}
+                            "SELECT current_localtimestamp() > TIMESTAMP '2000-01-01'": True,
+                            "SELECT value FROM duckdb_settings() WHERE name = 'secret_directory'": True}
     finally:
         adapter.close()
     for hiding, reading in (("CREATE MACRO secs() AS epoch(get_current_timestamp())", "SELECT secs() > 0"),
                             ("CREATE VIEW stamped AS SELECT id, now() AS at FROM items",
-                             "SELECT count(*) FROM stamped")):
+                             "SELECT count(*) FROM stamped"),
+                            ("CREATE TABLE drawn (x DOUBLE, y DOUBLE GENERATED ALWAYS AS (random() * x))",
+                             "SELECT y FROM drawn")):
         connection = duckdb.connect(str(duck))
         connection.execute("DROP VIEW IF EXISTS stamped")
         connection.execute("DROP MACRO IF EXISTS secs")
+        connection.execute("DROP TABLE IF EXISTS drawn")
         connection.execute(hiding)
         connection.close()
         adapter = ExecutionAdapter(str(duck))

@@ -260,13 +260,19 @@ def test_resume_evaluates_only_the_cases_that_changed(tmp_path: Path, sample_dir
     assert reports[1:] == clean[1:]
 
 
-def test_a_write_left_in_the_write_ahead_log_is_another_case_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize("linked", [False, True])
+def test_a_write_left_in_the_write_ahead_log_is_another_case_version(tmp_path: Path, linked: bool) -> None:
     """``--resume`` keeps a journal's report only for the same case version: a database whose last write sits in
-    its write-ahead log, the file itself untouched, is another version (the stamp used to read the file alone)."""
+    its write-ahead log, the file itself untouched, is another version (the stamp used to read the file alone),
+    also where the suite names a link to the file, whose log is beside the file (a review's finding)."""
     from sqlcmp_dagster.journal import CaseVersions
 
     path = tmp_path / "shop.sqlite"
-    writer = sqlite3.connect(path)
+    real = tmp_path / "real" / "shop.sqlite" if linked else path
+    if linked:
+        real.parent.mkdir()
+        path.symlink_to(real)
+    writer = sqlite3.connect(real)
     try:
         writer.execute("PRAGMA journal_mode=WAL")
         writer.execute("PRAGMA wal_autocheckpoint=0")  # every later write stays in the log
@@ -275,10 +281,10 @@ def test_a_write_left_in_the_write_ahead_log_is_another_case_version(tmp_path: P
         writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT x FROM t",
                               actual_sql="SELECT x FROM t")
-        before, file = CaseVersions(None, str(path))(case), os.stat(path)
+        before, file = CaseVersions(None, str(path))(case), os.stat(real)
         writer.execute("INSERT INTO t VALUES (1)")
         writer.commit()
-        assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (file.st_size, file.st_mtime_ns)
+        assert (os.stat(real).st_size, os.stat(real).st_mtime_ns) == (file.st_size, file.st_mtime_ns)
         assert CaseVersions(None, str(path))(case) != before
     finally:
         writer.close()

@@ -200,7 +200,7 @@ def file_state(path: str) -> tuple[FileVersion, ...] | None:
     """A database file's state as the file system tells it, or None when it does not exist: what changes whenever
     its content does, read without reading the content. That is the file's :func:`file_version` and its
     write-ahead log's (SQLite's ``-wal``, DuckDB's ``.wal``: a write that sits in the log leaves the file itself
-    as it was) when the log holds anything.
+    as it was; beside the file a link leads to) when the log holds anything.
 
     The log's change time is left out, and an empty log counts as none: a read-only SQLite connection to a
     database in WAL mode creates an empty ``-wal`` when there is none, and, run as root, gives it its owner again
@@ -223,7 +223,8 @@ def file_state(path: str) -> tuple[FileVersion, ...] | None:
     main = file_version(path)
     if main is None:
         return None
-    logs = [log[:3] + (0,) + log[4:] for log in map(file_version, (f"{path}-wal", f"{path}.wal"))
+    real = os.path.realpath(path)  # a linked file's log is beside the file, not the link
+    logs = [log[:3] + (0,) + log[4:] for log in map(file_version, (f"{real}-wal", f"{real}.wal"))
             if log is not None and log[1] > 0]
     return (main, *logs)
 

@@ -42,7 +42,6 @@ import shutil
 import sqlite3
 import stat
 import sys
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -493,13 +492,14 @@ def report_key(database: ExecutionAdapter, case: str, store: Store, also: Sequen
 def read_beside_content(database: ExecutionAdapter) -> list[str]:
     """What a result on ``database`` may read besides the file's content, for the keys of what outlives a run. On
     DuckDB, the file's path (``current_database()`` is its name: two copies answer differently) and the time zone
-    (a ``TIMESTAMPTZ`` printed as text is printed in it), from the ``TZ`` variable or the system's, as the
-    engine's process inherits it (a review's finding: both were served from another file's or zone's entry).
+    (a ``TIMESTAMPTZ`` printed as text is printed in it), as the engine reports it (``TZ`` and the system's zone
+    are read by ICU in its own way: two reviews' findings, each result served from another file's or zone's
+    entry).
     SQLite's results read neither: the path is behind a pragma the sandbox denies, local time behind a date
     function, which nothing keeps."""
     if database.dialect != "duckdb":
         return []
-    return [database.identifier, os.environ.get("TZ", ""), *time.tzname, str(time.timezone)]
+    return [database.identifier, database.duckdb_time_zone()]
 
 
 @functools.cache

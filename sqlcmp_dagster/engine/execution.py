@@ -80,7 +80,7 @@ class ExecutionAdapter:
         self._duckdb_idle: list[DuckdbProcess] = []
         self._idle_lock = threading.Lock()
         self._sqlite: SqliteConnections | None = None  # a SQLite file's or neighbor's kept connections
-        self._views: tuple[str, bool] | None = None  # a DuckDB file's version, and whether it hid calls then
+        self._catalog: tuple[str, bool, str] | None = None  # a DuckDB file's version, then :meth:`_duckdb_catalog`
         #: What the adapter found when it connected and the operator should know (a PostgreSQL role without the
         #: recommended role-level defaults): said once, by whoever opened the adapter.
         self.setup_warnings: list[str] = []
@@ -293,26 +293,33 @@ class ExecutionAdapter:
         return Execution(False, None, error, elapsed, unstable=unstable)
 
     def _hides_calls(self) -> bool:
-        """Whether this DuckDB file defines a view or a macro (asked once per :meth:`version`; a neighbor defines
-        none). What they call is not in the text of a query that reads them, and DuckDB has no authorizer to tell
-        it, so a result on such a database may have read the clock or chance: nothing keeps it beyond its run. A
-        database that cannot say counts as one that does."""
-        if self.neighbor_process is not None or self.database_file is None:
-            return False
+        """Whether this DuckDB file holds calls no query's text shows (:meth:`_duckdb_catalog`), so that a result
+        on it may have read the clock or chance: nothing keeps it beyond its run."""
+        return self.neighbor_process is None and self.database_file is not None and self._duckdb_catalog()[0]
+
+    def duckdb_time_zone(self) -> str:
+        """The time zone this DuckDB file's queries run in, as its engine reports it (``TimeZone``, which ICU
+        takes from ``TZ`` or the system's zone, each in its own way): a ``TIMESTAMPTZ`` printed as text is printed
+        in it. Asked once per :meth:`version`, of a process started then; '' where it cannot be read."""
+        return self._duckdb_catalog()[1]
+
+    def _duckdb_catalog(self) -> tuple[bool, str]:
+        """Asked of this DuckDB file once per :meth:`version`: whether it defines a view, a macro, or a table whose
+        definition names the clock or chance (a generated column ``AS (random() * x)``): what they call is not in
+        the text of a query that reads them, and DuckDB has no authorizer to tell it (two reviews' findings); and
+        its engine's time zone. A file that cannot say counts as one that hides calls."""
         version = self.version()
-        if self._views is None or self._views[0] != version:
+        if self._catalog is None or self._catalog[0] != version:
             process = self.borrow_duckdb_process()
             try:
-                answer = process.run(Request(str(self._duckdb_database),
-                                             "SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'view') + "
-                                             "(SELECT count(*) FROM duckdb_functions() WHERE NOT internal AND "
-                                             "function_type IN ('macro', 'table_macro'))",
-                                             self.timeout_ms, 1, 1 << 16, 1 << 10))
+                answer = process.run(Request(str(self._duckdb_database), _DUCKDB_CATALOG, self.timeout_ms, 1,
+                                             1 << 16, 1 << 10))
             finally:
                 self.return_duckdb_process(process)
-            none = answer.outcome == "ok" and answer.fetched is not None and list(answer.fetched.rows) == [(0,)]
-            self._views = (version, not none)
-        return self._views[1]
+            rows = list(answer.fetched.rows) if answer.outcome == "ok" and answer.fetched is not None else []
+            hides, zone = (rows[0][0] != 0, str(rows[0][1])) if len(rows) == 1 else (True, "")
+            self._catalog = (version, hides, zone)
+        return self._catalog[1], self._catalog[2]
 
     def borrow_duckdb_process(self) -> DuckdbProcess:
         """One of this adapter's idle DuckDB processes (a new one when none is idle), the caller's until
@@ -436,7 +443,8 @@ class ExecutionAdapter:
 
 
 #: Names that read the clock or chance in SQLite, DuckDB or PostgreSQL (functions, the ``CURRENT_*`` keywords,
-#: ``'now'`` and its kin as a date's text, DuckDB's and PostgreSQL's sampling), matched as words of the query's
+#: ``'now'`` and its kin as a date's text, DuckDB's and PostgreSQL's sampling, DuckDB's and SQLite's catalog
+#: functions: ``duckdb_settings()`` reads ``HOME`` and the machine's cores), matched as words of the query's
 #: text (in a string or a comment too: a result not kept costs only time). SQLite's own calls are also noted as
 #: its authorizer sees them (:data:`~.sandbox.sqlite.CLOCK_AND_CHANCE`); another engine's views stay unseen.
 _CLOCK_OR_CHANCE_WORDS = re.compile(
@@ -444,7 +452,15 @@ _CLOCK_OR_CHANCE_WORDS = re.compile(
     r"current_date|current_time|current_timestamp|current_localtime|current_localtimestamp|localtime|"
     r"localtimestamp|get_current_time|get_current_timestamp|transaction_timestamp|statement_timestamp|"
     r"clock_timestamp|timeofday|changes|total_changes|last_insert_rowid|current_setting|txid_current|"
-    r"current_transaction_id|nextval|currval|sample|tablesample)\b", re.IGNORECASE)
+    r"current_transaction_id|nextval|currval|sample|tablesample|duckdb_\w+|pragma_\w+)\b", re.IGNORECASE)
+
+
+#: What :meth:`ExecutionAdapter._duckdb_catalog` asks a DuckDB file: how many views, macros and tables whose
+#: definition names the clock or chance it holds, and its engine's time zone.
+_DUCKDB_CATALOG = ("SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'view') + (SELECT count(*) FROM "
+                   "duckdb_functions() WHERE NOT internal AND function_type IN ('macro', 'table_macro')) + (SELECT "
+                   f"count(*) FROM duckdb_tables() WHERE regexp_matches(sql, '{_CLOCK_OR_CHANCE_WORDS.pattern}', "
+                   "'i')), current_setting('TimeZone')")
 
 
 def reads_clock_or_chance(sql: str, calls: Collection[str] = ()) -> bool:
