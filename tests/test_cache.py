@@ -387,8 +387,21 @@ def test_the_engines_own_reads_of_a_database_in_wal_mode_leave_its_state_as_it_w
     assert (tmp_path / "wal.sqlite-wal").exists() and file_state(str(path)) == before
 
 
-def test_a_case_on_a_database_in_wal_mode_gets_its_report_again(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL texts every adapter executes, in order (the test clears it between its runs)."""
+    executed: list[str] = []
+    execute = ExecutionAdapter.execute
+
+    def recording(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
+        executed.append(sql)
+        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ExecutionAdapter, "execute", recording)
+    return executed
+
+
+def test_a_case_on_a_database_in_wal_mode_gets_its_report_again(tmp_path: Path, ran: list[str]) -> None:
     """The ``-wal`` and ``-shm`` beside a database in WAL mode count among its Spider test suite's databases by
     name (the official rule), and its readers change them: their names key the report, not their states, or no
     case on such a database would be given its report again (a review's finding)."""
@@ -399,14 +412,6 @@ def test_a_case_on_a_database_in_wal_mode_gets_its_report_again(tmp_path: Path,
     connection.close()
     case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT name FROM products WHERE price > 10",
                           actual_sql="SELECT name FROM products WHERE price >= 11")
-    ran: list[str] = []
-    execute = ExecutionAdapter.execute
-
-    def recording(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
-        ran.append(sql)
-        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ExecutionAdapter, "execute", recording)
     for run in range(3):  # each a new process: the first evaluates, the others read the store
         forget_reports()
         ran.clear()
@@ -465,22 +470,14 @@ def test_a_duckdb_result_is_kept_for_its_file_and_time_zone(tmp_path: Path, monk
     assert key(sqlite_copies[0], "sqlite") == key(sqlite_copies[1], "sqlite") is not None
 
 
-def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_case_evaluated_again_in_a_later_run_reads_its_report_from_the_store(tmp_path: Path,
+                                                                              ran: list[str]) -> None:
     """A model evaluated again with an answer unchanged (another prompt, a CI run) gets that case's report from
     the disk store: no query runs, not even the model's, and the report is the one computed (made the new
     case's own). Another answer, or the database's content changed, is evaluated anew; so is every case without
     the store."""
     path = sqlite_file(tmp_path / "shop.sqlite", "CREATE TABLE products (name TEXT, price REAL); "
                        "INSERT INTO products VALUES ('a', 20), ('b', 5), ('c', 12);")
-    ran: list[str] = []
-    execute = ExecutionAdapter.execute
-
-    def recording(self: ExecutionAdapter, sql: str, **kwargs: object) -> Execution:
-        ran.append(sql)
-        return execute(self, sql, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(ExecutionAdapter, "execute", recording)
 
     def run(case_id: str, actual: str, cache_dir: Path | None) -> dict[str, object]:
         forget_reports()  # each run as a new process
