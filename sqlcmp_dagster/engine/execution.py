@@ -200,10 +200,10 @@ class ExecutionAdapter:
                         f"the PostgreSQL connection was ended from outside, twice: {_db_message(failure)}") \
                         from failure
                 return Execution(False, None, self._error(failure, timeout, max_cell_bytes, terminated),
-                                 (time.perf_counter() - started) * 1000, unstable=reads_clock_or_chance(sql, calls))
+                                 (time.perf_counter() - started) * 1000, unstable=self._unstable(sql, calls))
             relation = relation_from_rows(names, fetched.rows, fetched.truncated)
             return Execution(True, relation, None, elapsed, fetched.warnings, steps,
-                             unstable=reads_clock_or_chance(sql, calls))
+                             unstable=self._unstable(sql, calls))
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def _fetch(self, sql: str, timeout: int, limit: int, max_bytes: int, max_cell_bytes: int,
@@ -275,7 +275,7 @@ class ExecutionAdapter:
         elapsed = (time.perf_counter() - started) * 1000
         if process is not self.neighbor_process:
             self.return_duckdb_process(process)
-        unstable = reads_clock_or_chance(request.sql) or self._hides_calls()
+        unstable = self._unstable(request.sql)
         if answer.outcome == "ok":
             assert answer.names is not None and answer.fetched is not None
             relation = relation_from_rows(answer.names, answer.fetched.rows, answer.fetched.truncated)
@@ -292,10 +292,14 @@ class ExecutionAdapter:
             error = execution_error(answer.message)
         return Execution(False, None, error, elapsed, unstable=unstable)
 
-    def _hides_calls(self) -> bool:
-        """Whether this DuckDB file holds calls no query's text shows (:meth:`_duckdb_catalog`), so that a result
-        on it may have read the clock or chance: nothing keeps it beyond its run."""
-        return self.neighbor_process is None and self.database_file is not None and self._duckdb_catalog()[0]
+    def _unstable(self, sql: str, calls: Collection[str] = ()) -> bool:
+        """``Execution.unstable`` of ``sql`` run here, which called ``calls`` (SQLite's, as its authorizer saw
+        them): :func:`reads_clock_or_chance`, or, on a DuckDB file, a file whose catalog hides calls
+        (:meth:`_duckdb_catalog`). Asked of a database file only: a neighbor's and a server's results are never
+        kept past their run, and the neighbor search's queries are most executions (8 us of the check each)."""
+        if self.database_file is None:
+            return False
+        return reads_clock_or_chance(sql, calls) or (self.dialect == "duckdb" and self._duckdb_catalog()[0])
 
     def duckdb_time_zone(self) -> str:
         """The time zone this DuckDB file's queries run in, as its engine reports it (``TimeZone``, which ICU

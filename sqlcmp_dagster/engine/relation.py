@@ -165,7 +165,7 @@ class Execution:
     #: on every machine; None on other engines and for a result given rather than executed.
     steps: int | None = None
     #: Whether the query read the clock or chance (``ExecutionAdapter.execute``): run again on the same database
-    #: it may give another result, so nothing keeps it beyond its run.
+    #: it may give another result, so nothing keeps it beyond its run. Told of a database file's results only.
     unstable: bool = False
 
 
