@@ -223,7 +223,7 @@ def file_state(path: str) -> tuple[FileVersion, ...] | None:
     main = file_version(path)
     if main is None:
         return None
-    real = os.path.realpath(path)  # a linked file's log is beside the file, not the link
+    real = os.path.realpath(path) if os.path.islink(path) else path  # a linked file's log is beside the file
     logs = [log[:3] + (0,) + log[4:] for log in map(file_version, (f"{real}-wal", f"{real}.wal"))
             if log is not None and log[1] > 0]
     return (main, *logs)
