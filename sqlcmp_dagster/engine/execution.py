@@ -20,7 +20,7 @@ import threading
 import time
 import warnings
 from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -186,7 +186,8 @@ class ExecutionAdapter:
         for attempt in (1, 2):
             watches: list[postgres.Watch] = []
             try:
-                with calls_noted() as calls:
+                # the calls matter on a SQLite file alone (``_unstable``), not on the searches' neighbors
+                with calls_noted() if self._sqlite_path is not None else nullcontext(frozenset[str]()) as calls:
                     names, fetched, elapsed, steps = self._fetch(sql, timeout, limit, max_bytes, max_cell_bytes,
                                                                  watches)
             except Exception as failure:
