@@ -494,9 +494,8 @@ def read_beside_content(database: ExecutionAdapter) -> list[str]:
     DuckDB, the file's path (``current_database()`` is its name: two copies answer differently) and the time zone
     (a ``TIMESTAMPTZ`` printed as text is printed in it), as the engine reports it (``TZ`` and the system's zone
     are read by ICU in its own way: two reviews' findings, each result served from another file's or zone's
-    entry).
-    SQLite's results read neither: the path is behind a pragma the sandbox denies, local time behind a date
-    function, which nothing keeps."""
+    entry). SQLite's results read neither: the path is behind a pragma the sandbox denies, local time behind a
+    date function, which nothing keeps."""
     if database.dialect != "duckdb":
         return []
     return [database.identifier, database.duckdb_time_zone()]

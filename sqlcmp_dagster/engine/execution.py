@@ -488,7 +488,7 @@ def reads_clock_or_chance(sql: str, calls: Collection[str] = ()) -> bool:
     if not CLOCK_AND_CHANCE.isdisjoint(calls):
         return True
     # the words looked up in a set, not one pattern of alternatives: 8 us a Spider query against 22, asked at every
-    # execution (the neighbor and fix searches' included)
+    # execution on a database file (``ExecutionAdapter._unstable``)
     words = set(_WORD.findall(sql.lower()))
     return not words.isdisjoint(_CLOCK_OR_CHANCE_WORDS) or any(word.startswith(_CATALOG_PREFIXES) for word in words)
 
