@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from unittest import mock
 
 import dagster as dg
 import polars as pl
@@ -25,16 +26,12 @@ from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
-from sqlcmp_dagster.engine import cache, execution
+from sqlcmp_dagster.engine import cache, fingerprint
 from sqlcmp_dagster.engine.atomic import file_state
-from sqlcmp_dagster.engine.cache import (
-    ENVIRONMENT,
-    ExpectedResults,
-    Store,
-    database_fingerprint,
-)
+from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.fingerprint import database_fingerprint
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -191,31 +188,40 @@ def test_a_fingerprint_follows_the_content_not_the_file(tmp_path: Path) -> None:
 
 
 def test_the_fingerprints_a_process_remembers_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The engine context keeps at most FINGERPRINTS_KEPT file states, the least recently used dropped first, and
-    reset() forgets them."""
-    monkeypatch.setattr(cache, "FINGERPRINTS_KEPT", 2)
-    reset()
-    paths = [str(make_db(tmp_path / f"{name}.sqlite", [(1, name)])) for name in "abc"]
-    for path in (paths[0], paths[1], paths[0], paths[2]):
-        assert database_fingerprint(path) is not None
-    assert [state[0][0] for state in current().fingerprints.entries] == [paths[0], paths[2]]
-    assert not reset().fingerprints.entries
-
-
-def test_the_file_digests_a_process_remembers_are_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The SHA-256 digests of database files (an adapter's fingerprint) are kept for at most FILE_DIGESTS_KEPT file
-    versions, the least recently used dropped first; a rewritten file is digested anew."""
-    monkeypatch.setattr(execution, "FILE_DIGESTS_KEPT", 2)
+    """The engine context keeps the digests of at most FINGERPRINTS_KEPT file states, the least recently used
+    dropped first, and reset() forgets them; a rewritten file is digested anew."""
+    monkeypatch.setattr(fingerprint, "FINGERPRINTS_KEPT", 2)
     reset()
     paths = [make_db(tmp_path / f"{name}.sqlite", [(1, name)]) for name in "abc"]
-    digests = {path: ExecutionAdapter(str(path)).fingerprint() for path in (paths[0], paths[1], paths[0], paths[2])}
-    assert [key[0][0] for key in current().file_digests.entries] == [str(paths[0]), str(paths[2])]
+    digests = {path: database_fingerprint(str(path)) for path in (paths[0], paths[1], paths[0], paths[2])}
+    assert [state[0][0] for state in current().fingerprints.entries] == [str(paths[0]), str(paths[2])]
     assert len(set(digests.values())) == 3
     with sqlite3.connect(paths[0]) as connection:
         connection.execute("INSERT INTO t VALUES (2, 'z')")
+    connection.close()
     os.utime(paths[0], ns=(1, 1))  # another version even where the clock's tick would hide the write
-    assert ExecutionAdapter(str(paths[0])).fingerprint() != digests[paths[0]]
-    assert not reset().file_digests.entries
+    assert database_fingerprint(str(paths[0])) != digests[paths[0]]
+    assert not reset().fingerprints.entries
+
+
+def test_the_data_version_and_the_cache_read_one_digest_of_a_file(tmp_path: Path) -> None:
+    """A case's Dagster data version (the adapter's fingerprint) and the cache's keys hold one digest, computed
+    once per file state: the file is read once whichever asks first, and a digest a store kept from an earlier
+    run is the data version's too."""
+    path = make_db(tmp_path / "one.sqlite", [(1, "x")])
+    store = Store(tmp_path / "cache")
+    reset()
+    adapter = ExecutionAdapter(str(path))
+    try:
+        digest = adapter.fingerprint()
+        assert digest == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        assert database_fingerprint(str(path), store) == digest
+        reset()
+        with mock.patch.object(hashlib, "file_digest", side_effect=AssertionError("read again")):
+            assert database_fingerprint(str(path), store) == digest  # from the store, not the file
+            assert adapter.fingerprint() == digest  # from the context the store's answer filled
+    finally:
+        adapter.close()
 
 
 def executions(cache_: ExpectedResults, adapter: ExecutionAdapter, sql: str, config: EvalConfig) -> Execution | None:

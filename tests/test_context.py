@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from sqlcmp_dagster.engine.cache import database_fingerprint
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
+from sqlcmp_dagster.engine.fingerprint import database_fingerprint
 from sqlcmp_dagster.engine.neighbors.schema import read_schema
 from sqlcmp_dagster.engine.neighbors.scratch import neighborhood, scratch
 from sqlcmp_dagster.engine.parsing import parse
@@ -91,11 +91,11 @@ def test_reset_empties_the_caches_and_closes_the_idle_neighbor_databases(tmp_pat
             pass
         assert database_fingerprint(str(path)) is not None
         kept = current()
-        assert kept.gate_answers.entries and kept.schemas.entries and kept.file_digests.entries
+        assert kept.gate_answers.entries and kept.schemas.entries
         assert kept.idle_neighborhoods.entries and kept.fingerprints.entries
         fresh = reset()
         assert fresh is current() and fresh is not kept
-        assert not (fresh.gate_answers.entries or fresh.schemas.entries or fresh.file_digests.entries
+        assert not (fresh.gate_answers.entries or fresh.schemas.entries
                     or fresh.idle_neighborhoods.entries or fresh.fingerprints.entries)
         assert place.writer is not None
         with pytest.raises(sqlite3.ProgrammingError):  # closed, not left open with nothing holding it

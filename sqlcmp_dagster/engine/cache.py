@@ -53,8 +53,8 @@ import polars as pl
 import sqlglot
 from filelock import FileLock, Timeout
 
-from sqlcmp_dagster.engine.atomic import FileVersion, file_state
-from sqlcmp_dagster.engine.context import Guarded, current, keep_recent, recall
+from sqlcmp_dagster.engine.atomic import file_state
+from sqlcmp_dagster.engine.fingerprint import database_fingerprint
 from sqlcmp_dagster.engine.models import EvalConfig
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse
 from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_rows
@@ -64,8 +64,9 @@ if TYPE_CHECKING:  # the adapter is only read here (its file and dialect)
     from sqlcmp_dagster.engine.execution import ExecutionAdapter
 
 #: The layout of a disk entry and the rules of what one may hold; a change makes every older entry miss. 3: entries
-#: written before SQLite's authorizer told the clock and chance apart may hold results that read them.
-CACHE_FORMAT = 3
+#: written before SQLite's authorizer told the clock and chance apart may hold results that read them. 4: a
+#: database's digest is the Dagster data version's (``fingerprint``), no longer a BLAKE2b of its own.
+CACHE_FORMAT = 4
 #: What computed an entry: the layout, the engine (package and report-behaviour version) and the libraries whose
 #: objects a value holds. Part of every key, so an upgrade of any of them misses instead of reading old values.
 ENVIRONMENT = (f"format {CACHE_FORMAT}; sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; "
@@ -349,48 +350,6 @@ def _remove(path: Path) -> None:
         path.unlink()
     except OSError:
         pass
-
-
-#: Content fingerprints kept in the engine context (:func:`database_fingerprint`), the least recently used
-#: dropped first: an entry is a file's state and a digest, a few hundred bytes, so the bound is about a MB,
-#: and it is far more database files (or versions of one) than a suite reads.
-FINGERPRINTS_KEPT = 4096
-
-
-def database_fingerprint(path: str, store: Store | None = None) -> str | None:
-    """A digest of a database file's content (its write-ahead log included), or None when it cannot be read: a
-    copy of the file, or the file touched, has the same one. Computed once per :func:`file_state`: remembered in
-    the engine context (up to :data:`FINGERPRINTS_KEPT` states) and, with ``store``, across runs, so that a warm
-    run reads no database whole."""
-    state = file_state(path)
-    if state is None:
-        return None
-    kept = _fingerprints()
-    known = recall(kept, state)
-    if known is not None:
-        return known
-    state_key = json.dumps(state)
-    if store is not None:
-        stored = store.load("fingerprint", state_key)
-        known = stored if isinstance(stored, str) else None
-    if known is None:
-        digest = hashlib.blake2b()
-        try:
-            for name, *_ in state:
-                with open(name, "rb") as file:
-                    digest.update(hashlib.file_digest(file, "blake2b").digest())
-        except OSError:
-            return None
-        known = digest.hexdigest()
-        if store is not None:
-            store.save("fingerprint", state_key, known)
-    keep_recent(kept, state, known, FINGERPRINTS_KEPT)
-    return known
-
-
-def _fingerprints() -> Guarded[OrderedDict[tuple[FileVersion, ...], str]]:
-    """The engine context's fingerprints, typed."""
-    return current().fingerprints
 
 
 class ExpectedResults:

@@ -85,15 +85,12 @@ class EngineContext:
         #: (``sandbox.gate.gate_reason``).
         self.gate_answers: Guarded[OrderedDict[tuple[int, str, str], tuple[object, str | None]]] = \
             Guarded(OrderedDict())
-        #: SHA-256 prefixes of database files by their state on disk (``atomic.file_state``), least recently used
-        #: first, at most ``execution.FILE_DIGESTS_KEPT`` (``execution``): a long-lived process that sees database
-        #: files rewritten again and again (a Dagster code server, a scheduled evaluation) keeps only the recent
-        #: ones.
-        self.file_digests: Guarded[OrderedDict[tuple[FileVersion, ...], str]] = Guarded(OrderedDict())
-        #: Content fingerprints of database files by their state on disk (``atomic.file_state``: the versions of the
-        #: file and of its write-ahead log), least recently used first, at most ``cache.FINGERPRINTS_KEPT``
-        #: (``cache.database_fingerprint``).
-        self.fingerprints: Guarded[OrderedDict[tuple[FileVersion, ...], str]] = Guarded(OrderedDict())
+        #: Content digests of database files by their state on disk (``atomic.file_state``: the versions of the
+        #: file and of its write-ahead log), least recently used first, at most ``fingerprint.FINGERPRINTS_KEPT``
+        #: (``fingerprint.database_fingerprint``), each with whether a cache store has it: a long-lived process that
+        #: sees database files rewritten again and again (a Dagster code server, a scheduled evaluation) keeps only
+        #: the recent ones.
+        self.fingerprints: Guarded[OrderedDict[tuple[FileVersion, ...], tuple[str, bool]]] = Guarded(OrderedDict())
         #: Neighbor schemas with their sample rows by (database, version, sample rows), oldest first
         #: (``neighbors.schema.read_schema``).
         self.schemas: Guarded[dict[tuple[str, str, int], Any]] = Guarded({})

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.atomic import file_state
-from sqlcmp_dagster.engine.context import current, keep_recent, recall
+from sqlcmp_dagster.engine.fingerprint import database_fingerprint
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
 from sqlcmp_dagster.engine.plans import Plan, plan_of
@@ -48,9 +48,6 @@ __all__ = ["DUCKDB_SUFFIXES", "ExecutionAdapter", "PrivilegedRoleError", "resolv
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
-#: Most database file versions whose digest one process keeps (a digest is 16 characters; the bound is for a
-#: process that lives through many rewrites of its databases, not for memory a suite's files take).
-FILE_DIGESTS_KEPT = 4096
 #: File suffixes opened with DuckDB when a path (not a URL) is given.
 DUCKDB_SUFFIXES = (".duckdb", ".ddb")
 
@@ -405,13 +402,16 @@ class ExecutionAdapter:
 
     def fingerprint(self) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
-        DuckDB file's is its bytes' and its write-ahead log's when that holds anything (:func:`_content_digest`); a
-        server's, its address's. A DuckDB file's used to be its address's: a file edited in place kept its cached
+        DuckDB file's is its bytes' and its write-ahead log's when that holds anything (:func:`database_fingerprint`,
+        which the cache's keys hold too); a server's, its address's. A DuckDB file's used to be its address's: a file edited in place kept its cached
         schema (the neighbor search then built neighbors without the new column) and its cases their Dagster data
         version; a SQLite file's used to leave its log out, so a write sitting there kept them too."""
         file = self.database_file
         if file is not None:
-            return _content_digest(file)
+            digest = database_fingerprint(file)
+            if digest is None:
+                raise FileNotFoundError(errno.ENOENT, "the database file is gone or cannot be read", file)
+            return digest
         return hashlib.sha256(self.identifier.encode()).hexdigest()[:16]
 
     def close(self) -> None:
@@ -557,24 +557,3 @@ def _db_message(failure: BaseException) -> str:
 
 def _strip_terminator(sql: str) -> str:
     return sql.strip().rstrip(";").strip()
-
-
-def _content_digest(path: str) -> str:
-    """The first 16 hex digits of the SHA-256 of the database file at ``path``, then of its write-ahead log's when
-    that holds anything, kept in the engine context per :func:`~sqlcmp_dagster.engine.atomic.file_state` (at most
-    :data:`FILE_DIGESTS_KEPT` states, least recently used out first)."""
-    key, digests = file_state(path), current().file_digests
-    if key is None:
-        raise FileNotFoundError(errno.ENOENT, "no such database file", path)
-    known = recall(digests, key)
-    if known is not None:
-        return known
-    parts = []
-    for name, *_ in key:
-        digest = hashlib.sha256()
-        with open(name, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        parts.append(digest.hexdigest()[:16])
-    keep_recent(digests, key, "".join(parts), FILE_DIGESTS_KEPT)
-    return "".join(parts)
