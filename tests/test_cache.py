@@ -38,6 +38,7 @@ from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.version import REPORT_BEHAVIOUR_VERSION
+from sqlcmp_dagster.resources.database import DatabaseResource
 
 
 def entry_files(root: Path) -> list[Path]:
@@ -427,6 +428,33 @@ def test_a_case_on_a_database_in_wal_mode_gets_its_report_again(tmp_path: Path, 
         finally:
             evaluator.close()
         assert (tmp_path / "shop.sqlite-shm").exists() and (case.actual_sql in ran) == (run == 0), run
+
+
+def test_a_dagster_step_reads_a_databases_digest_from_the_cache_folder(tmp_path: Path) -> None:
+    """Each Dagster step is a process of its own, and a case's data version holds its database's digest: with a
+    cache folder, a step reads it from there while the file's state is the one it was kept for, instead of reading
+    a large file whole again; a changed file is read again, and without a cache folder every process reads it."""
+    path = make_db(tmp_path / "shop.sqlite", [(1, "x")])
+    case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT 1", actual_sql="SELECT 1", db="shop")
+
+    def step(**options: object) -> str:
+        reset()  # a new process
+        resource = DatabaseResource(db_dir=str(tmp_path), **options)
+        try:
+            return resource.fingerprint(case)
+        finally:
+            resource.teardown_after_execution(mock.Mock())
+
+    first = step(cache_dir=str(tmp_path / "cache"))
+    assert first == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    with mock.patch.object(hashlib, "file_digest", side_effect=AssertionError("read again")):
+        assert step(cache_dir=str(tmp_path / "cache")) == first
+        with pytest.raises(AssertionError, match="read again"):
+            step(use_cache=False)
+    with sqlite3.connect(path) as connection:
+        connection.execute("INSERT INTO t VALUES (2, 'y')")
+    connection.close()
+    assert step(cache_dir=str(tmp_path / "cache")) == hashlib.sha256(path.read_bytes()).hexdigest()[:16] != first
 
 
 def test_a_sqlite_databases_content_digest_holds_a_write_left_in_its_log(tmp_path: Path) -> None:

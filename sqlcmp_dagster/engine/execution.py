@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlcmp_dagster.engine.atomic import file_state
-from sqlcmp_dagster.engine.fingerprint import database_fingerprint
+from sqlcmp_dagster.engine.fingerprint import DigestStore, database_fingerprint
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_CELL_BYTES, DEFAULT_MAX_RESULT_BYTES, ExecutionError
 from sqlcmp_dagster.engine.parsing import ParseOutcome, parse, query_text
 from sqlcmp_dagster.engine.plans import Plan, plan_of
@@ -400,15 +400,17 @@ class ExecutionAdapter:
             return self.fingerprint()
         return repr(file_state(file))
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, store: DigestStore | None = None) -> str:
         """A content hash of the database: what a cached result depends on besides the case itself. A SQLite or
         DuckDB file's is its bytes' and its write-ahead log's when that holds anything (:func:`database_fingerprint`,
-        which the cache's keys hold too); a server's, its address's. A DuckDB file's used to be its address's: a file edited in place kept its cached
+        which the cache's keys hold too), read from ``store`` (a cache folder) while the file's state on disk is
+        the one it was stored for, so that a new process (a Dagster step) does not read a large file whole again;
+        a server's, its address's. A DuckDB file's used to be its address's: a file edited in place kept its cached
         schema (the neighbor search then built neighbors without the new column) and its cases their Dagster data
         version; a SQLite file's used to leave its log out, so a write sitting there kept them too."""
         file = self.database_file
         if file is not None:
-            digest = database_fingerprint(file)
+            digest = database_fingerprint(file, store)
             if digest is None:
                 raise FileNotFoundError(errno.ENOENT, "the database file is gone or cannot be read", file)
             return digest

@@ -61,9 +61,10 @@ class DatabaseResource(dg.ConfigurableResource):
         return request.model_copy(update={"config": request.config.model_copy(update=update)})
 
     def fingerprint(self, request: CompareRequest) -> str:
-        """The database's content hash, part of a case's data version; 'unavailable' when it cannot be opened."""
+        """The database's content hash, part of a case's data version; 'unavailable' when it cannot be opened. A
+        file's is kept in the cache folder by its state on disk, so each step's process reads it from there."""
         adapter, error = self.open(request)
-        return adapter.fingerprint() if adapter is not None else f"unavailable:{error}"
+        return adapter.fingerprint(self.cache().store) if adapter is not None else f"unavailable:{error}"
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._evaluator is not None:
