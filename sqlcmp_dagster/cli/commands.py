@@ -6,12 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
-
-
-if TYPE_CHECKING:
-
-    pass
 
 # The engine is imported inside each command, never at the top (see sqlcmp_dagster.cli's main).
 from sqlcmp_dagster.cli.common import EXIT_FAIL, EXIT_OUTPUT, EXIT_PASS, UsageError, cache_dir_of, check_input, \

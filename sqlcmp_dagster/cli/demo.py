@@ -9,12 +9,6 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-
-if TYPE_CHECKING:
-
-    pass
 
 # The engine is imported inside each command, never at the top (see sqlcmp_dagster.cli's main).
 from sqlcmp_dagster.cli.common import EXIT_FAIL, EXIT_PASS, UsageError, check_input, counted, listed, report_line, say

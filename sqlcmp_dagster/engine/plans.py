@@ -6,12 +6,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-
-
-if TYPE_CHECKING:
-    pass
 
 @dataclass(frozen=True)
 class Plan:

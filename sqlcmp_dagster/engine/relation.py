@@ -13,20 +13,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.engine.models import ExecutionError, \
-    binary_text
+from sqlcmp_dagster.engine.models import ExecutionError, binary_text
 
-if TYPE_CHECKING:
-    pass
 
 #: Characters of text (bytes of binary) of one cell that a report's samples and result tables show.
 SAMPLE_CELL_CHARS = 200
-
-
 
 
 class Relation:
@@ -167,7 +162,6 @@ class Execution:
     #: Whether the query read the clock or chance (``ExecutionAdapter.execute``): run again on the same database
     #: it may give another result, so nothing keeps it beyond its run. Told of a database file's results only.
     unstable: bool = False
-
 
 
 def relation_from_rows(names: Sequence[str], rows: Sequence[Sequence[Any]], truncated: bool = False) -> Relation:
@@ -402,7 +396,6 @@ def _family(value: Any) -> str:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return "b"
     return "o"
-
 
 
 def shown_rows(rows: Iterable[Sequence[Any]], limit: int = SAMPLE_CELL_CHARS) -> list[list[Any]]:
