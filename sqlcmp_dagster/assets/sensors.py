@@ -16,9 +16,8 @@ from sqlcmp_dagster.assets.common import CASES_PARTITIONS, LAYER_ASSETS, RANGE_E
     per_run
 from sqlcmp_dagster.assets.jobs import evaluation_job
 from sqlcmp_dagster.cases import chunks
-from sqlcmp_dagster.cases.chunks import partition_key_problem, partition_of, partition_versions
+from sqlcmp_dagster.cases.chunks import partition_of, partition_versions
 from sqlcmp_dagster.assets.suite_scan import SCAN_OBJECT, scan_suite
-from sqlcmp_dagster.cases.suite import Suite
 from sqlcmp_dagster.engine.collector import batch_collector
 from sqlcmp_dagster.escaping import terminal_text
 from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
@@ -59,7 +58,7 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     version once a run of it at that version succeeded (``outcomes`` gives each request's runs). A request whose
     runs all failed (a lost worker's run, failed by Dagster's run monitoring, or a run that crashed) is requested
     again, up to :data:`MAX_ATTEMPTS` failed runs; one with no run after :data:`LAUNCH_GRACE_SECONDS` too. What
-    the sensor cannot take from the folder (:func:`suite_problems`) and the requests it gives up go to ``warn``.
+    the sensor cannot take from the folder (:attr:`~sqlcmp_dagster.assets.suite_scan.SuiteScan.problems`) and the requests it gives up go to ``warn``.
 
     The suite folder is read through :func:`~sqlcmp_dagster.assets.suite_scan.scan_suite`: with ``store``, the
     scan of the last tick is kept there and only the files that changed are read again.
@@ -200,18 +199,6 @@ def request_outcomes(instance: dg.DagsterInstance, request_ids: Sequence[str]) -
     for record in instance.get_run_records(dg.RunsFilter(tags={REQUEST_TAG: list(request_ids)})):
         found.setdefault(record.dagster_run.tags[REQUEST_TAG], []).append(record.dagster_run.status)
     return found
-
-
-def suite_problems(suite: Suite) -> list[str]:
-    """What the case sensor cannot take from ``suite``, a line each: the lines that are not cases (each such
-    case's partition is deleted, as a case taken out of the suite is) and the case ids Dagster cannot hold as a
-    partition key (those cases are not added). The sensor logs them: before, a case whose line broke lost its
-    partition without a word, and one id with a NUL made the PostgreSQL instance refuse every new partition of
-    the tick. They are written as a terminal may show them (:func:`~sqlcmp_dagster.escaping.terminal_text`):
-    Dagster's console log prints them."""
-    return [f"suite line skipped: {error}" for error in suite.errors] + [
-        f"case {case.case_id!r} is not evaluated in Dagster: its id {problem}"
-        for case in suite.cases if (problem := partition_key_problem(case.case_id)) is not None]
 
 
 def _consecutive(order: list[str], wanted: set[str]) -> list[list[str]]:

@@ -39,8 +39,11 @@ SCAN_SECONDS = 3.0
 @dataclass(frozen=True)
 class SuiteScan:
     """Every case Dagster evaluates, id -> data version in suite order, and what the sensor cannot take from the
-    folder (:func:`scan_suite`'s ``problems``, a line each, as :func:`~sqlcmp_dagster.assets.sensors.suite_problems`
-    words them). ``complete`` is False when the tick's time ran out before every file was read: ``versions`` then
+    folder, a line each (``problems``): the lines that are not cases (each such case's partition is deleted, as a
+    case taken out of the suite is) and the case ids Dagster cannot hold as a partition key (those cases are not
+    added). The sensor logs them, as a terminal may show them: before, a case whose line broke lost its partition
+    without a word, and one id with a NUL made the PostgreSQL instance refuse every new partition of the tick.
+    ``complete`` is False when the tick's time ran out before every file was read: ``versions`` then
     holds only the cases read so far and must not be taken for the suite."""
 
     versions: dict[str, str]

@@ -11,7 +11,7 @@ import os
 import queue
 from collections import deque
 from collections.abc import Iterable, Iterator, MutableSequence, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from typing import Protocol

@@ -131,15 +131,6 @@ def drop_positions(tree: exp.Expression) -> exp.Expression:
     return tree
 
 
-def canonical_sql(ast: exp.Expression, dialect: str) -> str:
-    """Canonical text of ``ast``: identifiers case-normalized, aliases resolved, operands ordered, keywords lowercased.
-
-    >>> canonical_sql(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
-    'select name from singer where a = 1 and b = 2'
-    """
-    return canonical_text(canonical_tree(ast, dialect), dialect, owned=True)
-
-
 def canonical_text(tree: exp.Expr, dialect: str | None, *, owned: bool = False) -> str:
     """``tree`` printed as the canonical text is: functions and keywords in lower case. The dialect's generator
     may rewrite what it prints, so ``tree`` is printed from a copy unless it is ``owned`` (the caller's to give
@@ -148,9 +139,15 @@ def canonical_text(tree: exp.Expr, dialect: str | None, *, owned: bool = False) 
 
 
 def canonical_tree(ast: exp.Expression, dialect: str, *, owned: bool = False) -> exp.Expression:
-    """The rewritten AST behind :func:`canonical_sql`, reused by the structural comparator. ``ast`` is copied
-    first unless it is ``owned`` (the caller's to give away: rewritten in place). Within :func:`parse`'s
-    deadline every rewrite looks at the clock as it goes (:func:`tick`)."""
+    """The canonical AST of ``ast``: identifiers case-normalized, table aliases resolved, commutative operands
+    ordered; the structural comparator reads it, and :func:`canonical_text` prints it. ``ast`` is copied first
+    unless it is ``owned`` (the caller's to give away: rewritten in place). Within :func:`parse`'s deadline every
+    rewrite looks at the clock as it goes (:func:`tick`).
+
+    >>> tree = canonical_tree(sqlglot.parse_one("SELECT T1.Name FROM Singer AS T1 WHERE b=2 AND a=1"), "sqlite")
+    >>> canonical_text(tree, "sqlite", owned=True)
+    'select name from singer where a = 1 and b = 2'
+    """
     tree = normalize_identifiers(ast if owned else ast.copy(), dialect=dialect_of(None))
     for rewrite in (unalias_tables, sort_commutative):
         tick(force=True)
