@@ -32,7 +32,8 @@ from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store
 from sqlcmp_dagster.engine.context import current, reset
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.fingerprint import database_fingerprint
-from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
+from sqlcmp_dagster.engine.layers import validate
+from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.parsing import ParseOutcome
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.records import reports_from_frame
@@ -428,6 +429,69 @@ def test_a_case_on_a_database_in_wal_mode_gets_its_report_again(tmp_path: Path, 
         finally:
             evaluator.close()
         assert (tmp_path / "shop.sqlite-shm").exists() and (case.actual_sql in ran) == (run == 0), run
+
+
+def test_an_expected_query_served_from_the_cache_counts_its_time_in_the_case_budget(tmp_path: Path) -> None:
+    """A review's finding: a cached expected query cost the case nothing, so with a warm cache the actual query got
+    the whole of ``case_timeout_ms`` and passed where a run without the cache timed out. Its recorded time now
+    counts (``cached_execution_ms``), apart from the time spent executing."""
+    path = make_db(tmp_path / "shop.sqlite", [(1, "a"), (2, "b")])
+    case = CompareRequest(case_id="c", user_query="q", expected_sql="SELECT name FROM t",
+                          actual_sql="SELECT name FROM t ORDER BY 1", db=str(path),
+                          config=EvalConfig(query_timeout_ms=5000, case_timeout_ms=1000))
+    adapter, kept = ExecutionAdapter(str(path)), ExpectedResults()
+    try:
+        cold = validate(case, adapter, cache=kept)
+        assert cold.actual.execution is not None and cold.actual.execution.success
+        assert "cached_execution_ms" not in cold.timings
+        key = kept.key(adapter, "sqlite", case.expected_sql[0], case.config)
+        assert key is not None and (hit := kept.get(key)) is not None
+        earlier = ExpectedResults()  # as an earlier run left it, measured on a busy machine
+        earlier.put(key, dataclasses.replace(hit, elapsed_ms=1500.0))
+        warm = validate(case, adapter, cache=earlier)
+    finally:
+        adapter.close()
+    assert warm.timings["cached_execution_ms"] == 1500.0
+    assert warm.actual.execution is not None and warm.actual.execution.error is not None
+    assert warm.actual.execution.error.category == "timeout"  # as it would be had the expected query run that long
+    assert "case_timeout_ms=1000 was spent" in warm.actual.execution.error.message
+
+
+def test_an_expected_result_of_a_database_written_during_its_query_is_not_kept(tmp_path: Path) -> None:
+    """A review's finding: a write committed while the expected query ran left the new content's result under the
+    old content's key; once the old content was back (a backup restored), every later run read that wrong result
+    and failed a right answer. An execution is now kept only when the file's state did not move during it."""
+    path = make_db(tmp_path / "shop.sqlite", [(1, "a"), (2, "b")])
+    backup = tmp_path / "backup.sqlite"
+    shutil.copy(path, backup)
+    gold = "SELECT name FROM t ORDER BY name"
+    case = CompareRequest(case_id="c", user_query="q", expected_sql=gold, actual_sql="SELECT name FROM t ORDER BY 1",
+                          db=str(path))
+    execute = ExecutionAdapter.execute
+    writes = [True]
+
+    def written_meanwhile(self: ExecutionAdapter, sql: str, **options: object) -> object:
+        if sql == gold and writes:
+            writes.clear()
+            with sqlite3.connect(path) as writer:
+                writer.execute("UPDATE t SET name = 'z' WHERE id = 1")
+            writer.close()
+        return execute(self, sql, **options)  # type: ignore[arg-type]
+
+    def run(cache_dir: Path | None) -> Report:
+        forget_reports()
+        evaluator = Evaluator(cache_dir=cache_dir)
+        try:
+            return evaluator.evaluate_all([case])[0]
+        finally:
+            evaluator.close()
+
+    with mock.patch.object(ExecutionAdapter, "execute", written_meanwhile):
+        run(tmp_path / "cache")
+    shutil.copy(backup, path)  # the content of before, exactly
+    cached, fresh = run(tmp_path / "cache"), run(None)
+    assert fresh.deterministic_verdict == "pass"
+    assert untimed(cached.model_dump(mode="json")) == untimed(fresh.model_dump(mode="json"))
 
 
 def test_a_dagster_step_reads_a_databases_digest_from_the_cache_folder(tmp_path: Path) -> None:

@@ -119,7 +119,9 @@ class EvalConfig(_Strict):
     """A longer query is a parse failure before the parser runs."""
     case_timeout_ms: int | None = Field(default=None, gt=0, le=MAX_MS)
     """The case's whole budget for parsing and every query it runs (expected, actual, fix-search candidates, tie
-    re-checks, neighbor search); unset: three times ``query_timeout_ms``."""
+    re-checks, neighbor search); an expected query served from the cache counts with the time it was measured with
+    (``timings.cached_execution_ms``), so a warm cache leaves the rest of the case the time it would have without
+    one; unset: three times ``query_timeout_ms``."""
     enable_ai_judge: bool = False
     """Ask the advisory LLM judge (it never changes the deterministic verdict)."""
     enable_performance_metrics: bool = False

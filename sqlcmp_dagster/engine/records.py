@@ -281,9 +281,9 @@ DIAGNOSTIC_SCORES = pl.Struct({**{name: pl.Float64 for name in SCORES}, "confide
 VALIDITY = pl.Struct({"parse_success_actual": pl.Boolean, "parse_success_expected": pl.List(pl.Boolean),
                       "execution_success_actual": pl.Boolean, "execution_success_expected": pl.List(pl.Boolean),
                       "case_valid": pl.Boolean, "invalid_reason": pl.Utf8})
-TIMINGS = pl.Struct({name: pl.Float64 for name in ("parse_ms", "execution_ms", "comparison_ms", "diagnostics_ms",
-                                                   "probe_execution_ms", "neighbor_search_ms", "total_ms",
-                                                   "engine_overhead_ms")})
+TIMINGS = pl.Struct({name: pl.Float64 for name in ("parse_ms", "execution_ms", "cached_execution_ms", "comparison_ms",
+                                                   "diagnostics_ms", "probe_execution_ms", "neighbor_search_ms",
+                                                   "total_ms", "engine_overhead_ms")})
 RUN_METADATA = pl.Struct({"user_query": pl.Utf8, "hardness": pl.Utf8, "difficulty": pl.Utf8,
                           "engine_version": pl.Utf8, "dialect": pl.Utf8, "database": pl.Utf8,
                           "config_hash": pl.Utf8, "comparison_mode": pl.Utf8, "timings": TIMINGS, "judge": pl.Utf8})
