@@ -1,9 +1,12 @@
 """The disk store of the cache (engine/cache.py's Store) when its folder is not as it wrote it: its eviction lock
-unusable or held by another process, several processes writing to one bounded folder."""
+unusable or held by another process, several processes writing to one bounded folder, a folder that cannot be
+used."""
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
+import os
 import subprocess
 import sys
 import threading
@@ -16,9 +19,12 @@ from typing import TypeVar
 
 import pytest
 
+from sqlcmp_dagster.cases.sample import sample_suite_path
+from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import EXIT_FAIL, EXIT_PASS, main
 from sqlcmp_dagster.engine import cache
 from sqlcmp_dagster.engine.cache import Store
+from sqlcmp_dagster.resources.database import DatabaseResource
 
 #: How long a test waits for what should take a moment (a process to start, saves to finish): generous, so
 #: that only a hang fails it.
@@ -221,3 +227,49 @@ def test_clear_deletes_only_the_files_the_store_wrote_and_the_folders_it_left_em
     assert [path.read_text() for path in others] == ["mine"] * len(others)
     left = {*others, *(path.parent for path in others)} - {tmp_path / "entries"}
     assert set((tmp_path / "entries").rglob("*")) == left
+
+
+def test_evaluate_says_when_its_cache_folder_cannot_be_used_and_goes_on(
+        tmp_path: Path, sample_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A review's finding: a folder that is no folder, or that the group may write to (mode 0775, as a umask of
+    002 makes it), was dropped without a word, and every run executed every expected query again."""
+    (tmp_path / "file").write_text("x")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o775)
+    suite = load_suite(sample_suite_path())
+    for folder, why in ((tmp_path / "file", "is not a folder"), (shared, "other users may write to it")):
+        out = tmp_path / f"{folder.name}.jsonl"
+        status = main(["evaluate", str(sample_suite_path()), "--db-dir", str(sample_dir), "--out", str(out),
+                       "--cache-dir", str(folder), "--quiet"])
+        err = capsys.readouterr().err
+        assert err.startswith(f"sqlcmp: cache not used: {folder} ") and why in err.splitlines()[0]
+        assert status in (EXIT_PASS, EXIT_FAIL) and len(out.read_text().splitlines()) == len(suite.cases)
+    assert list(shared.iterdir()) == [] and (tmp_path / "file").read_text() == "x"
+
+
+def test_the_database_resource_says_once_when_its_cache_folder_cannot_be_used(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The Dagster side of the finding above: the step's log says it, once per resource."""
+    (tmp_path / "file").write_text("x")
+    resource = DatabaseResource(db_dir=str(tmp_path), cache_dir=str(tmp_path / "file"))
+    usable = DatabaseResource(db_dir=str(tmp_path), cache_dir=str(tmp_path / "folder"))
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            assert resource.cache().store is not None and usable.cache().store is not None
+    assert [r.getMessage() for r in caplog.records if "cache" in r.getMessage()] == [
+        f"cache not used: {tmp_path / 'file'} is not a folder"]
+
+
+def test_a_folder_that_cannot_be_written_is_said_to_be_read_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read-only mount (a CI job's cache restored read-only) is still read: the warning says so, not that the
+    folder is unused. Root may write any folder not on a read-only mount, so the mount is stood for by access()."""
+    store = Store(tmp_path / "cache")
+    fill(store, 1, 10)
+    assert Store(tmp_path / "cache").warning() is None
+    monkeypatch.setattr(os, "access", lambda path, mode: mode != os.W_OK)
+    read_only = Store(tmp_path / "cache")
+    assert read_only.warning() == \
+        f"cache not written: {tmp_path / 'cache'} is read-only; its entries are read, none is added"
+    assert read_only.load("execution", "k0") == bytes(10)

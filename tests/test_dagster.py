@@ -6,6 +6,7 @@ import importlib
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import weakref
@@ -32,6 +33,7 @@ from sqlcmp_dagster.contracts import CONTRACT_CHECK, contract_check
 from sqlcmp_dagster.definitions import build_definitions
 from sqlcmp_dagster.engine.models import Report
 from sqlcmp_dagster.engine.records import reports_from_frame, typed_frame
+from sqlcmp_dagster.resources import DatabaseResource
 from sqlcmp_dagster.resources.storage import read_asset
 from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.summary import robust_line, summarize
@@ -206,6 +208,44 @@ def test_only_the_edited_case_re_materializes(tmp_path: Path, sample_dir: Path,
     removed = sensor_tick(defs, instance, edited.cursor)
     assert removed.deleted == ["c49"] and removed.runs == []
     assert "c49" not in instance.get_dynamic_partitions(cases_partitions.name)
+
+
+def test_a_case_is_stale_when_its_test_suite_or_the_database_resources_defaults_change(
+        tmp_path: Path, instance: dg.DagsterInstance) -> None:
+    """A review's findings: a case's data version held its database's content alone, so editing another database
+    of its Spider test suite (which decides ``spider_test_suite_match``) requested no run and left the report
+    stale; and it held the case as written, without the database resource's defaults (``max_result_rows``,
+    ``query_timeout_ms``), which are the case's config where it sets none."""
+    folder, databases = tmp_path / "cases", tmp_path / "dbs"
+    (databases / "shop").mkdir(parents=True)
+    for name in ("shop", "shop_ts1"):
+        with sqlite3.connect(databases / "shop" / f"{name}.sqlite") as connection:
+            connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT, price REAL)")
+            connection.executemany("INSERT INTO t VALUES (?, ?, ?)", [(1, "a", 10.0), (2, "b", 20.0), (3, "c", 30.0)])
+        connection.close()
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text(json.dumps(
+        {"case_id": "c", "expected_sql": "SELECT name FROM t WHERE price > 15", "db": "shop",
+         "actual_sql": "SELECT name FROM t WHERE price >= 20"}) + "\n", encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(databases), storage_dir=str(tmp_path / "store"))
+
+    def report() -> Report:
+        return _reports(tmp_path / "store")["c"]
+
+    first = sensor_tick(defs, instance, None)
+    assert len(first.runs) == 1 and report().metrics["validation"]["spider_test_suite_match"] is True
+    with sqlite3.connect(databases / "shop" / "shop_ts1.sqlite") as connection:
+        connection.execute("INSERT INTO t VALUES (4, 'd', 17.0)")  # tells the two queries apart there
+    connection.close()
+    edited = sensor_tick(defs, instance, first.cursor)
+    assert len(edited.runs) == 1 and report().metrics["validation"]["spider_test_suite_match"] is False
+    assert sensor_tick(defs, instance, edited.cursor).runs == []
+
+    capped = dg.Definitions(assets=defs.assets, jobs=defs.jobs, sensors=defs.sensors, resources={
+        **(defs.resources or {}), "database": DatabaseResource(db_dir=str(databases), max_result_rows=1)})
+    again = sensor_tick(capped, instance, edited.cursor)
+    assert len(again.runs) == 1
+    assert "result truncated to max_result_rows=1 rows" in report().warnings  # the resource's cap, now the case's
 
 
 def test_a_broken_case_gets_its_own_report_and_the_others_complete(tmp_path: Path, sample_dir: Path,

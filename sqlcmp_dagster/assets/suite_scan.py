@@ -135,7 +135,7 @@ def _scan_file(path: Path, digest: str, database: DatabaseResource,
         else:  # a case read now, a case at a time: a file of 100,000 cases is never in memory whole
             request = database.with_defaults(item)
             case_id, key = item.case_id, _database_key(request)
-            version = case_version(item, fingerprint(key, request))
+            version = case_version(request, fingerprint(key, request))  # the resource's defaults are its config
         keys.add(key)
         cases.append([case_id, version])
         if last and not case_id.startswith(f"{path.stem}:"):

@@ -59,6 +59,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
                           allow_privileged_role=args.allow_privileged_role,
                           cache_dir=None if args.no_cache else cache_dir_of(args),
                           cache_max_bytes=args.cache_max_mb << 20)
+    store = evaluator.batch_cache().store
+    if store is not None and (warning := store.warning()) is not None:
+        say(f"sqlcmp: {warning}", file=sys.stderr)
     with stop_signals() as signals:
         try:
             journal = Journal(args.out, resume=args.resume)

@@ -149,6 +149,18 @@ class Store:
             self._private = self.problem() is None
         return self._private
 
+    def warning(self) -> str | None:
+        """What a run should say of the folder as it starts, in one line, or None when the folder is used in full:
+        that it is not used at all (:meth:`problem` says why), or that it cannot be written (a read-only mount:
+        its entries are read, none is added). Each run then goes on as with ``--no-cache``; a review found that a
+        folder shared with the group (mode 0775) was dropped without a word, every run executing every expected
+        query again."""
+        if not self.private():
+            return f"cache not used: {self.root} {self.problem()}"
+        if not os.access(self.root, os.W_OK):
+            return f"cache not written: {self.root} is read-only; its entries are read, none is added"
+        return None
+
     def problem(self) -> str | None:
         """Why the folder is not used, as words that follow its name (:data:`MISSING`, ``is not a folder``, ...),
         or None when it is used. Unlike :meth:`private` it creates nothing, so that ``sqlcmp cache info`` on a

@@ -29,7 +29,7 @@ from sqlcmp_dagster.engine.redaction import redact, redacted_url
 from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.sandbox.duckdb_process import BUILD_TIMEOUT_S
 from sqlcmp_dagster.engine.sandbox.sqlite import BUSY_TIMEOUT_S
-from sqlcmp_dagster.engine.spider_execution import suite_databases
+from sqlcmp_dagster.engine.spider_execution import suite_files
 from sqlcmp_dagster.engine.report import blocked_report, build_report, for_case
 from sqlcmp_dagster.engine.validation import Validation
 
@@ -96,9 +96,6 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
 #: ``unknown_error``: a database locked by a writer, an I/O error, DuckDB's process lost) may not happen again.
 _DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
                              "invalid_aggregation", "ambiguous_reference", "permission_error", "unsafe_statement"})
-#: The endings of the files SQLite keeps beside a database: its write-ahead log and shared-memory index, and its
-#: rollback journal.
-_SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 #: The time limits a case obeys that are no option: SQLite's wait for a lock, DuckDB's process start.
 _FIXED_LIMITS_MS = min(BUSY_TIMEOUT_S, BUILD_TIMEOUT_S) * 1000
 
@@ -116,17 +113,13 @@ class _Keys(NamedTuple):
 
 
 def _suite_files(database: ExecutionAdapter) -> tuple[list[str], list[str]]:
-    """The other databases of a SQLite database's Spider test suite
-    (:func:`~sqlcmp_dagster.engine.spider_execution.suite_databases`), and apart from them the files SQLite keeps
-    beside a database there, which the official rule counts among them and reads none of as one: their names
-    decide the test suite's verdict, not their content, which readers change (the shared-memory index's read
-    marks; run as root, their owner at each connection)."""
+    """The files a report on ``database`` reads of its Spider test suite, when it is a SQLite file
+    (:func:`~sqlcmp_dagster.engine.spider_execution.suite_files`): the other databases, then SQLite's files beside
+    them."""
     path = database.database_file
     if database.dialect != "sqlite" or path is None:
         return [], []
-    others = [str(f) for f in suite_databases(Path(path)) if str(f) != path]
-    return ([name for name in others if not name.endswith(_SQLITE_COMPANIONS)],
-            [name for name in others if name.endswith(_SQLITE_COMPANIONS)])
+    return suite_files(Path(path))
 
 
 def _file_states(database: ExecutionAdapter, suite: list[str]) -> list[str]:

@@ -10,7 +10,9 @@ of them (:func:`suite_databases`, :func:`passes_test_suite`).
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import json
 import os
 import re
 from collections import Counter
@@ -20,6 +22,8 @@ from typing import Any
 
 import sqlglot
 from sqlglot.tokens import TokenType
+
+from sqlcmp_dagster.engine.fingerprint import DigestStore, database_fingerprint
 
 Rows = list[tuple[Any, ...]]
 #: Column assignments a test-suite comparison tries on one database before it gives up on the case (no verdict).
@@ -157,6 +161,37 @@ def suite_databases(database: Path) -> list[Path]:
         return []
     files = [folder / name for name in names if (folder / name).is_file()]
     return files if len(files) > 1 else []
+
+
+#: The endings of the files SQLite keeps beside a database: its write-ahead log and shared-memory index, and its
+#: rollback journal.
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def suite_files(database: Path) -> tuple[list[str], list[str]]:
+    """What a report on the SQLite database ``database`` reads of its test suite besides the database itself: the
+    other databases (:func:`suite_databases`), whose content decides the test-suite verdict, and apart from them
+    the files SQLite keeps beside a database there, which the official rule counts among them and reads none of
+    as one: their names decide the verdict, not their content, which readers change (the shared-memory index's
+    read marks; run as root, their owner at each connection).
+
+    >>> suite_files(Path("/nonexistent/db/db.sqlite"))
+    ([], [])
+    """
+    others = [str(f) for f in suite_databases(database) if f != database]
+    return ([name for name in others if not name.endswith(SQLITE_COMPANIONS)],
+            [name for name in others if name.endswith(SQLITE_COMPANIONS)])
+
+
+def suite_fingerprint(database: Path, store: DigestStore | None = None) -> str | None:
+    """A digest of what a report on ``database`` reads of its test suite (:func:`suite_files`: the other
+    databases' content, the companions' names), for a version that must change when the test-suite verdict may;
+    None when the folder holds no test suite."""
+    others, companions = suite_files(database)
+    if not others and not companions:
+        return None
+    content = [[name, database_fingerprint(name, store)] for name in others]
+    return hashlib.sha256(json.dumps([content, companions]).encode()).hexdigest()[:16]
 
 
 def passes_test_suite(gold_sql: str, predicted_sql: str, files: Sequence[Path], execute: Execute) -> bool | None:
