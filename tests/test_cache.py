@@ -206,6 +206,35 @@ def test_the_fingerprints_a_process_remembers_are_bounded(tmp_path: Path, monkey
     assert not reset().fingerprints.entries
 
 
+def test_a_log_checkpointed_away_while_the_file_is_read_is_read_again(tmp_path: Path) -> None:
+    """A review's suspicion, reproduced: the write-ahead log named in a file's state was deleted before its read (the
+    last connection closing checkpoints it), and the digest was None, which a Dagster data version raises on. The
+    file is now read again as it is."""
+    path = tmp_path / "wal.sqlite"
+    writer = sqlite3.connect(path)
+    writer.execute("PRAGMA journal_mode=WAL")
+    writer.execute("PRAGMA wal_autocheckpoint=0")
+    writer.execute("CREATE TABLE t (x INTEGER)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.commit()
+    assert (tmp_path / "wal.sqlite-wal").stat().st_size > 0
+    digest = hashlib.file_digest
+
+    def checkpointed_meanwhile(file: object, name: str) -> object:
+        writer.close()  # the last connection: SQLite checkpoints the log into the file and deletes it
+        return digest(file, name)  # type: ignore[arg-type]
+
+    reset()
+    with mock.patch.object(hashlib, "file_digest", side_effect=checkpointed_meanwhile):
+        adapter = ExecutionAdapter(str(path))
+        try:
+            first = adapter.fingerprint()
+        finally:
+            adapter.close()
+    assert not (tmp_path / "wal.sqlite-wal").exists()
+    assert first == database_fingerprint(str(path)) == hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
 def test_the_data_version_and_the_cache_read_one_digest_of_a_file(tmp_path: Path) -> None:
     """A case's Dagster data version (the adapter's fingerprint) and the cache's keys hold one digest, computed
     once per file state: the file is read once whichever asks first, and a digest a store kept from an earlier

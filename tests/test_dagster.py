@@ -248,6 +248,36 @@ def test_a_case_is_stale_when_its_test_suite_or_the_database_resources_defaults_
     assert "result truncated to max_result_rows=1 rows" in report().warnings  # the resource's cap, now the case's
 
 
+def test_databases_in_wal_mode_make_no_case_stale_by_being_read(tmp_path: Path, instance: dg.DagsterInstance) -> None:
+    """A review's finding: the names of SQLite's files beside a test suite's databases were in each case's data
+    version; the run's own read-only connections create a WAL database's ``-wal`` and ``-shm``, and a read-write
+    connection that closes deletes them, so unchanged cases ran again tick after tick. In a flat folder, where the
+    databases are each other's test suite, a case on one database made the cases on the others stale."""
+    folder, databases = tmp_path / "cases", tmp_path / "dbs"
+    databases.mkdir()
+    for name in ("a", "b"):
+        with sqlite3.connect(databases / f"{name}.sqlite") as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, name TEXT)")
+            connection.executemany("INSERT INTO t VALUES (?, ?)", [(1, "x"), (2, "y")])
+        connection.close()
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text("".join(json.dumps(
+        {"case_id": name, "expected_sql": "SELECT name FROM t", "actual_sql": "SELECT name FROM t ORDER BY id",
+         "db": name}) + "\n" for name in ("a", "b")), encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(databases), storage_dir=str(tmp_path / "store"))
+    first = sensor_tick(defs, instance, None)
+    assert len(first.runs) == 1 and sorted(_reports(tmp_path / "store")) == ["a", "b"]
+    assert (databases / "a.sqlite-wal").exists()  # made by the run's own reads
+    second = sensor_tick(defs, instance, first.cursor)
+    assert second.runs == []
+    reader = sqlite3.connect(databases / "a.sqlite")  # a reader that may write: closing, it deletes the two files
+    assert reader.execute("SELECT count(*) FROM t").fetchone() == (2,)
+    reader.close()
+    assert not (databases / "a.sqlite-wal").exists()
+    assert sensor_tick(defs, instance, second.cursor).runs == []
+
+
 def test_a_broken_case_gets_its_own_report_and_the_others_complete(tmp_path: Path, sample_dir: Path,
                                                                    instance: dg.DagsterInstance) -> None:
     folder = tmp_path / "cases"

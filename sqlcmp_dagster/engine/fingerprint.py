@@ -15,7 +15,9 @@ Guarantees:
   bytes alone: the first 16 hex digits of their SHA-256, the format of the Dagster data versions since the
   first release;
 - a digest is computed once per file state (path, size, times, inode) and kept in the engine context, at most
-  :data:`FINGERPRINTS_KEPT` states, least recently used out first; with a store, across runs too.
+  :data:`FINGERPRINTS_KEPT` states, least recently used out first; with a store, across runs too. It is kept only
+  when the file's state was the same after the read as before it: a file written while it is read (a log
+  checkpointed and deleted meanwhile included) is read again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ __all__ = ["FINGERPRINTS_KEPT", "DigestStore", "database_fingerprint"]
 #: about a MB, for a process that lives through many rewrites of its databases (a Dagster code server, a scheduled
 #: evaluation), not for the memory a suite's files take.
 FINGERPRINTS_KEPT = 4096
+#: How many times a file written while it is read is read again before its digest is given unkept.
+_READS = 3
 
 
 class DigestStore(Protocol):
@@ -61,22 +65,42 @@ def database_fingerprint(path: str, store: DigestStore | None = None) -> str | N
     hit = recall(kept, state)
     if hit is not None and (store is None or hit[1]):
         return hit[0]
-    key = json.dumps(state)
     known = hit[0] if hit is not None else None  # known, but to a data version, which keeps no store
     if known is None and store is not None:
-        stored = store.load("fingerprint", key)
+        stored = store.load("fingerprint", json.dumps(state))
         if isinstance(stored, str):
             keep_recent(kept, state, (stored, True), FINGERPRINTS_KEPT)
             return stored
     if known is None:
-        try:
-            known = "".join(_sha256_prefix(name) for name, *_ in state)
-        except OSError:
+        read = _read_still(path)
+        if read is None:
             return None
+        state, known, still = read
+        if not still:  # written all along: a digest of bytes that moved as they were read is kept nowhere
+            return known
     if store is not None:
-        store.save("fingerprint", key, known)
+        store.save("fingerprint", json.dumps(state), known)
     keep_recent(kept, state, (known, store is not None), FINGERPRINTS_KEPT)
     return known
+
+
+def _read_still(path: str) -> tuple[tuple[FileVersion, ...], str, bool] | None:
+    """The file's state, the digest of its bytes, and whether the state was the same after the read as before:
+    a write during the read (a writer, a checkpoint that empties and deletes the log) would otherwise leave a
+    digest of new or mixed bytes under the old state. Read again up to :data:`_READS` times; None when the file
+    is gone or cannot be read."""
+    for attempt in range(_READS):
+        state = file_state(path)
+        if state is None:
+            return None
+        try:
+            digest = "".join(_sha256_prefix(name) for name, *_ in state)
+        except OSError:  # the log deleted between the state and its read, or the file: see what is there now
+            continue
+        still = file_state(path) == state
+        if still or attempt == _READS - 1:
+            return state, digest, still
+    return None
 
 
 def _sha256_prefix(path: str) -> str:
