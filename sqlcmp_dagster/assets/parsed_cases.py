@@ -24,11 +24,18 @@ def parsed_cases(context: dg.AssetExecutionContext, cases: CaseSuiteResource,
     suite = cases.load(wanted=(lambda case_id: partition_of(case_id) in chunks) if chunked() else None)
     by_id = {case.case_id: case for case in suite.cases}
     stored = None
+    versions: dict[str, str] = {}
+
+    def version(case_id: str) -> str:
+        """The case's data version, computed once per step (its database's digest and test suite are read)."""
+        if case_id not in versions:
+            request = database.with_defaults(by_id[case_id])
+            versions[case_id] = case_version(request, database.fingerprint(request))
+        return versions[case_id]
+
     if chunked():  # the chunks' cases; those unchanged since their chunk's last run are reused
         ids = in_partitions((c for c in by_id if partition_key_problem(c) is None), context.partition_keys)
-        requests = {case_id: database.with_defaults(by_id[case_id]) for case_id in ids}
-        stored = begin(context, "parsed_cases", {case_id: case_version(request, database.fingerprint(request))
-                                                 for case_id, request in requests.items()})
+        stored = begin(context, "parsed_cases", {case_id: version(case_id) for case_id in ids})
         reused = set(stored["case_id"].to_list())
         keys = pl.DataFrame({"case_id": [c for c in ids if c not in reused], "fault": None},
                             schema={"case_id": pl.Utf8, "fault": pl.Utf8})
@@ -44,7 +51,7 @@ def parsed_cases(context: dg.AssetExecutionContext, cases: CaseSuiteResource,
         validation = parse_layer(request, resolve_dialect(request, adapter), database.cache())
         text, frames = validation_record(validation)
         RECORDS.keep(text, frames, validation)  # the next layers in this process need not decode it
-        return {"case_hash": case_version(request, database.fingerprint(request)),
+        return {"case_hash": version(row["case_id"]),
                 "dialect": validation.dialect, "validation": text, "relations": frames,
                 "parse_success_actual": validation.actual.parsed.success,
                 "parse_success_expected": any(s.parsed.success for s in validation.expected),
