@@ -23,6 +23,7 @@ from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.engine.atomic import file_state
 from sqlcmp_dagster.engine.execution import resolve_database
 from sqlcmp_dagster.engine.models import CompareRequest
+from sqlcmp_dagster.engine.spider_execution import suite_files
 
 _HEAD = '{"case_version":"'
 _MIDDLE = '","report":'
@@ -40,9 +41,11 @@ def journal_path(out: Path) -> Path:
 class CaseVersions:
     """Each case's version for the journal (call it with the case). A database file is stamped by its path and
     its state on disk (``atomic.file_state``, its write-ahead log's included: hashing every database's bytes on
-    every run would cost more than many runs' cases); a server by its address; a database that cannot be
-    resolved, by the text that names it (its cases' reports say why). The stamps are kept per database, not per
-    case."""
+    every run would cost more than many runs' cases), with the states of the other databases of its Spider test
+    suite and the names of the files SQLite keeps beside them (``spider_execution.suite_files``: each report's
+    test-suite verdict reads them; a review found a report kept by ``--resume`` after one was rewritten); a server
+    by its address; a database that cannot be resolved, by the text that names it (its cases' reports say why).
+    The stamps are kept per database, not per case."""
 
     def __init__(self, db_dir: Path | None, default_db: str | None) -> None:
         self.db_dir, self.default_db = db_dir, default_db
@@ -64,7 +67,10 @@ class CaseVersions:
         if "://" in resolved:  # a server, by its address
             return resolved
         state = file_state(resolved)
-        return f"unresolved:{target}" if state is None else f"{resolved}|{state}"
+        if state is None:
+            return f"unresolved:{target}"
+        others, companions = suite_files(Path(resolved))  # a Spider test suite's: each report reads them
+        return f"{resolved}|{state}|{[file_state(name) for name in others]}|{companions}"
 
 
 class Journal:

@@ -39,6 +39,7 @@ from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.engine.records import reports_from_frame
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.version import REPORT_BEHAVIOUR_VERSION
+from sqlcmp_dagster.journal import CaseVersions
 from sqlcmp_dagster.resources.database import DatabaseResource
 
 
@@ -521,6 +522,73 @@ def test_an_expected_result_of_a_database_written_during_its_query_is_not_kept(t
     cached, fresh = run(tmp_path / "cache"), run(None)
     assert fresh.deterministic_verdict == "pass"
     assert untimed(cached.model_dump(mode="json")) == untimed(fresh.model_dump(mode="json"))
+
+
+def _test_suite(folder: Path, *databases: tuple[str, str]) -> Path:
+    """A Spider test suite's folder: one SQLite file per (name, script), the first the cases' database."""
+    folder.mkdir(parents=True)
+    for name, script in databases:
+        sqlite_file(folder / f"{name}.sqlite", script)
+    return folder / f"{databases[0][0]}.sqlite"
+
+
+def test_a_report_is_given_again_only_for_the_test_suite_files_it_was_computed_with(tmp_path: Path) -> None:
+    """A review's finding: a WAL database of the test suite gets its ``-wal`` and ``-shm`` from the test-suite
+    metric's first read of it, after the folder was listed; the report, computed without them, was kept under the
+    names found after the case and given to the next case, whose own evaluation counts them (the official rule)."""
+    path = _test_suite(tmp_path / "db", ("db", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"),
+                       ("db2", "PRAGMA journal_mode=WAL; CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (3);"))
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT a FROM t WHERE a < 3",
+                          actual_sql="SELECT a FROM t WHERE a <= 2", db=str(path))
+    again = case.model_copy(update={"case_id": "b"})
+    forget_reports()
+    evaluator = Evaluator(cache_dir=tmp_path / "cache")
+    try:
+        first, second = evaluator.evaluate_all([case, again])
+    finally:
+        evaluator.close()
+    assert (tmp_path / "db" / "db2.sqlite-wal").exists()
+    forget_reports()
+    alone = Evaluator()
+    try:
+        fresh = alone.evaluate_all([again])[0]
+    finally:
+        alone.close()
+    assert untimed(second.model_dump(mode="json")) == untimed(fresh.model_dump(mode="json"))
+
+
+def test_a_report_whose_test_suite_read_chance_is_not_given_again(tmp_path: Path, ran: list[str]) -> None:
+    """A review's finding: another database of the test suite holds a view that reads ``random()``, so the
+    test-suite verdict is a draw; the report was kept and the draw given again in every later run."""
+    path = _test_suite(tmp_path / "db", ("db", "CREATE TABLE v (d INTEGER); INSERT INTO v VALUES (0);"),
+                       ("db2", "CREATE VIEW v AS SELECT abs(random()) % 2 AS d;"))
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT d FROM v", actual_sql="SELECT 0 AS d FROM v",
+                          db=str(path))
+    for run in range(2):
+        forget_reports()
+        ran.clear()
+        evaluator = Evaluator(cache_dir=tmp_path / "cache")
+        try:
+            assert evaluator.evaluate_all([case])[0].metrics["validation"]["spider_test_suite_match"] is not None
+        finally:
+            evaluator.close()
+        assert case.actual_sql in ran, run  # evaluated again, the draw made again
+
+
+def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_changed(tmp_path: Path) -> None:
+    """A review's finding: ``--resume``'s case version stamped the case's database alone, so a report whose
+    test-suite verdict read another database of the folder was kept after that one was rewritten."""
+    path = _test_suite(tmp_path / "db", ("db", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"),
+                       ("db2", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"))
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT a FROM t WHERE a < 3",
+                          actual_sql="SELECT a FROM t WHERE a <= 2", db="db")
+    before = CaseVersions(tmp_path, None)(case)
+    assert CaseVersions(tmp_path, None)(case) == before
+    with sqlite3.connect(tmp_path / "db" / "db2.sqlite") as writer:
+        writer.execute("INSERT INTO t VALUES (3)")
+    writer.close()
+    assert CaseVersions(tmp_path, None)(case) != before
+    assert path.exists()
 
 
 def test_a_dagster_step_reads_a_databases_digest_from_the_cache_folder(tmp_path: Path) -> None:

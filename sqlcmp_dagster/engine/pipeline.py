@@ -30,6 +30,7 @@ from sqlcmp_dagster.engine.relation import Relation
 from sqlcmp_dagster.engine.sandbox.duckdb_process import BUILD_TIMEOUT_S
 from sqlcmp_dagster.engine.sandbox.sqlite import BUSY_TIMEOUT_S
 from sqlcmp_dagster.engine.spider_execution import suite_files
+from sqlcmp_dagster.engine.taxonomy import decided_by_inputs
 from sqlcmp_dagster.engine.report import blocked_report, build_report, for_case
 from sqlcmp_dagster.engine.validation import Validation
 
@@ -82,7 +83,8 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     total_ms = (time.perf_counter() - started) * 1000
     finish_timings(report, total_ms)
     if keys is not None and validation is not None and _inputs_alone_decided(validation, report, total_ms) \
-            and database is not None and _file_states(database, keys.suite) == keys.states:  # none changed meanwhile
+            and database is not None and _file_states(database, keys.suite) == keys.states \
+            and _listed_as_now(validation, database):  # no file changed meanwhile, and the test suite read is now's
         if _suite_files(database)[1] != keys.companions:  # SQLite made its files beside the database meanwhile
             keys = _report_keys(request, database, store)  # kept under the names the report was computed with
         if keys is not None:
@@ -92,10 +94,6 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     return report, prepare(request, report, *_judge_samples(validation, report), judge)
 
 
-#: Error categories that a query's text and the database's content decide; any other (``timeout``, and
-#: ``unknown_error``: a database locked by a writer, an I/O error, DuckDB's process lost) may not happen again.
-_DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
-                             "invalid_aggregation", "ambiguous_reference", "permission_error", "unsafe_statement"})
 #: The time limits a case obeys that are no option: SQLite's wait for a lock, DuckDB's process start.
 _FIXED_LIMITS_MS = min(BUSY_TIMEOUT_S, BUILD_TIMEOUT_S) * 1000
 
@@ -120,6 +118,18 @@ def _suite_files(database: ExecutionAdapter) -> tuple[list[str], list[str]]:
     if database.dialect != "sqlite" or path is None:
         return [], []
     return suite_files(Path(path))
+
+
+def _listed_as_now(validation: Validation, database: ExecutionAdapter) -> bool:
+    """Whether the Spider test-suite metric listed the files beside the database that are there now, so that a
+    case with the same inputs would read what this one read. A WAL database of the test suite gets its ``-wal``
+    and ``-shm`` from the metric's own first read of it, after the listing: the first case's verdict was computed
+    without them (the official rule counts them as databases), so it is not the next case's (a review's finding)."""
+    if validation.suite_listing is None:
+        return True
+    others, companions = _suite_files(database)
+    own = Path(database.database_file or "")
+    return sorted(name for name in validation.suite_listing if Path(name) != own) == sorted([*others, *companions])
 
 
 def _file_states(database: ExecutionAdapter, suite: list[str]) -> list[str]:
@@ -156,8 +166,9 @@ def _inputs_alone_decided(validation: Validation, report: Report, total_ms: floa
     other bound is a count), counted both by the clock (``total_ms``) and as its budget counts it (the recorded
     parse and probe times, and every query's execution time, an expected query's included when it is an earlier
     run's, from the cache, which the fix search's time bound reads), each query of the case that failed failed
-    for its text (:data:`_DECIDED_ERRORS`), no query read the clock or chance (``Execution.unstable``), and no
-    query failed on a neighbor database."""
+    for its text (:func:`~sqlcmp_dagster.engine.taxonomy.decided_by_inputs`), no query read the clock or chance
+    (``Execution.unstable``), no query failed on a neighbor database, and none of the Spider test suite's runs on
+    the databases beside it may go otherwise another time (``Validation.suite_undecided``)."""
     request = validation.request
     sides = [validation.actual, *validation.expected]
     timings = report.run_metadata.get("timings") or {}
@@ -166,9 +177,9 @@ def _inputs_alone_decided(validation: Validation, report: Report, total_ms: floa
     if max(total_ms, counted_ms) >= min(request.config.shortest_time_limit_ms(), _FIXED_LIMITS_MS):
         return False
     if any(side.execution is not None and side.execution.error is not None
-           and side.execution.error.category not in _DECIDED_ERRORS for side in sides):
+           and not decided_by_inputs(side.execution.error) for side in sides):
         return False
-    if any(side.execution is not None and side.execution.unstable for side in sides):
+    if any(side.execution is not None and side.execution.unstable for side in sides) or validation.suite_undecided:
         return False
     neighborhood = report.evidence.get("neighborhood") or {}
     return not neighborhood.get("query_failures")

@@ -50,6 +50,7 @@ from sqlcmp_dagster.engine.spider_match import (
     read_schema,
 )
 from sqlcmp_dagster.engine.tally import RunningSum
+from sqlcmp_dagster.engine.taxonomy import decided_by_inputs
 
 if TYPE_CHECKING:
     from sqlcmp_dagster.engine.validation import Side, Validation
@@ -74,6 +75,8 @@ def add_case_metrics(metrics: dict[str, Any], validation: Validation, chosen_ind
     expected = validation.expected[chosen_index if chosen_index is not None else 0]
     path = _sqlite_path(validation.database) if validation.dialect == "sqlite" else None
     suite = suite_databases(path) if path is not None else []
+    if path is not None:
+        validation.suite_listing = [str(file) for file in suite]
     if suite and metrics.get("validation") is not None:
         metrics["validation"]["spider_test_suite_match"] = _test_suite_match(validation, expected, suite)
     if metrics.get("structure") is not None:
@@ -134,10 +137,13 @@ def _test_suite_match(validation: Validation, expected: Side, suite: list[Path])
                 adapters[file] = ExecutionAdapter(str(file), timeout_ms=config.query_timeout_ms,
                                                   max_result_rows=config.max_result_rows)
             except (OSError, ValueError) as error:  # the file went away since the folder was listed
+                validation.suite_undecided = True
                 raise Undecided() from error
         timeout_ms = min(config.query_timeout_ms, left_ms)
         execution = adapters[file].execute(sql, timeout_ms=timeout_ms, max_bytes=config.max_result_bytes,
                                            max_cell_bytes=config.max_cell_bytes)
+        if execution.unstable or (execution.error is not None and not decided_by_inputs(execution.error)):
+            validation.suite_undecided = True  # a view there that reads random(), a lock: another run may differ
         cut_by_budget = execution.error is not None and execution.error.category == "timeout" \
             and timeout_ms < config.query_timeout_ms
         if cut_by_budget or (execution.relation is not None and execution.relation.truncated):

@@ -38,6 +38,29 @@ _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
 )
 
 
+#: Error categories that a query's text and the database's content decide, so that the same query on the same
+#: content fails the same way again; any other (``timeout``, and ``unknown_error``: a database locked by a writer,
+#: an I/O error, DuckDB's process lost) may not happen again. A report with a failure outside them is not given to
+#: a later case with the same inputs (``pipeline``).
+DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
+                            "invalid_aggregation", "ambiguous_reference", "permission_error", "unsafe_statement"})
+#: SQLite's message for a file whose header is not a database's (``SQLITE_NOTADB``): its content decides it, and
+#: the Spider test-suite rule runs queries on such files (a WAL database's ``-shm`` in its folder).
+NOT_A_DATABASE = "file is not a database"
+
+
+def decided_by_inputs(error: ExecutionError) -> bool:
+    """Whether the query's text and the database's content decided ``error``, so that it happens again on them:
+    a category of :data:`DECIDED_ERRORS`, or SQLite's :data:`NOT_A_DATABASE`.
+
+    >>> decided_by_inputs(ExecutionError(category="unknown_error", message="file is not a database"))
+    True
+    >>> decided_by_inputs(ExecutionError(category="unknown_error", message="database is locked"))
+    False
+    """
+    return error.category in DECIDED_ERRORS or error.message.startswith(NOT_A_DATABASE)
+
+
 def classify_error(message: str) -> ErrorCategory:
     """Map a raw database error message to its taxonomy category.
 

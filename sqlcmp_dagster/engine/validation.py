@@ -104,6 +104,12 @@ class Validation:
     database_error: str | None = None
     #: The database's tables and columns (Layer 2 resolves names against them), None where it has none.
     catalog: Catalog | None = None
+    #: What the Spider test-suite metric read beside the database (``published_metrics``), for the rule that gives
+    #: a report to a later case with the same inputs (``pipeline``): the files of the folder it listed (None where
+    #: it listed none: not a SQLite file, or no report metrics), and whether a run on one of them may not happen
+    #: again (it read the clock or chance, failed for a reason other than its text, or found a file gone).
+    suite_listing: list[str] | None = None
+    suite_undecided: bool = False
 
     def runnable(self) -> list[int]:
         """Indexes of the expected alternatives that parsed and executed: the ones results can compare with."""
