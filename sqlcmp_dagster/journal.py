@@ -42,10 +42,11 @@ class CaseVersions:
     """Each case's version for the journal (call it with the case). A database file is stamped by its path and
     its state on disk (``atomic.file_state``, its write-ahead log's included: hashing every database's bytes on
     every run would cost more than many runs' cases), with the states of the other databases of its Spider test
-    suite and the names of the files SQLite keeps beside them (``spider_execution.suite_files``: each report's
-    test-suite verdict reads them; a review found a report kept by ``--resume`` after one was rewritten); a server
-    by its address; a database that cannot be resolved, by the text that names it (its cases' reports say why).
-    The stamps are kept per database, not per case."""
+    suite (``spider_execution.suite_files``: each report's test-suite verdict reads them; a review found a report
+    kept by ``--resume`` after one was rewritten), not the names of the files SQLite keeps beside them, which the
+    run's own reads of a WAL database make after its versions were taken; a server by its address; a database
+    that cannot be resolved, by the text that names it (its cases' reports say why). The stamps are kept per
+    database, not per case."""
 
     def __init__(self, db_dir: Path | None, default_db: str | None) -> None:
         self.db_dir, self.default_db = db_dir, default_db
@@ -69,8 +70,8 @@ class CaseVersions:
         state = file_state(resolved)
         if state is None:
             return f"unresolved:{target}"
-        others, companions = suite_files(Path(resolved))  # a Spider test suite's: each report reads them
-        return f"{resolved}|{state}|{[file_state(name) for name in others]}|{companions}"
+        others, _ = suite_files(Path(resolved))  # a Spider test suite's: each report reads them
+        return f"{resolved}|{state}|{[file_state(name) for name in others]}"
 
 
 class Journal:

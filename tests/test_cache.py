@@ -591,6 +591,23 @@ def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_changed(tmp_path:
     assert path.exists()
 
 
+def test_a_resumed_run_keeps_a_report_on_a_wal_database_its_own_reads_gave_files_beside_it(tmp_path: Path) -> None:
+    """The engine's read-only connections make a WAL database's ``-wal`` and ``-shm`` after the run took its cases'
+    versions; a version that held their names would re-evaluate every case of a resumed run on such a database."""
+    path = _test_suite(tmp_path / "db", ("db", "PRAGMA journal_mode=WAL; CREATE TABLE t (a INTEGER); "
+                                               "INSERT INTO t VALUES (1), (2);"))
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT a FROM t", actual_sql="SELECT a FROM t",
+                          db="db")
+    before = CaseVersions(tmp_path, None)(case)
+    evaluator = Evaluator(db_dir=tmp_path)
+    try:
+        assert evaluator.evaluate_all([case])[0].deterministic_verdict == "pass"
+    finally:
+        evaluator.close()
+    assert (tmp_path / "db" / "db.sqlite-shm").exists() and path.exists()
+    assert CaseVersions(tmp_path, None)(case) == before
+
+
 def test_a_dagster_step_reads_a_databases_digest_from_the_cache_folder(tmp_path: Path) -> None:
     """Each Dagster step is a process of its own, and a case's data version holds its database's digest: with a
     cache folder, a step reads it from there while the file's state is the one it was kept for, instead of reading
