@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.engine.atomic import file_state
-from sqlcmp_dagster.engine.execution import resolve_database
+from sqlcmp_dagster.engine.execution import database_file_of, resolve_database
 from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.engine.spider_execution import suite_files
 
@@ -42,11 +42,13 @@ class CaseVersions:
     """Each case's version for the journal (call it with the case). A database file is stamped by its path and
     its state on disk (``atomic.file_state``, its write-ahead log's included: hashing every database's bytes on
     every run would cost more than many runs' cases), with the states of the other databases of its Spider test
-    suite (``spider_execution.suite_files``: each report's test-suite verdict reads them; a review found a report
-    kept by ``--resume`` after one was rewritten), not the names of the files SQLite keeps beside them, which the
-    run's own reads of a WAL database make after its versions were taken; a server by its address; a database
-    that cannot be resolved, by the text that names it (its cases' reports say why). The stamps are kept per
-    database, not per case."""
+    suite and the names of the files SQLite keeps beside them (``spider_execution.suite_files``: each report's
+    test-suite verdict lists and reads them; a review found a report kept by ``--resume`` after one was
+    rewritten, or after a WAL database there got its ``-wal`` and ``-shm``), the file being the one the engine
+    reads (a link followed, a ``sqlite:///`` URL's); a server by its address; a database that cannot be resolved,
+    by the text that names it (its cases' reports say why). The stamps are kept per database, not per case. A run
+    on a WAL database whose files SQLite had not made yet evaluates its cases again when resumed, once: its own
+    reads made them."""
 
     def __init__(self, db_dir: Path | None, default_db: str | None) -> None:
         self.db_dir, self.default_db = db_dir, default_db
@@ -65,13 +67,14 @@ class CaseVersions:
             resolved = resolve_database(target, self.db_dir)
         except (OSError, ValueError):
             return f"unresolved:{target}"
-        if "://" in resolved:  # a server, by its address
+        file = database_file_of(resolved)
+        if file is None:  # a server, by its address
             return resolved
-        state = file_state(resolved)
+        state = file_state(str(file))
         if state is None:
             return f"unresolved:{target}"
-        others, _ = suite_files(Path(resolved))  # a Spider test suite's: each report reads them
-        return f"{resolved}|{state}|{[file_state(name) for name in others]}"
+        others, companions = suite_files(file)  # a Spider test suite's, as the report lists and reads them
+        return f"{file}|{state}|{[file_state(name) for name in others]}|{companions}"
 
 
 class Journal:

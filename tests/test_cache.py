@@ -26,7 +26,7 @@ from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID, sample_suite_path
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.definitions import build_definitions
-from sqlcmp_dagster.engine import cache, fingerprint
+from sqlcmp_dagster.engine import cache, fingerprint, published_metrics
 from sqlcmp_dagster.engine.atomic import file_state
 from sqlcmp_dagster.engine.cache import ENVIRONMENT, ExpectedResults, Store
 from sqlcmp_dagster.engine.context import current, reset
@@ -575,6 +575,64 @@ def test_a_report_whose_test_suite_read_chance_is_not_given_again(tmp_path: Path
         assert case.actual_sql in ran, run  # evaluated again, the draw made again
 
 
+def test_a_report_whose_test_suite_grew_during_the_case_is_not_given_again(
+        tmp_path: Path, ran: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review's finding: a database another process added to the folder during the case (before the verdict
+    listed it) was read by the verdict but was not among the files whose states keyed the report, which a case with
+    the same inputs then got after the database was gone again."""
+    path = _test_suite(tmp_path / "db", ("db", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"),
+                       ("db2", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"))
+    added = tmp_path / "db" / "db3.sqlite"
+    listing = published_metrics.suite_databases
+
+    def grown(database: Path) -> list[Path]:
+        if not added.exists():
+            sqlite_file(added, "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (2.5);")  # tells them apart
+        return listing(database)
+
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT a FROM t WHERE a < 3",
+                          actual_sql="SELECT a FROM t WHERE a <= 2", db=str(path))
+    forget_reports()
+    with monkeypatch.context() as patch:
+        patch.setattr(published_metrics, "suite_databases", grown)
+        evaluator = Evaluator()
+        try:
+            assert evaluator.evaluate_all([case])[0].metrics["validation"]["spider_test_suite_match"] is False
+        finally:
+            evaluator.close()
+    added.unlink()
+    ran.clear()
+    evaluator = Evaluator()
+    try:
+        again = evaluator.evaluate_all([case.model_copy(update={"case_id": "b"})])[0]
+    finally:
+        evaluator.close()
+    assert case.actual_sql in ran and again.metrics["validation"]["spider_test_suite_match"] is True
+
+
+def test_a_damaged_database_of_the_test_suite_does_not_keep_its_cases_from_being_given_again(
+        tmp_path: Path, ran: list[str]) -> None:
+    """A damaged database fails every query the same way ("database disk image is malformed"), as its content
+    decides: a case whose test-suite verdict met it is given its report again (a review's finding: never was)."""
+    path = _test_suite(tmp_path / "db", ("db", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"))
+    damaged = path.read_bytes()
+    (tmp_path / "db" / "aa.sqlite").write_bytes(damaged[:100] + bytes(len(damaged) - 100))
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT a FROM t",
+                          actual_sql="SELECT a FROM t ORDER BY a", db=str(path))
+    forget_reports()
+    reports = []
+    for copy in (case, case.model_copy(update={"case_id": "b"})):
+        ran.clear()
+        evaluator = Evaluator()
+        try:
+            reports.append(evaluator.evaluate_all([copy])[0])
+        finally:
+            evaluator.close()
+    assert case.actual_sql not in ran  # the second case got the first one's report
+    assert reports[0].metrics["validation"]["spider_test_suite_match"] is None  # the official rule: no verdict
+    assert untimed(reports[1].model_dump(mode="json")) == untimed(reports[0].model_dump(mode="json")) | {"case_id": "b"}
+
+
 def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_changed(tmp_path: Path) -> None:
     """A review's finding: ``--resume``'s case version stamped the case's database alone, so a report whose
     test-suite verdict read another database of the folder was kept after that one was rewritten."""
@@ -591,21 +649,30 @@ def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_changed(tmp_path:
     assert path.exists()
 
 
-def test_a_resumed_run_keeps_a_report_on_a_wal_database_its_own_reads_gave_files_beside_it(tmp_path: Path) -> None:
-    """The engine's read-only connections make a WAL database's ``-wal`` and ``-shm`` after the run took its cases'
-    versions; a version that held their names would re-evaluate every case of a resumed run on such a database."""
-    path = _test_suite(tmp_path / "db", ("db", "PRAGMA journal_mode=WAL; CREATE TABLE t (a INTEGER); "
-                                               "INSERT INTO t VALUES (1), (2);"))
-    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT a FROM t", actual_sql="SELECT a FROM t",
-                          db="db")
-    before = CaseVersions(tmp_path, None)(case)
-    evaluator = Evaluator(db_dir=tmp_path)
-    try:
-        assert evaluator.evaluate_all([case])[0].deterministic_verdict == "pass"
-    finally:
-        evaluator.close()
-    assert (tmp_path / "db" / "db.sqlite-shm").exists() and path.exists()
-    assert CaseVersions(tmp_path, None)(case) == before
+def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_read_other_files(tmp_path: Path) -> None:
+    """A review's findings: the case version must follow the files the test-suite verdict lists and reads, as the
+    engine finds them: a WAL database there that got its ``-wal`` and ``-shm`` (the official rule counts them), a
+    database reached through a link into another folder, and one named by a ``sqlite:///`` URL (which was stamped
+    by its text alone, as a server is)."""
+    real = _test_suite(tmp_path / "real", ("db", "CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"),
+                       ("db2", "PRAGMA journal_mode=WAL; CREATE TABLE t (a INTEGER); INSERT INTO t VALUES (1), (2);"))
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / "db.sqlite").symlink_to(real)
+    cases = [CompareRequest(case_id=name, user_query="q", expected_sql="SELECT a FROM t", actual_sql="SELECT a FROM t",
+                            db=db) for name, db in (("link", str(tmp_path / "linked" / "db.sqlite")),
+                                                    ("url", f"sqlite:///{real}"))]
+    before = [CaseVersions(None, None)(case) for case in cases]
+    with sqlite3.connect(f"file:{tmp_path / 'real' / 'db2.sqlite'}?mode=ro", uri=True) as reader:
+        assert reader.execute("SELECT count(*) FROM t").fetchone() == (2,)  # a reader makes its -wal and -shm
+        assert (tmp_path / "real" / "db2.sqlite-shm").exists()
+        gained = [CaseVersions(None, None)(case) for case in cases]
+    reader.close()
+    assert all(after != earlier for after, earlier in zip(gained, before, strict=True))
+    with sqlite3.connect(tmp_path / "real" / "db2.sqlite") as writer:
+        writer.execute("INSERT INTO t VALUES (3)")
+    writer.close()
+    assert all(CaseVersions(None, None)(case) not in (earlier, middle)
+               for case, earlier, middle in zip(cases, before, gained, strict=True))
 
 
 def test_a_dagster_step_reads_a_databases_digest_from_the_cache_folder(tmp_path: Path) -> None:

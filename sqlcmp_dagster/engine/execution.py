@@ -44,7 +44,7 @@ from sqlcmp_dagster.engine.taxonomy import execution_error
 if TYPE_CHECKING:
     import sqlalchemy as sa
 
-__all__ = ["DUCKDB_SUFFIXES", "ExecutionAdapter", "PrivilegedRoleError", "resolve_database"]
+__all__ = ["DUCKDB_SUFFIXES", "ExecutionAdapter", "PrivilegedRoleError", "database_file_of", "resolve_database"]
 
 #: SQLAlchemy backend name -> sqlglot dialect name.
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "duckdb": "duckdb"}
@@ -493,6 +493,24 @@ def reads_clock_or_chance(sql: str, calls: Collection[str] = ()) -> bool:
     # execution on a database file (``ExecutionAdapter._unstable``)
     words = set(_WORD.findall(sql.lower()))
     return not words.isdisjoint(_CLOCK_OR_CHANCE_WORDS) or any(word.startswith(_CATALOG_PREFIXES) for word in words)
+
+
+def database_file_of(target: str) -> Path | None:
+    """The file an adapter over ``target`` (what :func:`resolve_database` gives) reads, resolved as the adapter
+    resolves it (a link followed): a SQLite or DuckDB path or ``sqlite:///``/``duckdb:///`` URL; None for a server
+    or an in-memory database. Read without opening anything (``--resume`` stamps a case's files by it).
+
+    >>> database_file_of("postgresql://user@host/db") is None
+    True
+    """
+    if "://" not in target:
+        return Path(target).resolve()
+    import sqlalchemy as sa
+
+    url = sa.make_url(target)
+    if url.get_backend_name() in ("sqlite", "duckdb") and url.database and url.database != ":memory:":
+        return Path(url.database).resolve()
+    return None
 
 
 def resolve_database(db: str, db_dir: Path | None) -> str:

@@ -44,21 +44,24 @@ _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
 #: a later case with the same inputs (``pipeline``).
 DECIDED_ERRORS = frozenset({"missing_table", "missing_column", "type_mismatch", "division_by_zero",
                             "invalid_aggregation", "ambiguous_reference", "permission_error", "unsafe_statement"})
-#: SQLite's message for a file whose header is not a database's (``SQLITE_NOTADB``): its content decides it, and
-#: the Spider test-suite rule runs queries on such files (a WAL database's ``-shm`` in its folder).
-NOT_A_DATABASE = "file is not a database"
+#: SQLite's messages for a file whose content is no database, or a damaged one (``SQLITE_NOTADB`` in its newer and
+#: older words, ``SQLITE_CORRUPT``): the file's content decides them, and the Spider test-suite rule runs queries on
+#: such files (a WAL database's ``-shm`` in its folder). Each message begins with SQLite's own words, never with a
+#: query's text.
+CONTENT_ERRORS = ("file is not a database", "file is encrypted or is not a database",
+                  "database disk image is malformed")
 
 
 def decided_by_inputs(error: ExecutionError) -> bool:
     """Whether the query's text and the database's content decided ``error``, so that it happens again on them:
-    a category of :data:`DECIDED_ERRORS`, or SQLite's :data:`NOT_A_DATABASE`.
+    a category of :data:`DECIDED_ERRORS`, or one of SQLite's :data:`CONTENT_ERRORS`.
 
     >>> decided_by_inputs(ExecutionError(category="unknown_error", message="file is not a database"))
     True
     >>> decided_by_inputs(ExecutionError(category="unknown_error", message="database is locked"))
     False
     """
-    return error.category in DECIDED_ERRORS or error.message.startswith(NOT_A_DATABASE)
+    return error.category in DECIDED_ERRORS or error.message.startswith(CONTENT_ERRORS)
 
 
 def classify_error(message: str) -> ErrorCategory:
