@@ -649,6 +649,14 @@ def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_changed(tmp_path:
     assert path.exists()
 
 
+def test_a_case_version_of_a_database_that_is_no_url_is_its_text(tmp_path: Path) -> None:
+    """A case's ``db`` is untrusted text: one that holds ``://`` but is no URL got a version (its text) before the
+    journal read URLs' files; reading them must not make it raise and end the run."""
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT 1", actual_sql="SELECT 1",
+                          db="no url://at all")
+    assert CaseVersions(tmp_path, None)(case) == CaseVersions(tmp_path, None)(case)
+
+
 def test_a_resumed_run_evaluates_again_a_case_whose_test_suite_read_other_files(tmp_path: Path) -> None:
     """A review's findings: the case version must follow the files the test-suite verdict lists and reads, as the
     engine finds them: a WAL database there that got its ``-wal`` and ``-shm`` (the official rule counts them), a

@@ -498,16 +498,22 @@ def reads_clock_or_chance(sql: str, calls: Collection[str] = ()) -> bool:
 def database_file_of(target: str) -> Path | None:
     """The file an adapter over ``target`` (what :func:`resolve_database` gives) reads, resolved as the adapter
     resolves it (a link followed): a SQLite or DuckDB path or ``sqlite:///``/``duckdb:///`` URL; None for a server
-    or an in-memory database. Read without opening anything (``--resume`` stamps a case's files by it).
+    or an in-memory database, and for text that is no URL at all (opening it fails, and its cases' reports say
+    why). Read without opening anything (``--resume`` stamps a case's files by it).
 
     >>> database_file_of("postgresql://user@host/db") is None
+    True
+    >>> database_file_of("no url://at all") is None
     True
     """
     if "://" not in target:
         return Path(target).resolve()
     import sqlalchemy as sa
 
-    url = sa.make_url(target)
+    try:
+        url = sa.make_url(target)
+    except (sa.exc.ArgumentError, ValueError):  # a case's db is untrusted text
+        return None
     if url.get_backend_name() in ("sqlite", "duckdb") and url.database and url.database != ":memory:":
         return Path(url.database).resolve()
     return None
