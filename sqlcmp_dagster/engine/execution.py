@@ -505,17 +505,22 @@ def database_file_of(target: str) -> Path | None:
     True
     >>> database_file_of("no url://at all") is None
     True
+    >>> database_file_of("sqlite:///%00x") is None  # a NUL byte, once decoded
+    True
     """
     if "://" not in target:
-        return Path(target).resolve()
-    import sqlalchemy as sa
+        try:
+            return Path(target).resolve()
+        except (OSError, RuntimeError, ValueError):  # untrusted text: a NUL, a link's loop
+            return None
+    import sqlalchemy as sa  # a URL's backend and file, as the adapter reads them (only where a URL is given)
 
     try:
         url = sa.make_url(target)
-    except (sa.exc.ArgumentError, ValueError):  # a case's db is untrusted text
+        if url.get_backend_name() in ("sqlite", "duckdb") and url.database and url.database != ":memory:":
+            return Path(url.database).resolve()
+    except (sa.exc.ArgumentError, OSError, RuntimeError, ValueError):
         return None
-    if url.get_backend_name() in ("sqlite", "duckdb") and url.database and url.database != ":memory:":
-        return Path(url.database).resolve()
     return None
 
 

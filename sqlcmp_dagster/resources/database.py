@@ -36,6 +36,7 @@ class DatabaseResource(dg.ConfigurableResource):
 
     _evaluator: Evaluator | None = PrivateAttr(default=None)
     _cache: ExpectedResults | None = PrivateAttr(default=None)
+    _suites: dict[Path, str | None] = PrivateAttr(default_factory=dict)
 
     def open(self, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
         """The adapter for ``request`` (shared across the run's cases), or None and why it cannot be opened."""
@@ -78,7 +79,10 @@ class DatabaseResource(dg.ConfigurableResource):
         digest = adapter.fingerprint(store)
         if adapter.dialect != "sqlite" or adapter.database_file is None:
             return digest
-        suite = suite_fingerprint(Path(adapter.database_file), store)
+        folder = Path(adapter.database_file).parent
+        if folder not in self._suites:  # one suite for all the folder's databases: read once per tick or step
+            self._suites[folder] = suite_fingerprint(folder, store)
+        suite = self._suites[folder]
         return digest if suite is None else f"{digest}+suite:{suite}"
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
