@@ -563,8 +563,8 @@ def test_a_report_whose_test_suite_read_chance_is_not_given_again(tmp_path: Path
     test-suite verdict is a draw; the report was kept and the draw given again in every later run."""
     path = _test_suite(tmp_path / "db", ("db", "CREATE TABLE v (d INTEGER); INSERT INTO v VALUES (0);"),
                        ("db2", "CREATE VIEW v AS SELECT abs(random()) % 2 AS d;"))
-    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT d FROM v", actual_sql="SELECT 0 AS d FROM v",
-                          db=str(path))
+    case = CompareRequest(case_id="a", user_query="q", expected_sql="SELECT d FROM v",
+                          actual_sql="SELECT 0 AS d FROM v", db=str(path))
     for run in range(2):
         forget_reports()
         ran.clear()

@@ -58,7 +58,8 @@ def changed_case_runs(cases: CaseSuiteResource, database: DatabaseResource, exis
     version once a run of it at that version succeeded (``outcomes`` gives each request's runs). A request whose
     runs all failed (a lost worker's run, failed by Dagster's run monitoring, or a run that crashed) is requested
     again, up to :data:`MAX_ATTEMPTS` failed runs; one with no run after :data:`LAUNCH_GRACE_SECONDS` too. What
-    the sensor cannot take from the folder (:attr:`~sqlcmp_dagster.assets.suite_scan.SuiteScan.problems`) and the requests it gives up go to ``warn``.
+    the sensor cannot take from the folder (:attr:`~sqlcmp_dagster.assets.suite_scan.SuiteScan.problems`) and
+    the requests it gives up go to ``warn``.
 
     The suite folder is read through :func:`~sqlcmp_dagster.assets.suite_scan.scan_suite`: with ``store``, the
     scan of the last tick is kept there and only the files that changed are read again.

@@ -83,12 +83,13 @@ def _deterministic(request: CompareRequest, database: ExecutionAdapter | None, d
     total_ms = (time.perf_counter() - started) * 1000
     finish_timings(report, total_ms)
     if keys is not None and validation is not None and _inputs_alone_decided(validation, report, total_ms) \
-            and database is not None and _file_states(database, keys.suite) == keys.states \
-            and _listed_as_now(validation, database, keys):  # no file changed meanwhile; the suite read is now's
-        if _suite_files(database)[1] != keys.companions:  # SQLite made its files beside the database meanwhile
-            keys = _report_keys(request, database, store)  # kept under the names the report was computed with
-        if keys is not None:
-            _keep_report(report, keys, store)
+            and database is not None and _file_states(database, keys.suite) == keys.states:  # none changed meanwhile
+        others, companions = _suite_files(database)
+        if _listed_as_now(validation, database, keys, others, companions):  # the suite the report read is now's
+            if companions != keys.companions:  # SQLite made its files beside the database meanwhile
+                keys = _report_keys(request, database, store)  # kept under the names the report was computed with
+            if keys is not None:
+                _keep_report(report, keys, store)
     if judge is None:
         return report, None
     return report, prepare(request, report, *_judge_samples(validation, report), judge)
@@ -120,14 +121,15 @@ def _suite_files(database: ExecutionAdapter) -> tuple[list[str], list[str]]:
     return suite_files(Path(path))
 
 
-def _listed_as_now(validation: Validation, database: ExecutionAdapter, keys: _Keys) -> bool:
-    """Whether the Spider test-suite metric listed the files beside the database that are there now, the
-    databases among them those whose states ``keys`` checked, so that a case with the same inputs would read what
-    this one read. A WAL database of the test suite gets its ``-wal`` and ``-shm`` from the metric's own first read
-    of it, after the listing: the first case's verdict was computed without them (the official rule counts them as
-    databases), so it is not the next case's; and a database that another process added or removed during the
-    case is not in the states the key was checked by (two reviews' findings)."""
-    others, companions = _suite_files(database)
+def _listed_as_now(validation: Validation, database: ExecutionAdapter, keys: _Keys, others: list[str],
+                   companions: list[str]) -> bool:
+    """Whether the Spider test-suite metric listed the files beside the database that are there now (``others``
+    and ``companions``, :func:`_suite_files` after the case), the databases among them those whose states ``keys``
+    checked, so that a case with the same inputs would read what this one read. A WAL database of the test suite
+    gets its ``-wal`` and ``-shm`` from the metric's own first read of it, after the listing: the first case's
+    verdict was computed without them (the official rule counts them as databases), so it is not the next case's;
+    and a database that another process added or removed during the case is not in the states the key was
+    checked by (two reviews' findings)."""
     if others != keys.suite:
         return False
     if validation.suite_listing is None:
