@@ -5,8 +5,9 @@ The journal ``<out>.journal`` holds one line per finished case, in the order the
 
     {"case_version":"<sha256>","report":<the report, exactly as its --out line>}
 
-The case version (:class:`CaseVersions`) is a hash of everything that decides the report: the case, the engine
-version and its database (path, size and modification time of a file; the address of a server). ``--resume``
+The case version (:class:`CaseVersions`) is a hash of everything that decides the report: the case, its
+database (path, size and modification time of a file; the address of a server), the run's judge settings and the
+releases of the engine and its libraries. ``--resume``
 keeps every report whose case still has the same version and evaluates the rest; the final file is then the
 kept and the new lines in suite order, the file a clean run writes (timings aside). A line a kill cut short is
 dropped. The journal is locked while a run writes it (``flock``, which the system releases when the process
@@ -16,12 +17,16 @@ dies, so a crash never blocks the next run), so two runs cannot write one ``--ou
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import json
 import os
 from pathlib import Path
 
 from sqlcmp_dagster.cases.suite import case_version
 from sqlcmp_dagster.engine.atomic import file_state
+from sqlcmp_dagster.engine.cache import RELEASES
 from sqlcmp_dagster.engine.execution import database_file_of, resolve_database
+from sqlcmp_dagster.engine.judge import JudgeConfig
 from sqlcmp_dagster.engine.models import CompareRequest
 from sqlcmp_dagster.engine.spider_execution import folder_suite
 
@@ -48,15 +53,27 @@ class CaseVersions:
     reads (a link followed, a ``sqlite:///`` URL's); a server by its address; a database that cannot be resolved,
     by the text that names it (its cases' reports say why). The stamps are kept per database, not per case. A run
     on a WAL database whose files SQLite had not made yet evaluates its cases again when resumed, once: its own
-    reads made them."""
+    reads made them.
 
-    def __init__(self, db_dir: Path | None, default_db: str | None) -> None:
+    What the run decides for every case is in each version too: the advisory ``judge``'s settings (a run resumed
+    with another judge model kept the first model's judgments before), whether a privileged role is
+    allowed (a PostgreSQL case's report is a refusal without it), and the releases of the engine, its libraries
+    and SQLite (``cache.RELEASES``). The judge's key, concurrency and cache folder are left out: they change no
+    judgment."""
+
+    def __init__(self, db_dir: Path | None, default_db: str | None, *, judge: JudgeConfig | None = None,
+                 allow_privileged_role: bool = False) -> None:
         self.db_dir, self.default_db = db_dir, default_db
         self._stamps: dict[str, str] = {}
         self._suites: dict[Path, str] = {}
+        settings = None if judge is None else judge.model_dump(mode="json",
+                                                               exclude={"api_key", "concurrency", "cache_dir"})
+        self._run = json.dumps({"judge": settings, "allow_privileged_role": allow_privileged_role,
+                                "releases": RELEASES}, sort_keys=True, default=str)
 
     def __call__(self, case: CompareRequest) -> str:
-        return case_version(case, self._stamp(case.db or self.default_db or ""))
+        case_part = case_version(case, self._stamp(case.db or self.default_db or ""))
+        return hashlib.sha256(f"{case_part}\x00{self._run}".encode()).hexdigest()
 
     def _stamp(self, target: str) -> str:
         if target not in self._stamps:

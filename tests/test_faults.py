@@ -332,6 +332,41 @@ def test_a_full_disk_costs_one_line_and_its_own_exit_status_and_the_other_output
         assert len(out.read_text(encoding="utf-8").splitlines()) == 3
 
 
+def test_a_run_resumed_with_another_judge_judges_its_cases_again(tmp_path: Path, sample_dir: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``--resume``'s case version held the case and its database, not the judge's settings, so a run resumed
+    with another judge model kept the first model's judgments. The same judge under another
+    key or concurrency keeps them."""
+    from conftest import JUDGE_PASS
+    from sqlcmp_dagster.cli import EXIT_OUTPUT, main
+
+    suite = tmp_path / "suite.jsonl"
+    suite.write_text("".join(f'{{"case_id": "{i}", "expected_sql": "SELECT name FROM products ORDER BY price", '
+                             f'"actual_sql": "SELECT name FROM products ORDER BY price DESC LIMIT {i}", '
+                             f'"db": "{SAMPLE_DB_ID}"}}\n' for i in (1, 2)), encoding="utf-8")
+
+    def judge(verdict: str, **options: Any) -> Path:
+        path = tmp_path / f"judge-{verdict}-{len(options)}.json"
+        answer = json.dumps({**JUDGE_PASS, "advisory_verdict": verdict})
+        path.write_text(json.dumps({"model": "openai/gpt-4o-mini", "litellm_params": {"mock_response": answer},
+                                    **options}), encoding="utf-8")
+        return path
+
+    out = tmp_path / "reports.jsonl"
+    argv = ["evaluate", str(suite), "--db-dir", str(sample_dir), "--out", str(out), "--quiet", "--judge-config"]
+    _no_space(monkeypatch, "reports.jsonl")  # --out cannot be written: the reports stay in the journal
+    assert main([*argv, str(judge("pass")), "--resume"]) == EXIT_OUTPUT
+    capsys.readouterr()
+    assert main([*argv, str(judge("pass", api_key="other", concurrency=1)), "--resume"]) == EXIT_OUTPUT
+    assert "resuming: 2 of 2 reports kept" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert main([*argv, str(judge("fail")), "--resume"]) == 1
+    assert "resuming" not in capsys.readouterr().err
+    reports = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["ai_advisory_verdict"] for r in reports] == ["fail", "fail"]
+
+
 def test_a_full_disk_under_the_journal_does_not_stop_the_run(tmp_path: Path, sample_dir: Path,
                                                              monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:

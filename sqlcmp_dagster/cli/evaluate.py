@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from sqlcmp_dagster.cli.outputs import Entry, Outputs
+    from sqlcmp_dagster.engine.judge import JudgeConfig
     from sqlcmp_dagster.engine.models import CompareRequest, Report
     from sqlcmp_dagster.engine.pipeline import Evaluator
     from sqlcmp_dagster.journal import Journal
@@ -52,10 +53,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if args.db is not None:
         hint = " (a folder of databases named by the cases' db is --db-dir)"
         open_database(args.db, args.allow_privileged_role, hint).close()
-    spool, versions = _read_suite(args)
+    judge = judge_of(args)
+    spool, versions = _read_suite(args, judge)
     if args.cache_max_mb < 1:
         raise UsageError("--cache-max-mb must be at least 1")
-    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=judge_of(args),
+    evaluator = Evaluator(db_dir=args.db_dir, default_db=args.db, judge=judge,
                           allow_privileged_role=args.allow_privileged_role,
                           cache_dir=None if args.no_cache else cache_dir_of(args),
                           cache_max_bytes=args.cache_max_mb << 20)
@@ -159,7 +161,7 @@ class _Spool:
         self._file.close()
 
 
-def _read_suite(args: argparse.Namespace) -> tuple[_Spool, list[str]]:
+def _read_suite(args: argparse.Namespace, judge: JudgeConfig | None) -> tuple[_Spool, list[str]]:
     """Read the suite once, a case at a time: each line that cannot be loaded said on stderr, each case kept in
     the spool, the databases that cannot be found named (:class:`_MissingDatabases`); the case versions too,
     in suite order, to find the reports a resumed run keeps. No case at all is a usage error."""
@@ -171,7 +173,8 @@ def _read_suite(args: argparse.Namespace) -> tuple[_Spool, list[str]]:
         items = read_suite(args.suite, overrides)
     except ValueError as error:
         raise UsageError(str(error)) from error
-    version_of, missing = CaseVersions(args.db_dir, args.db), _MissingDatabases(args.db_dir, args.db)
+    version_of = CaseVersions(args.db_dir, args.db, judge=judge, allow_privileged_role=args.allow_privileged_role)
+    missing = _MissingDatabases(args.db_dir, args.db)
     versions: list[str] = []
     try:
         spool = _Spool(args.out.parent)

@@ -67,11 +67,14 @@ if TYPE_CHECKING:  # the adapter is only read here (its file and dialect)
 #: written before SQLite's authorizer told the clock and chance apart may hold results that read them. 4: a
 #: database's digest is the Dagster data version's (``fingerprint``), no longer a BLAKE2b of its own.
 CACHE_FORMAT = 4
-#: What computed an entry: the layout, the engine (package and report-behaviour version) and the libraries whose
-#: objects a value holds. Part of every key, so an upgrade of any of them misses instead of reading old values.
-ENVIRONMENT = (f"format {CACHE_FORMAT}; sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; "
-               f"polars {pl.__version__}; python {sys.version_info.major}.{sys.version_info.minor}; "
-               f"sqlite {sqlite3.sqlite_version}")
+#: The releases that compute a report: the engine (package and report-behaviour version), the libraries whose
+#: objects a value holds and SQLite, whose results and errors a report holds. ``--resume``'s case versions hold
+#: them too (``journal.CaseVersions``).
+RELEASES = (f"sqlcmp {ENGINE_VERSION}; sqlglot {sqlglot.__version__}; polars {pl.__version__}; "
+            f"python {sys.version_info.major}.{sys.version_info.minor}; sqlite {sqlite3.sqlite_version}")
+#: What computed an entry: the layout and :data:`RELEASES`. Part of every key, so an upgrade of any of them misses
+#: instead of reading old values.
+ENVIRONMENT = f"format {CACHE_FORMAT}; {RELEASES}"
 #: The default bound of a cache folder, in bytes (``--cache-max-mb``).
 DEFAULT_MAX_BYTES = 1 << 30
 #: The environment variable naming the default cache folder (else the platform's user cache folder).
