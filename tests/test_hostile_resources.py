@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import random
 import re
 import sqlite3
 import subprocess
@@ -261,6 +262,41 @@ def test_sqlite_watchdog_stops_one_long_vm_step(sample_db: Path) -> None:
     assert execution.error is not None and execution.error.category == "timeout", execution
     assert time.monotonic() - started < 0.5 + 5
     assert adapter.execute("SELECT count(*) FROM products").success  # the connection pool is still usable
+
+
+@pytest.mark.parametrize("max_cell_bytes", [1 << 20, 1 << 30])
+def test_sqlite_printf_repeats_end_at_once(sample_db: Path, max_cell_bytes: int) -> None:
+    """A review's finding: SQLite 3.40 repeats ``%c`` one append at a time past the length limit, in one VM step
+    no interrupt stops, so three repeats of two billion took 59 s at a 1 s timeout (1,200 fit in a query). The
+    call's answer is SQLite's own for a result over the limit (NULL), or over the engine's bound where the
+    limit is higher."""
+    adapter = ExecutionAdapter(str(sample_db))
+    sql = "SELECT printf('" + "%.*c" * 3 + "'" + ", 2000000000, 'x'" * 3 + ") AS p"
+    started = time.monotonic()
+    execution = adapter.execute(sql, timeout_ms=1000, max_cell_bytes=max_cell_bytes)
+    assert time.monotonic() - started < 5
+    assert execution.success and execution.relation is not None and [tuple(r) for r in execution.relation.rows or ()] == [(None,)]
+    adapter.close()
+
+
+def test_sqlite_printf_gives_the_built_in_answer(sample_db: Path) -> None:
+    """The sandbox's ``printf`` (the bound above) answers as SQLite's own on formats of every kind, over and under
+    the length limit, the arguments of every type."""
+    adapter = ExecutionAdapter(str(sample_db))
+    built_in = sqlite3.connect(":memory:")
+    built_in.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 5000)
+    pieces = ["%", "c", "s", "d", "*", ".", "l", "5", "0", "-", "x", "%%", "q", "Q", "w", "f", "g", "!", "#", "12",
+              "T", "n", "z", "y", " ", "6000", "é"]
+    values = ["NULL", "0", "-3", "7", "2.5", "-1e30", "'12x'", "' 40'", "'é'", "x'01ff'", "''", "6000", "-6000",
+              "'2e3'", str(2 ** 40), str(2 ** 31 + 5)]
+    rng = random.Random(7)
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))).replace("'", "''")
+        sql = f"SELECT printf('{text}'{''.join(', ' + rng.choice(values) for _ in range(rng.randint(0, 4)))})"
+        want = built_in.execute(sql).fetchone()[0]
+        execution = adapter.execute(sql, max_cell_bytes=5000)
+        assert execution.relation is not None and [tuple(r) for r in execution.relation.rows or ()] == [(want,)], sql
+    adapter.close()
 
 
 def test_max_sql_chars_refuses_before_parsing(sample_db: Path) -> None:

@@ -8,7 +8,8 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
   a pragma that sets something, temporary objects and every write fail with ``not authorized``.
 - **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
-  (:func:`sqlite_deadline`).
+  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, so no function call may be
+  one that runs on past the length limit: ``printf`` is bounded here (:func:`_bounded_printf`).
 - **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
   statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
@@ -19,10 +20,11 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,7 +69,141 @@ def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
     connection.set_authorizer(sqlite_authorizer)
     # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
     connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
+    for name in PRINTF_NAMES:
+        connection.create_function(name, -1, _bounded_printf(connection), deterministic=True)
     return connection
+
+
+#: SQLite's names of its ``printf`` (``format`` is the same function from SQLite 3.38 on).
+PRINTF_NAMES = ("printf", "format") if sqlite3.sqlite_version_info >= (3, 38) else ("printf",)
+#: The most characters a ``printf`` call may make through ``%c`` repeats (their precisions summed) when the
+#: session's length limit allows more: about 0.2 s of SQLite's loop for them.
+PRINTF_MAX_REPEATS = 16 << 20
+
+
+def _bounded_printf(connection: sqlite3.Connection) -> Callable[..., str | None]:
+    """SQLite's ``printf`` for ``connection``, which can be stopped at its deadline.
+
+    A ``printf`` call is one step of SQLite's virtual machine, which neither the progress handler nor an
+    interrupt can stop, and SQLite 3.40 repeats ``%c`` as often as its precision asks, one append at a time, past
+    the length limit: ``printf('%.*c', 2000000000, 'x')`` took 20 s whatever the timeout, and 1,200 of them fit in
+    a query (a review's finding). So the query's ``printf`` is this function: it reads the call's ``%c`` repeats as
+    SQLite reads the format and its arguments (:func:`printf_repeats`), and where they make more characters than
+    the session's length limit (``max_cell_bytes``) it gives SQLite's own answer to a result over the limit (NULL
+    in SQLite 3.40) at once; otherwise SQLite's own ``printf`` formats the call, on a connection of its own (an
+    in-memory database per thread that runs nothing else), under the same length limit, at most
+    :data:`PRINTF_MAX_REPEATS`. Its result is the built-in's but where the length limit is above that bound and
+    a call's repeats between the two (then it is the answer over the limit), and where an argument is text that
+    is not UTF-8 (which Python cannot hand to a function: the query fails)."""
+    def bounded(*args: object) -> str | None:
+        limit = min(connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH), PRINTF_MAX_REPEATS)
+        if printf_repeats(args) > limit:  # more characters than the limit: the answer of a result too long
+            args = ("%*c", limit + 1, "x")
+        formatter = _formatter()
+        formatter.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, limit)
+        text: str | None = formatter.execute(f"SELECT printf({', '.join('?' * len(args))})", args).fetchone()[0]
+        return text
+
+    return bounded
+
+
+#: Per thread, the in-memory connection that runs SQLite's own ``printf`` for :func:`_bounded_printf`.
+_FORMATTERS = threading.local()
+
+
+def _formatter() -> sqlite3.Connection:
+    formatter: sqlite3.Connection | None = getattr(_FORMATTERS, "connection", None)
+    if formatter is None:
+        formatter = _FORMATTERS.connection = sqlite3.connect(":memory:", check_same_thread=False)
+    return formatter
+
+
+#: The conversions of SQLite's ``printf`` (with its arguments given by SQL), each with whether it takes an
+#: argument; at any other character (and at ``%T`` and ``%S``, internal ones) SQLite stops formatting.
+_CONVERSIONS = {**dict.fromkeys("dsgzqQwcouxXfeEGipr", True), "%": False, "n": False}
+#: Leading white space, sign and digits of text, as SQLite reads an integer from it (``sqlite3Atoi64``).
+_LEADING_INTEGER = re.compile(rb"[ \t\n\f\r\v]*([+-]?)0*([0-9]*)")
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def printf_repeats(args: Sequence[object]) -> int:
+    """How many characters the ``%c`` conversions of the ``printf`` call ``printf(*args)`` repeat (the sum of
+    their precisions): SQLite 3.40 makes each of them one append at a time, and nothing else in ``printf`` costs
+    more than the characters it writes. The format is read as SQLite reads it: flags, a width and a precision in
+    digits or ``*`` (which takes the next argument as a 32-bit integer, negative for its absolute value), ``l``
+    modifiers, and the end of formatting at an unknown conversion.
+
+    >>> printf_repeats(("%.*c|%5.3c|%.2s", 2000000000, "x", "y", "abc")), printf_repeats(("%.9c%y%.9c", "a"))
+    (2000000003, 9)
+    >>> printf_repeats(("%.*c", "70 rows", "x")), printf_repeats((None,)), printf_repeats(("%.*c", -5, "x"))
+    (70, 0, 5)
+    """
+    if not args or args[0] is None:
+        return 0
+    form = args[0] if isinstance(args[0], str) else str(args[0]) if not isinstance(args[0], bytes) \
+        else args[0].decode("latin-1")
+    taken = 1
+    total = 0
+
+    def next_integer() -> int:
+        nonlocal taken
+        value = _as_int32(args[taken]) if taken < len(args) else 0
+        taken += taken < len(args)
+        return value
+
+    at = 0
+    while (at := form.find("%", at)) >= 0:
+        at += 1
+        precision = -1
+        while at < len(form) and form[at] in "-+ #!0,":
+            at += 1
+        if at < len(form) and form[at] == "*":
+            next_integer()
+            at += 1
+        else:
+            while at < len(form) and form[at].isdigit() and form[at].isascii():
+                at += 1
+        if at < len(form) and form[at] == ".":
+            at += 1
+            if at < len(form) and form[at] == "*":
+                value = next_integer()
+                precision = -value if -2147483647 <= value < 0 else -1 if value < 0 else value
+                at += 1
+            else:
+                start = at
+                while at < len(form) and form[at].isdigit() and form[at].isascii():
+                    at += 1
+                precision = int(form[start:at] or "0") & 0xFFFFFFFF & 0x7FFFFFFF
+        for _ in range(2):
+            if at < len(form) and form[at] == "l":
+                at += 1
+        conversion = form[at] if at < len(form) else ""
+        if conversion not in _CONVERSIONS:
+            return total
+        at += 1
+        if conversion == "c" and precision > 1:
+            total += precision
+        if _CONVERSIONS[conversion]:
+            taken += taken < len(args)
+    return total
+
+
+def _as_int32(value: object) -> int:
+    """``value`` as SQLite's ``printf`` reads a width or precision argument: a 64-bit integer as
+    ``sqlite3_value_int64`` makes it (text by its leading digits, a real truncated, both clamped), then cut to a
+    C ``int``."""
+    if isinstance(value, float):
+        number = _INT64[0] if value <= _INT64[0] else _INT64[1] if value >= _INT64[1] else int(value)
+    elif isinstance(value, int):
+        number = value
+    elif isinstance(value, (str, bytes)):
+        match = _LEADING_INTEGER.match(value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value)
+        digits = match.group(2) if match else b""
+        number = min(max(int((match.group(1) if match else b"") + digits) if digits else 0, _INT64[0]), _INT64[1])
+    else:
+        number = 0
+    number &= 0xFFFFFFFF
+    return number - (1 << 32) if number >= 1 << 31 else number
 
 
 #: How Python's sqlite3 starts the error of a text value that is not UTF-8 under its own decoding.
