@@ -146,17 +146,34 @@ def test_corpus_is_refused_with_its_reason(entry: dict[str, str], canary: tuple[
 ])
 def test_duckdb_engine_refuses_files_past_the_gate(duck: Path, canary: tuple[Path, str], tmp_path: Path,
                                                     sql: str, no_gate: None) -> None:
-    """The engine is the first wall: with the gate bypassed, DuckDB itself refuses files, URLs and settings."""
+    """The engine is the first wall: with the gate bypassed, DuckDB itself refuses files, URLs and settings (a
+    statement that is no query, ``CALL``, ``SET``, ``LOAD``, ``COPY``, ``ATTACH``, is not run at all)."""
     before = digest(duck)
     adapter = ExecutionAdapter(str(duck), timeout_ms=2000)
     execution = adapter.execute(sql.replace("{canary}", str(canary[0])).replace("{dir}", str(tmp_path)),
                                 parsed=FORGED["duckdb"])
     assert not execution.success and execution.error is not None
-    assert execution.error.category == "permission_error" or "locked" in execution.error.message, execution.error
+    assert execution.error.category == "permission_error" or "locked" in execution.error.message \
+        or "not as one SELECT" in execution.error.message, execution.error
     assert canary[1] not in execution.error.message
     assert adapter.execute("SELECT count(*) FROM t").success  # the connection is still usable
     adapter.close()
     assert list(tmp_path.iterdir()) == [] and digest(duck) == before
+
+
+@pytest.mark.parametrize("sql", ["SELECT * FROM (PIVOT t ON b USING count(*))", "FROM (PIVOT t ON a)",
+                                 "EXPLAIN SELECT * FROM (PIVOT t ON b)", "SELECT 1; SELECT 2"])
+def test_duckdb_engine_runs_one_query_statement_alone(duck: Path, sql: str, no_gate: None) -> None:
+    """A review's finding: DuckDB runs a PIVOT without an IN list as two statements (a MULTI), the first creating
+    a type of the values it finds, and the gate let it through inside a subquery. The query process runs only
+    what DuckDB's own parser reads as one SELECT (or its EXPLAIN); a PIVOT that names its values runs."""
+    adapter = ExecutionAdapter(str(duck), timeout_ms=2000)
+    execution = adapter.execute(sql, parsed=FORGED["duckdb"])
+    assert execution.error is not None and execution.error.category == "unsafe_statement", execution.error
+    assert "not as one SELECT" in execution.error.message
+    named = adapter.execute("SELECT * FROM (PIVOT t ON b IN ('v1', 'v2') USING count(*))", parsed=FORGED["duckdb"])
+    assert named.success and named.relation is not None and named.relation.names == ["a", "v1", "v2"]
+    adapter.close()
 
 
 @pytest.mark.parametrize("sql", [

@@ -280,6 +280,8 @@ class ExecutionAdapter:
             return Execution(True, relation, None, elapsed, answer.fetched.warnings, unstable=unstable)
         if answer.outcome == "no_rows":
             error = ExecutionError(category="unsafe_statement", message="statement returned no result set")
+        elif answer.outcome == "refused":
+            error = ExecutionError(category="unsafe_statement", message=answer.message)
         elif answer.outcome == "memory":
             error = ExecutionError(category="unknown_error", message=(
                 f"result_too_large: the query needed more than {memory_bound(request.max_bytes) >> 20} MiB of "

@@ -80,7 +80,8 @@ class Request:
 @dataclass(frozen=True)
 class Answer:
     """The child's answer. ``outcome`` is ``ok`` (``names`` and ``fetched`` set), ``no_rows`` (the statement
-    returned no result set), ``error`` (DuckDB's or the driver's message), ``memory`` (past
+    returned no result set), ``refused`` (not one query as DuckDB reads it), ``error`` (DuckDB's or the driver's
+    message), ``memory`` (past
     :func:`memory_bound`), ``timeout`` (killed past its timeout) or ``died`` (the child ended without an answer;
     ``message`` has its exit status)."""
 
@@ -219,6 +220,9 @@ def answer(duckdb: Any, request: Request, neighbor: Neighbor | None = None) -> A
     before the process limit is reached. They never spill: no temporary directory (by default DuckDB would
     create one beside the database file).
     """
+    refusal = _not_one_query(duckdb, request.sql)
+    if refusal is not None:
+        return Answer("refused", refusal)
     bound = memory_bound(request.max_bytes)
     in_memory = request.database in ("", ":memory:")
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
@@ -249,6 +253,27 @@ def answer(duckdb: Any, request: Request, neighbor: Neighbor | None = None) -> A
     finally:
         resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
         connection.close()
+
+
+#: The statement kinds DuckDB may run for a request: one query, or its plan (``ExecutionAdapter.explain``).
+QUERY_STATEMENTS = (["SELECT"], ["EXPLAIN"])
+
+
+def _not_one_query(duckdb: Any, sql: str) -> str | None:
+    """Why DuckDB must not run ``sql``, as DuckDB's own parser reads it (the engine-side twin of the gate's single
+    query rule), or None: it must be one SELECT (or EXPLAIN) statement. DuckDB runs some queries as several
+    statements (``MULTI``): a ``PIVOT`` without an ``IN`` list first creates a type of the values it finds (a
+    review's finding: ``SELECT * FROM (PIVOT t ON b)`` passed the gate and ran that DDL). Text DuckDB cannot
+    parse is left to the query's own run, which names the error."""
+    try:
+        kinds = [str(statement.type).rsplit(".", 1)[-1] for statement in duckdb.extract_statements(sql)]
+    except duckdb.Error:
+        return None
+    if kinds in QUERY_STATEMENTS:
+        return None
+    hint = " (a PIVOT without an IN list creates a type first: name its values with ON column IN (...))" \
+        if "MULTI" in kinds else ""
+    return f"not run: DuckDB reads the query as {', '.join(kinds) or 'no statement'}, not as one SELECT{hint}"
 
 
 def _private_bytes() -> int:

@@ -178,13 +178,18 @@ def unicode_escape(sql: str) -> str | None:
 
 
 def _denied_node(node: exp.Expr, dialect: str) -> str | None:
-    """The gate's refusal of one node by name: a denied function, a denied relation, a DuckDB path scan."""
+    """The gate's refusal of one node by name: a denied function, a denied relation, a DuckDB path scan, a
+    DuckDB PIVOT that runs DDL."""
     if isinstance(node, exp.Func):
         names = [node.name] if isinstance(node, exp.Anonymous) else list(type(node).sql_names())
         for name in names:
             if denied(name, dialect):
                 return (f"denied function: {name.lower()} (reads files or URLs, or has effects beyond the query; "
                         "see DENIED_FUNCTIONS)")
+    elif dialect == "duckdb" and isinstance(node, exp.Pivot) and not node.args.get("unpivot") \
+            and not node.args.get("fields") and not all(isinstance(on, exp.In) for on in node.expressions):
+        return ("not a read-only query: PIVOT without an IN list (DuckDB first creates a type of the values it "
+                "finds); name the values with ON column IN (...)")
     elif isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier):
         if node.name.lower() in DENIED_RELATIONS.get(dialect, frozenset()):
             return f"denied relation: {node.name} (authentication data)"
