@@ -38,7 +38,7 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
 from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, Progress, SqliteConnections, calls_noted, \
-    sqlite_memory_read_only, sqlite_read_only, utf8_first
+    narrow_for_width, sqlite_memory_read_only, sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -223,12 +223,21 @@ class ExecutionAdapter:
             def run() -> tuple[list[str], Fetched, float]:
                 # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
                 cursor = raw.cursor()
+                narrowed = None
                 try:
+                    if self._sqlite is not None:  # a row of a wide result is bounded before it is computed
+                        narrowed = narrow_for_width(raw, _strip_terminator(sql), max_bytes)
                     cursor.execute(_strip_terminator(sql))
                     fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
                     if cursor.description is None:
                         raise _NoRows()
                     return [str(c[0]) for c in cursor.description], fetched, (time.perf_counter() - started) * 1000
+                except sqlite3.DataError as error:
+                    if narrowed is None or "too big" not in str(error):
+                        raise
+                    raise sqlite3.DataError(
+                        f"{error} (a value longer than {narrowed:,} bytes: a row of a result this wide may hold at "
+                        f"most max_result_bytes={max_bytes:,})") from error
                 finally:
                     if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
                         cursor.close()
@@ -246,7 +255,8 @@ class ExecutionAdapter:
         if isinstance(failure, (*_sqlalchemy_errors("DBAPIError"), *self._driver_errors)):
             message = _db_message(failure) if isinstance(failure, _sqlalchemy_errors("DBAPIError")) \
                 else str(failure).strip()
-            if isinstance(failure, sqlite3.DataError) and "too big" in message:  # the length limit of a session
+            if isinstance(failure, sqlite3.DataError) and "too big" in message \
+                    and "max_result_bytes" not in message:  # the length limit of a session
                 message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
             elif self.dialect == "postgres" and (terminated or postgres.CANCELLED in message):
                 message = f"{postgres.timeout_message(timeout)}: {message}"  # the watchdog's cancel or terminate

@@ -6,7 +6,8 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
   denies, as each statement is prepared, everything but reads, function calls off the deny list, read-only
   pragmas and the session's own transaction statements: ``ATTACH`` (which opens, even creates, any file),
   a pragma that sets something, temporary objects and every write fail with ``not authorized``.
-- **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), and the query is
+- **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), no row past
+  ``max_result_bytes`` (the limit narrowed for a wide result: :func:`narrow_for_width`), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
   (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, so no function call may be
   one that runs on past the length limit: ``printf`` is bounded here (:func:`_bounded_printf`).
@@ -72,6 +73,43 @@ def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
     for name in PRINTF_NAMES:
         connection.create_function(name, -1, _bounded_printf(connection), deterministic=True)
     return connection
+
+
+#: A ``*`` that may stand for columns (``SELECT *``, ``t.*``): any but one right after ``(`` (``count(*)``).
+_STAR = re.compile(r"(?:^|[^(\s])\s*\*")
+
+
+def narrow_for_width(connection: sqlite3.Connection, sql: str, max_bytes: int) -> int | None:
+    """Lower ``connection``'s length limit, before ``sql`` runs, so that one row of its result holds at most
+    ``max_bytes`` (``max_result_bytes``) where its limit (``max_cell_bytes``) allows more: the new limit, or None
+    when none was needed. SQLite computes a row whole, and the driver converts it whole, before the fetch can count
+    it: 2,000 columns of values just under a 1 MiB limit made one row of 2 GB in SQLite and 2 GB more in the
+    comparing process (a review's finding).
+
+    The result's width is read from the text when the text tells it (no ``*`` that may stand for columns, no
+    ``--`` comment, fewer commas than the columns a row may have at the limit: a result has at most one column
+    more than commas), else from SQLite's own plan (``EXPLAIN``: its ``ResultRow`` operations, about as costly
+    as preparing the statement), so that ``count(*)`` queries of a few columns cost nothing more.
+
+    >>> narrowed = sqlite3.connect(":memory:")
+    >>> narrowed.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1 << 20) and None
+    >>> narrow_for_width(narrowed, "SELECT count(*), 1, 2 FROM pragma_function_list", 64 << 20) is None
+    True
+    >>> narrow_for_width(narrowed, "SELECT " + ", ".join(["1"] * 100), 64 << 20)
+    671088
+    """
+    limit = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+    if sql.count(",") < max_bytes // max(limit, 1) and "--" not in sql and not _STAR.search(sql):
+        return None
+    try:
+        width = max((row[3] for row in connection.execute("EXPLAIN " + sql) if row[1] == "ResultRow"), default=0)
+    except (sqlite3.Error, sqlite3.Warning):  # the statement itself will fail, and say why
+        return None
+    if width * limit <= max_bytes:
+        return None
+    narrow = max(1, max_bytes // width)
+    connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, narrow)
+    return narrow
 
 
 #: SQLite's names of its ``printf`` (``format`` is the same function from SQLite 3.38 on).
