@@ -54,7 +54,10 @@ ABANDON_AFTER_MS = 1_500
 #: The role-level settings of docs/security.md's recipe (``ALTER ROLE ... SET``): the value each must not have
 #: (the server's default) and the one the recipe gives it.
 ROLE_DEFAULTS = {"default_transaction_read_only": ("off", "on"), "statement_timeout": ("0", "'60s'"),
-                 "lock_timeout": ("0", "'10s'"), "idle_in_transaction_session_timeout": ("0", "'60s'")}
+                 "lock_timeout": ("0", "'10s'"), "idle_in_transaction_session_timeout": ("0", "'60s'"),
+                 # the server's temporary files of one query (a hostile sort wrote 1.8 GB in 10 s); only a
+                 # superuser may set it, so no session of the role can
+                 "temp_file_limit": ("-1", "'1GB'")}
 #: Who the adapter's sessions are in ``pg_stat_activity``: an administrator finds (or ends) them by this name.
 APPLICATION_NAME = "sqlcmp"
 
