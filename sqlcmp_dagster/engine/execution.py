@@ -38,7 +38,7 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
 from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, Progress, SqliteConnections, calls_noted, \
-    narrow_for_width, sqlite_memory_read_only, sqlite_read_only, utf8_first
+    narrow_for_width, refusal, sqlite_memory_read_only, sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -258,6 +258,8 @@ class ExecutionAdapter:
             if isinstance(failure, sqlite3.DataError) and "too big" in message \
                     and "max_result_bytes" not in message:  # the length limit of a session
                 message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
+            elif self._sqlite is not None and "user-defined function raised exception" in message:
+                message = refusal() or message  # the sandbox's bounded built-ins say why they refused
             elif self.dialect == "postgres" and (terminated or postgres.CANCELLED in message):
                 message = f"{postgres.timeout_message(timeout)}: {message}"  # the watchdog's cancel or terminate
             return execution_error(message)

@@ -10,7 +10,8 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
   ``max_result_bytes`` (the limit narrowed for a wide result: :func:`narrow_for_width`), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
   (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, so no function call may be
-  one that runs on past the length limit: ``printf`` is bounded here (:func:`_bounded_printf`).
+  one that runs on past the length limit or for the square of it: ``printf`` (:func:`_bounded_printf`) and
+  ``instr``, ``replace`` and the ``trim`` family (:data:`_LINEAR`) are bounded here.
 - **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
   statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
@@ -72,7 +73,82 @@ def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
     connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     for name in PRINTF_NAMES:
         connection.create_function(name, -1, _bounded_printf(connection), deterministic=True)
+    for name, (function, arities) in _LINEAR.items():
+        for arity in arities:  # other arities stay SQLite's, which refuses them as it prepares the statement
+            connection.create_function(name, arity, _linear(name, function, connection), deterministic=True)
     return connection
+
+
+#: The most character comparisons a call of SQLite's ``instr``, ``replace``, ``trim``, ``ltrim`` or ``rtrim``
+#: may ask for where this module does not compute it itself (arguments that are not both text): about 50 ms.
+QUADRATIC_BUDGET = 1 << 26
+#: Per thread, why the last call of a bounded function refused (:func:`refusal`).
+_REFUSED = threading.local()
+
+
+def refusal() -> str | None:
+    """Why the bounded function that failed the query this thread ran last refused its call, taken once: Python's
+    driver reports any function's failure as ``user-defined function raised exception``."""
+    reason: str | None = getattr(_REFUSED, "reason", None)
+    _REFUSED.reason = None
+    return reason
+
+
+def _strip(text: str, characters: str | None, left: bool, right: bool) -> str:
+    """``text`` without the ``characters`` (a space where None) at its ends, in time linear in both (Python's own
+    ``strip`` looks each end character up in the whole set)."""
+    chars = set(" " if characters is None else characters)
+    start, end = 0, len(text)
+    while left and start < end and text[start] in chars:
+        start += 1
+    while right and end > start and text[end - 1] in chars:
+        end -= 1
+    return text[start:end]
+
+
+def _replace(connection: sqlite3.Connection, text: str, pattern: str, replacement: str) -> str:
+    if not pattern:
+        return text
+    size = len(text) + text.count(pattern) * (len(replacement) - len(pattern))
+    limit = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+    # over the limit SQLite fails the query with "string or blob too big": a text just over it makes it say so
+    return text.replace(pattern, replacement) if size <= limit else "x" * (limit + 1)
+
+
+#: SQLite's built-ins whose single call compares every character of one argument with every one of another (one
+#: step of its virtual machine, which no interrupt stops: ``trim`` of 40,000 characters by a set of 40,000 took
+#: 25 s at a 1 s timeout, hours at the length limit), each with what computes it in linear time from text
+#: arguments, as SQLite does (its documentation and a test of random calls against it agree).
+_LINEAR: dict[str, tuple[Callable[..., str | int], tuple[int, ...]]] = {
+    "instr": (lambda connection, text, needle: text.find(needle) + 1, (2,)),
+    "replace": (_replace, (3,)),
+    "trim": (lambda connection, text, characters=None: _strip(text, characters, True, True), (1, 2)),
+    "ltrim": (lambda connection, text, characters=None: _strip(text, characters, True, False), (1, 2)),
+    "rtrim": (lambda connection, text, characters=None: _strip(text, characters, False, True), (1, 2)),
+}
+
+
+def _linear(name: str, function: Callable[..., str | int],
+            connection: sqlite3.Connection) -> Callable[..., str | int | float | bytes | None]:
+    """SQLite's ``name`` for ``connection``, computed by ``function`` where every argument is text, else by
+    SQLite's own on a connection of its own (numbers and blobs convert as SQLite converts them) when the product
+    of the arguments' lengths is within :data:`QUADRATIC_BUDGET`; a call beyond it fails the query, and
+    :func:`refusal` says why."""
+    def bounded(*args: object) -> str | int | float | bytes | None:
+        if all(isinstance(arg, str) for arg in args):
+            return function(connection, *args)
+        sizes = sorted((len(arg) for arg in args if isinstance(arg, (str, bytes))), reverse=True)
+        if len(sizes) > 1 and sizes[0] * sizes[1] > QUADRATIC_BUDGET:
+            _REFUSED.reason = (f"{name}() refused: its arguments of {sizes[0]:,} and {sizes[1]:,} characters would "
+                               f"take about {sizes[0] * sizes[1]:,} comparisons in one step, which no timeout stops")
+            raise RuntimeError(_REFUSED.reason)  # OverflowError would read as "string or blob too big"
+        formatter = _formatter()
+        formatter.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH))
+        value: str | int | float | bytes | None = \
+            formatter.execute(f"SELECT {name}({', '.join('?' * len(args))})", args).fetchone()[0]
+        return value
+
+    return bounded
 
 
 #: A ``*`` that may stand for columns (``SELECT *``, ``t.*``): any but one right after ``(`` (``count(*)``).
