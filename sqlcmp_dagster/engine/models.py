@@ -13,6 +13,8 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sqlcmp_dagster.engine.sandbox.cell_text import binary_text as binary_text  # where it is used, as before
+
 ComparisonMode = Literal["exact", "order-insensitive", "order-sensitive", "auto"]
 ResolvedMode = Literal["exact", "order-insensitive", "order-sensitive"]
 Severity = Literal["pass", "minor issue", "moderate issue", "major issue", "critical failure"]
@@ -340,15 +342,6 @@ class Report(_Strict):
         """Binary values anywhere in the report become text (:func:`binary_text`): JSON has no bytes, and a
         non-UTF-8 blob would otherwise crash serialization and lose the whole batch's reports."""
         return json_safe(value)
-
-
-def binary_text(value: bytes) -> str:
-    r"""A binary value as reports show it: ``\x`` and lowercase hex, PostgreSQL's ``bytea`` output form.
-
-    >>> print(binary_text(b"\x00\xff"))
-    \x00ff
-    """
-    return "\\x" + value.hex()
 
 
 #: Types :func:`json_safe` returns as they are, told apart without a call: most of a report's values.

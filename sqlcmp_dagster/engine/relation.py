@@ -7,7 +7,6 @@ A relation keeps a database's rows until a frame is asked for; values that polar
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from sqlcmp_dagster.engine.models import ExecutionError, binary_text
+from sqlcmp_dagster.engine.sandbox.cell_text import value_text
 
 
 #: Characters of text (bytes of binary) of one cell that a report's samples and result tables show.
@@ -288,67 +288,6 @@ def _compared_as_text(dtype: pl.DataType) -> bool:
     do on these (a cast of a list to text raises; a join on an object column panics), so a case returning one
     ended as an engine error instead of being compared."""
     return dtype.is_nested() or dtype == pl.Object or isinstance(dtype, pl.Duration)
-
-
-def value_text(value: Any) -> str:
-    """``value`` as the text it is compared by when its column is :func:`_compared_as_text` (or mixes such values
-    with others): a list as its items in brackets, a mapping as its entries in the order of their keys' text,
-    inside either a text quoted (``['1']`` is not ``[1]``) and a number as numbers compare (:func:`_number_text`),
-    NULL as ``NULL``; anything else as ``str`` gives it.
-
-    >>> value_text([1, None, "a", [2.5]]), value_text({"b": 1.0, "a": [True]})
-    ('[1, NULL, "a", [2.5]]', '{"a": [true], "b": 1}')
-    >>> import datetime, uuid
-    >>> value_text(datetime.timedelta(days=1, hours=2)), value_text(uuid.UUID(int=1))
-    ('1 day, 2:00:00', '00000000-0000-0000-0000-000000000001')
-    """
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_item_text(item) for item in value) + "]"
-    if isinstance(value, dict):
-        entries = sorted((_item_text(key), _item_text(item)) for key, item in value.items())
-        return "{" + ", ".join(f"{key}: {item}" for key, item in entries) + "}"
-    return str(value)
-
-
-def _item_text(value: Any) -> str:
-    """An item of a list or mapping as :func:`value_text` writes it: NULL, a text quoted, a boolean as ``true``
-    or ``false``, a number as :func:`_number_text`."""
-    if value is None:
-        return "NULL"
-    if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float, Decimal)):
-        return _number_text(value)
-    if isinstance(value, (bytes, bytearray, memoryview)):  # psycopg2 gives a bytea array's items as memoryview
-        return binary_text(bytes(value))
-    return value_text(value)
-
-
-def _number_text(value: int | float | Decimal) -> str:
-    """A number as one text whatever type held it, as numbers outside lists compare: ``1``, ``1.0`` and
-    ``Decimal('1.00')`` are ``1``, ``Decimal('1.50')`` is ``1.5``, ``-0.0`` is ``0``; an integer exactly, any
-    other number as the float nearest to it.
-
-    >>> [_number_text(v) for v in (1, 1.0, Decimal("1.00"), Decimal("1.50"), -0.0, 2**60 + 1, float("nan"))]
-    ['1', '1', '1', '1.5', '0', '1152921504606846977', 'NaN']
-    """
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, Decimal) and value.is_nan():  # quiet or signaling (which float() refuses)
-        return "NaN"
-    if isinstance(value, Decimal) and (value.is_infinite() or abs(value.adjusted()) > _EXACT_DECIMAL_DIGITS):
-        value = float(value)  # an infinity, or too large or small to write out whole: the float nearest
-    if not math.isfinite(value):
-        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
-    if value == int(value):
-        return str(int(value))
-    return repr(float(value))
-
-
-#: The largest power of ten of a decimal :func:`_number_text` writes out whole (past it, as the nearest float).
-_EXACT_DECIMAL_DIGITS = 300
 
 
 def _finite_decimals(values: list[Any]) -> list[Any]:
