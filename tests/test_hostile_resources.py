@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -742,5 +743,80 @@ def test_a_row_crossing_the_byte_cap_is_still_compared(tmp_path: Path) -> None:
                                       actual_sql="SELECT repeat('a', 600000) AS x, repeat('b', 600000) AS y",
                                       config=config), adapter)
         assert same.deterministic_verdict == "pass" and "vacuous" not in " ".join(same.explanations)
+    finally:
+        adapter.close()
+
+
+#: A PostgreSQL numeric of 131,000 digits (the type holds up to 147,455), in ``{cols}`` columns of ``{rows}`` rows.
+BIG_NUMERIC = "SELECT {columns} FROM (SELECT 10::numeric ^ 131000 - 1 AS x) AS s, generate_series(1, {rows})"
+
+
+def test_postgres_numerics_count_at_their_size_and_are_cut_on_the_server(pg_url: str,
+                                                                         baseline_rss: dict[str, int]) -> None:
+    """A numeric was taken for a fixed-size value: never cut on the server and counted 40 bytes, so 1,000
+    columns of 131,000 digits in 10 rows ran uncut and unwarned to a 1.9 GB peak in the comparing process (a
+    review's finding). It is measured and cut through its text like any variable-size value: 50 columns of
+    6.5 MB a row in 40 rows (262 MB) stop at max_result_bytes=8 MB with this process within 100 MB of a trivial
+    query's peak (about 550 MB unfixed); a row of 100 such columns crosses on the server, cut at 64; one numeric
+    longer than max_cell_bytes arrives cut with its full length and digest; small numerics are Decimals, exact."""
+    config = {"max_result_bytes": 8_000_000, "enable_counterfactual_probes": False}
+    sql = BIG_NUMERIC.format(columns=", ".join(["x"] * 50), rows=40)
+    peak, _, report = peak_rss_kb(pg_url, sql, config)
+    assert peak - baseline(baseline_rss, pg_url) < 100 * 1024, (baseline_rss, peak)
+    assert any("result truncated at max_result_bytes=8,000,000" in w for w in report["warnings"]), report["warnings"]
+    adapter = ExecutionAdapter(pg_url)
+    try:
+        wide = adapter.execute(BIG_NUMERIC.format(columns=", ".join(["x"] * 100), rows=3), max_bytes=8_000_000)
+        assert wide.relation is not None and wide.relation.truncated and wide.relation.height == 1
+        cells = wide.relation.frame.row(0)  # 131,000 nines, a point and 16 zeros
+        assert all(cell.startswith("9" * 64 + "…[cut at 64 of 131017 characters, sha256 ")
+                   for cell in cells), cells[0]
+        assert "the server sent them cut at 64" in wide.warnings[-1], wide.warnings
+        one = adapter.execute("SELECT 10::numeric ^ 131000 - 1 AS x, 1.50::numeric AS y", max_cell_bytes=1 << 16)
+        assert one.relation is not None and not one.relation.truncated
+        x, y = one.relation.frame.row(0)
+        assert x.startswith("9" * 65536 + "…[cut at 65536 of 131017 characters, sha256 ") and y == Decimal("1.50")
+        assert any("1 cell(s) longer than max_cell_bytes=65,536 were cut" in w for w in one.warnings), one.warnings
+    finally:
+        adapter.close()
+    config = {"max_cell_bytes": 1 << 16, "neighbor_count": 0}
+    expected = "SELECT 10::numeric ^ 131000 - 1 AS x"
+    for actual, verdict in ((expected, "pass"), ("SELECT 10::numeric ^ 131000 - 3 AS x", "fail")):
+        request = CompareRequest(expected_sql=expected, actual_sql=actual, config=EvalConfig(**config))
+        assert compare(request, ExecutionAdapter(pg_url)).deterministic_verdict == verdict, actual
+
+
+#: A DuckDB list of 500 texts of 100,000 characters: one 50 MB cell (the review's had 1,000).
+BIG_LIST = "SELECT list_transform(range(0, 500), lambda i: repeat('a', 100000) || {end}) AS x"
+
+
+def test_duckdb_nested_cells_are_cut_in_the_query_process(targets: dict[str, str],
+                                                           baseline_rss: dict[str, int]) -> None:
+    """A list, struct or map was neither cut nor counted (40 bytes a cell): one list of 100 MB crossed from
+    DuckDB's query process whole and unwarned, and the comparing process peaked 600 MB above its baseline (a
+    review's finding). It is cut there as the text it is compared by, with its full length and digest: the
+    comparing process stays within 40 MB of a trivial query's peak (about 300 MB unfixed), two cut lists
+    compare equal exactly when the lists were, a struct and a map are cut alike, and small ones come back as
+    they were."""
+    config = {"enable_counterfactual_probes": False, "max_cell_bytes": 1 << 16}
+    peak, _, report = peak_rss_kb(targets["duckdb"], BIG_LIST.format(end="i::VARCHAR"), config)
+    assert peak - baseline(baseline_rss, targets["duckdb"]) < 40 * 1024, (baseline_rss, peak)
+    assert any("1 cell(s) longer than max_cell_bytes=65,536 were cut" in w for w in report["warnings"]), \
+        report["warnings"]
+    adapter = ExecutionAdapter(targets["duckdb"])
+    try:
+        expected = BIG_LIST.format(end="i::VARCHAR")
+        for actual, verdict in ((expected, "pass"), (BIG_LIST.format(end="(i + 1)::VARCHAR"), "fail")):
+            request = CompareRequest(expected_sql=expected, actual_sql=actual, config=EvalConfig(neighbor_count=0))
+            assert compare(request, adapter).deterministic_verdict == verdict, actual
+        cut = adapter.execute("SELECT {'a': repeat('x', 100000), 'n': 1} AS s, MAP {'k': repeat('y', 100000)} AS m",
+                              max_cell_bytes=1 << 16)
+        assert cut.relation is not None
+        struct, mapping = cut.relation.frame.row(0)
+        assert struct.startswith('{"a": "xxx') and "…[cut at 65536 of 100017 characters, sha256 " in struct
+        assert mapping.startswith('{"k": "yyy') and "…[cut at 65536 of 100009 characters, sha256 " in mapping
+        small = adapter.execute("SELECT [1, 2] AS l, {'a': 1, 'b': [1.5]} AS s, MAP {'k': 2} AS m")
+        assert small.relation is not None and not small.warnings
+        assert small.relation.to_rows()["rows"] == [["[1, 2]", '{"a": 1, "b": [1.5]}', '{"k": 2}']]
     finally:
         adapter.close()

@@ -17,7 +17,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
+
+if __package__:
+    from sqlcmp_dagster.engine.sandbox.cell_text import value_text_pieces
+else:  # DuckDB's query process, which runs this file beside cell_text.py without the package
+    from cell_text import value_text_pieces  # type: ignore[import-not-found,no-redef]
 
 #: Rows fetched per round trip at most; fewer when rows are wide, so one round trip stays near a MiB.
 _FETCH_ROWS = 1024
@@ -71,8 +77,7 @@ def fetch_bounded(cursor: Any, max_rows: int, max_bytes: int, max_cell_bytes: in
                 crossing = size + row_size > max_bytes
                 if crossing:
                     row = tuple(cut_cell(value, CROSSING_CELL_CHARS) for value in raw)
-                cells_cut += sum(a is not b or isinstance(a, (CutText, CutBytes))
-                                 for a, b in zip(raw, row) if isinstance(a, (str, bytes)))
+                cells_cut += sum(map(_was_cut, raw, row))
                 size += row_size
                 rows.append(row)
                 if crossing:
@@ -99,14 +104,81 @@ def row_cost(row: tuple[Any, ...]) -> int:
 
     >>> row_cost((1, 2.5, None)), row_cost(("abc", b"xy"))
     (176, 141)
+
+    A numeric counts the characters of its text (:func:`decimal_chars`): PostgreSQL's holds up to 147,455
+    digits, and a million of them counted 40 bytes each once peaked at 1.9 GB under the 64 MiB cap. A list,
+    struct or map counts each value inside it as a cell of its own (:func:`held_bytes`): counted 40 bytes, one
+    list of 1,000 texts of 100,000 characters crossed from DuckDB's query process as one 100 MB cell.
+
+    >>> row_cost((Decimal("-1.50"), [1, "ab"], {"k": None}))
+    344
     """
-    return ROW_BYTES + sum(CELL_BYTES + (len(v) if isinstance(v, (str, bytes)) else 0) for v in row)
+    return ROW_BYTES + sum(map(cell_bytes, row))
+
+
+def cell_bytes(value: Any) -> int:
+    """What one cell holds in this process as :func:`row_cost` counts it."""
+    if isinstance(value, (str, bytes)):
+        return CELL_BYTES + len(value)
+    if isinstance(value, Decimal):
+        return CELL_BYTES + decimal_chars(value)
+    if isinstance(value, _NESTED):
+        return held_bytes(value)
+    return CELL_BYTES
+
+
+#: Cells that hold other values: DuckDB's LIST, STRUCT and MAP, PostgreSQL's arrays and json.
+_NESTED = (list, tuple, dict)
+
+
+def held_bytes(value: Any) -> int:
+    """What ``value`` and every value inside it hold in this process: :data:`CELL_BYTES` each, plus the lengths
+    of texts and binaries and the characters of numerics. Linear in the values inside it, which the process
+    holds already (and a kept list, one :func:`cut_cell` left whole, writes no more than ``max_cell_bytes``
+    characters); iterative, so no nesting depth exhausts the stack.
+
+    >>> held_bytes([1, ["abc", b"x"], {"k": Decimal("2.5")}])
+    328
+    """
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        total += CELL_BYTES
+        if isinstance(item, (str, bytes, bytearray, memoryview)):
+            total += len(item)
+        elif isinstance(item, Decimal):
+            total += decimal_chars(item)
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+        elif isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+    return total
+
+
+def decimal_chars(value: Decimal) -> int:
+    """The characters of ``value`` written out without an exponent, as PostgreSQL writes a numeric (and counts
+    it on the server, :class:`~.postgres.PostgresShape`).
+
+    >>> decimal_chars(Decimal("-12.50")), decimal_chars(Decimal("1E-7")), decimal_chars(Decimal("NaN"))
+    (6, 9, 3)
+    """
+    text = str(value)
+    return len(text) if "E" not in text else len(format(value, "f"))
+
+
+def _was_cut(raw: Any, kept: Any) -> bool:
+    """Whether :func:`cut_cell` (or the engine, :class:`CutText`) cut the cell ``raw`` into ``kept``."""
+    if isinstance(raw, (CutText, CutBytes)):
+        return True
+    return raw is not kept and isinstance(raw, (str, bytes, Decimal, *_NESTED))
 
 
 #: Cell types a driver returns that :func:`cut_cell` keeps as they are when not longer than the limit (exact
 #: types: :class:`CutText` and :class:`CutBytes` are counted as cut, ``memoryview`` becomes ``bytes``).
-_PLAIN_CELLS = frozenset({int, float, type(None), str, bytes})
+_PLAIN_CELLS = frozenset({int, float, type(None), str, bytes, Decimal})
 _SIZED_CELLS = frozenset({str, bytes})
+_DECIMAL_CELLS = frozenset({Decimal})
 
 
 def _plain_size(chunk: list[Any], max_cell_bytes: int) -> int | None:
@@ -126,6 +198,8 @@ def _plain_size(chunk: list[Any], max_cell_bytes: int) -> int | None:
         return None
     lengths = list(map(len, itertools.compress(cells, map(_SIZED_CELLS.__contains__, map(type, cells))))) \
         if kinds & _SIZED_CELLS else []
+    if Decimal in kinds:
+        lengths += map(decimal_chars, itertools.compress(cells, map(_DECIMAL_CELLS.__contains__, map(type, cells))))
     if lengths and max(lengths) > max_cell_bytes:
         return None
     return sum(lengths) + CELL_BYTES * len(cells) + ROW_BYTES * len(chunk)
@@ -141,22 +215,97 @@ def cut_cell(value: Any, limit: int) -> Any:
     or binary longer than ``limit`` cut there with a marker naming the full length and a digest of the whole
     value, so that two cut cells are still equal exactly when the values were.
 
+    A numeric whose text is longer (:func:`decimal_chars`) is cut as that text, as PostgreSQL cuts it on the
+    server. A list, struct or map whose compared text (:func:`~.cell_text.value_text`, the one it is compared
+    by when kept) is longer is cut as that text: two cut ones are equal exactly when the values would have
+    compared equal. Its text is written only when :func:`nested_text_bound`, which stops past ``limit``, says
+    it may be longer, and then hashed piece by piece (:func:`~.cell_text.value_text_pieces`), never held whole:
+    made whole, one list of 1,000 texts of 100,000 characters needed more than DuckDB's query process may use.
+
     >>> cut_cell("abcdef", 3)
     'abc…[cut at 3 of 6 characters, sha256 bef57ec7f53a6d40]'
     >>> cut_cell(memoryview(b"\\x00\\xff"), 3)
     b'\\x00\\xff'
+    >>> cut_cell(["ab", 1.0], 8), cut_cell(["ab", 1.0], 9)
+    ('["ab", 1…[cut at 8 of 9 characters, sha256 75745bda8b342e7c]', ['ab', 1.0])
+    >>> cut_cell(Decimal("123.40"), 3)
+    '123…[cut at 3 of 6 characters, sha256 90c6f3c414aba8b3]'
     """
     if isinstance(value, (memoryview, bytearray)):
         value = bytes(value)
-    if isinstance(value, (CutText, CutBytes)) or not isinstance(value, (str, bytes)) or len(value) <= limit:
+    if isinstance(value, (CutText, CutBytes)):
+        return value
+    if isinstance(value, Decimal):
+        return value if decimal_chars(value) <= limit else cut_cell(format(value, "f"), limit)
+    if isinstance(value, _NESTED):
+        if nested_text_bound(value, limit) <= limit:
+            return value
+        return _cut_pieces(value_text_pieces(value), limit) or value
+    if not isinstance(value, (str, bytes)) or len(value) <= limit:
         return value
     if isinstance(value, bytes):
-        return value[:limit] + _cut_marker(value, limit, len(value), "bytes").encode()
-    return value[:limit] + _cut_marker(value.encode("utf-8", errors="surrogatepass"), limit, len(value), "characters")
+        return value[:limit] + _cut_marker(hashlib.sha256(value), limit, len(value), "bytes").encode()
+    whole = hashlib.sha256(value.encode("utf-8", errors="surrogatepass"))
+    return value[:limit] + _cut_marker(whole, limit, len(value), "characters")
 
 
-def _cut_marker(whole: bytes, limit: int, length: int, unit: str) -> str:
-    return f"…[cut at {limit} of {length} {unit}, sha256 {hashlib.sha256(whole).hexdigest()[:16]}]"
+def nested_text_bound(value: Any, stop: int) -> int:
+    """At least the length of :func:`~.cell_text.value_text` of ``value`` (a list, struct or map), counted
+    until it passes ``stop``: at most ``stop`` values inside it are visited, and none is written out but
+    those whose text has no cheap bound (dates, UUIDs, ...), which are short.
+
+    >>> nested_text_bound([1, "ab", None, {"k": 2.5}], 1000) >= len('[1, "ab", NULL, {"k": 2.5}]')
+    True
+    """
+    total, pending = 0, [value]
+    while pending and total <= stop:
+        item = pending.pop()
+        if item is None or isinstance(item, bool):
+            total += 5
+        elif isinstance(item, str):
+            total += 6 * len(item) + 2  # quoted as JSON: a control character becomes \u00XX
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            total += 2 * len(item) + 2
+        elif isinstance(item, int):
+            total += len(str(item)) if not -_SHORT_INT < item < _SHORT_INT else 20
+        elif isinstance(item, (float, Decimal)):
+            total += _NUMBER_CHARS  # written whole when integral: 1e300 is 301 digits
+        elif isinstance(item, (list, tuple)):
+            total += 2 + 2 * len(item)
+            pending.extend(item)
+        elif isinstance(item, dict):
+            total += 2 + 4 * len(item)
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        else:
+            total += len(str(item))
+    return total
+
+
+#: Integers within this many (19 digits and a sign: 20 characters) have their text's length counted as 20.
+_SHORT_INT = 10 ** 19
+#: The most characters :func:`~.cell_text.value_text` writes for a float or decimal inside a list: an integral
+#: one whole (a float up to 309 digits, a decimal up to 301 before it is written as the float nearest), a sign.
+_NUMBER_CHARS = 311
+
+
+def _cut_pieces(pieces: Iterator[str], limit: int) -> str | None:
+    """The text the pieces make, cut as :func:`cut_cell` cuts a text longer than ``limit``; None when it is not
+    longer. Only its first ``limit`` characters are kept, the rest hashed as it comes."""
+    digest, length, prefix = hashlib.sha256(), 0, []
+    for piece in pieces:
+        digest.update(piece.encode("utf-8", errors="surrogatepass"))
+        if length < limit:
+            prefix.append(piece[:limit - length])
+        length += len(piece)
+    if length <= limit:
+        return None
+    return "".join(prefix) + _cut_marker(digest, limit, length, "characters")
+
+
+def _cut_marker(digest: Any, limit: int, length: int, unit: str) -> str:
+    """The marker after a cut value's first ``limit`` units: its full length and a prefix of its SHA-256."""
+    return f"…[cut at {limit} of {length} {unit}, sha256 {digest.hexdigest()[:16]}]"
 
 
 def cut_warning(count: int, limit: int) -> list[str]:
