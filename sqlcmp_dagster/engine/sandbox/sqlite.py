@@ -170,8 +170,22 @@ def _linear(name: str, connection: sqlite3.Connection) -> Callable[..., Value]:
 LINEAR = {"instr": (2,), "replace": (3,), "trim": (1, 2), "ltrim": (1, 2), "rtrim": (1, 2)}
 
 
-#: A ``*`` that may stand for columns (``SELECT *``, ``t.*``): any but one right after ``(`` (``count(*)``).
-_STAR = re.compile(r"(?:^|[^(\s])\s*\*")
+def _star_of_columns(sql: str) -> bool:
+    """Whether ``sql`` holds a ``*`` that may stand for columns (``SELECT *``, ``t.*``): any but one right after
+    ``(`` and white space (``count(*)``). Each ``*`` looks back over the white space before it only.
+
+    >>> _star_of_columns("SELECT count( *), a FROM t"), _star_of_columns("SELECT a * 2 FROM t")
+    (False, True)
+    """
+    at = sql.find("*")
+    while at >= 0:
+        before = at - 1
+        while before >= 0 and sql[before].isspace():
+            before -= 1
+        if before < 0 or sql[before] != "(":
+            return True
+        at = sql.find("*", at + 1)
+    return False
 
 
 def narrow_for_width(connection: sqlite3.Connection, sql: str, max_bytes: int) -> int | None:
@@ -194,7 +208,7 @@ def narrow_for_width(connection: sqlite3.Connection, sql: str, max_bytes: int) -
     671088
     """
     limit = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
-    if sql.count(",") < max_bytes // max(limit, 1) and "--" not in sql and not _STAR.search(sql):
+    if sql.count(",") < max_bytes // max(limit, 1) and "--" not in sql and not _star_of_columns(sql):
         return None
     try:
         width = max((row[3] for row in connection.execute("EXPLAIN " + sql) if row[1] == "ResultRow"), default=0)
