@@ -262,6 +262,9 @@ def _formatter() -> sqlite3.Connection:
     formatter: sqlite3.Connection | None = getattr(_FORMATTERS, "connection", None)
     if formatter is None:
         formatter = _FORMATTERS.connection = sqlite3.connect(":memory:", check_same_thread=False)
+        # a precision can cut a character in two, as the built-in does: the text comes back as the sandbox's
+        # own connections read text that is not UTF-8 (replacement characters), never as an error
+        formatter.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     return formatter
 
 
@@ -278,7 +281,7 @@ def printf_repeats(args: Sequence[object]) -> int:
     their precisions): SQLite 3.40 makes each of them one append at a time, and nothing else in ``printf`` costs
     more than the characters it writes. The format is read as SQLite reads it: flags, a width and a precision in
     digits or ``*`` (which takes the next argument as a 32-bit integer, negative for its absolute value), ``l``
-    modifiers, and the end of formatting at an unknown conversion.
+    modifiers, and the end of formatting at an unknown conversion or at a NUL character (a C string's end).
 
     >>> printf_repeats(("%.*c|%5.3c|%.2s", 2000000000, "x", "y", "abc")), printf_repeats(("%.9c%y%.9c", "a"))
     (2000000003, 9)
@@ -289,6 +292,7 @@ def printf_repeats(args: Sequence[object]) -> int:
         return 0
     form = args[0] if isinstance(args[0], str) else str(args[0]) if not isinstance(args[0], bytes) \
         else args[0].decode("latin-1")
+    form = form.split("\0", 1)[0]
     taken = 1
     total = 0
 
