@@ -162,11 +162,13 @@ def test_duckdb_engine_refuses_files_past_the_gate(duck: Path, canary: tuple[Pat
 
 
 @pytest.mark.parametrize("sql", ["SELECT * FROM (PIVOT t ON b USING count(*))", "FROM (PIVOT t ON a)",
-                                 "EXPLAIN SELECT * FROM (PIVOT t ON b)", "SELECT 1; SELECT 2"])
+                                 "EXPLAIN SELECT * FROM (PIVOT t ON b)", "SELECT 1; SELECT 2",
+                                 "EXPLAIN ANALYZE CREATE TEMP TABLE x AS SELECT 1", "EXPLAIN SELECT 1"])
 def test_duckdb_engine_runs_one_query_statement_alone(duck: Path, sql: str, no_gate: None) -> None:
     """A review's finding: DuckDB runs a PIVOT without an IN list as two statements (a MULTI), the first creating
     a type of the values it finds, and the gate let it through inside a subquery. The query process runs only
-    what DuckDB's own parser reads as one SELECT (or its EXPLAIN); a PIVOT that names its values runs."""
+    what DuckDB's own parser reads as one SELECT (or the adapter's own EXPLAIN of one: ``EXPLAIN ANALYZE`` runs what
+    it explains, a second review found); a PIVOT that names its values runs."""
     adapter = ExecutionAdapter(str(duck), timeout_ms=2000)
     execution = adapter.execute(sql, parsed=FORGED["duckdb"])
     assert execution.error is not None and execution.error.category == "unsafe_statement", execution.error

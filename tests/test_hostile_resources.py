@@ -292,7 +292,7 @@ def test_sqlite_printf_repeats_end_at_once(sample_db: Path, max_cell_bytes: int)
     started = time.monotonic()
     execution = adapter.execute(sql, timeout_ms=1000, max_cell_bytes=max_cell_bytes)
     assert time.monotonic() - started < 5
-    assert execution.relation is not None and [tuple(r) for r in execution.relation.rows or ()] == [(None,)]
+    assert execution.success and execution.relation is not None and [tuple(r) for r in execution.relation.rows or ()] == [(None,)]
     adapter.close()
 
 
@@ -319,44 +319,6 @@ def test_sqlite_printf_gives_the_built_in_answer(sample_db: Path) -> None:
         want = built_in.execute(sql).fetchone()[0]
         execution = adapter.execute(sql, max_cell_bytes=5000)
         assert execution.relation is not None and [tuple(r) for r in execution.relation.rows or ()] == [(want,)], sql
-    adapter.close()
-
-
-@pytest.mark.parametrize("sql", [
-    "SELECT length(ltrim(hex(zeroblob(40000)), replace(hex(zeroblob(40000)), '0', 'x') || '0'))",
-    "SELECT instr(hex(zeroblob(500000)) || 'a', hex(zeroblob(250000)) || 'a')",
-    "SELECT length(replace(hex(zeroblob(500000)), hex(zeroblob(200000)) || '1', 'y'))",
-])
-def test_sqlite_built_ins_of_quadratic_cost_end_at_once(sample_db: Path, sql: str) -> None:
-    """An adversarial finding of the lead's: ``instr``, ``replace`` and the ``trim`` family compare each character
-    of one argument with each of another in one VM step, which no interrupt stops (the ``ltrim`` above took 25 s
-    at a 1 s timeout). The sandbox computes them in linear time from text."""
-    adapter = ExecutionAdapter(str(sample_db))
-    started = time.monotonic()
-    execution = adapter.execute(sql, timeout_ms=1000)
-    assert time.monotonic() - started < 3 and execution.success, execution
-    blobs = adapter.execute("SELECT instr(zeroblob(400000), zeroblob(300000))", timeout_ms=1000)
-    assert blobs.error is not None and blobs.error.message.startswith("instr() refused: its arguments of 400,000"), \
-        blobs.error
-    assert time.monotonic() - started < 5
-    adapter.close()
-
-
-def test_sqlite_bounded_built_ins_give_the_built_in_answers(sample_db: Path) -> None:
-    """The sandbox's ``instr``, ``replace``, ``trim``, ``ltrim`` and ``rtrim`` answer as SQLite's own on arguments
-    of every type (text, numbers, blobs, NULL, characters past ASCII), value and type alike."""
-    adapter = ExecutionAdapter(str(sample_db))
-    built_in = sqlite3.connect(":memory:")
-    values = ["NULL", "''", "' '", "'a'", "'  ab  '", "'xxaxx'", "'x'", "'é'", "'aé'", "'ééaéé'", "'aaa'", "'aa'",
-              "12321", "1", "2.5", "-0.0", "x'00'", "x'61'", "x'616263'", "'abc'", "'b'", "'\t'"]
-    rng = random.Random(11)
-    for _ in range(400):
-        name, arity = rng.choice([("instr", 2), ("replace", 3), ("trim", 1), ("trim", 2), ("ltrim", 2),
-                                  ("rtrim", 1), ("rtrim", 2)])
-        sql = f"SELECT {name}({', '.join(rng.choice(values) for _ in range(arity))}) AS v"
-        want = built_in.execute(f"SELECT v, typeof(v) FROM ({sql})").fetchone()
-        execution = adapter.execute(f"SELECT v, typeof(v) AS t FROM ({sql})")
-        assert execution.relation is not None and [tuple(r) for r in execution.relation.rows or ()] == [want], sql
     adapter.close()
 
 

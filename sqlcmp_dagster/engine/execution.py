@@ -33,12 +33,12 @@ from sqlcmp_dagster.engine.redaction import redacted_url
 from sqlcmp_dagster.engine.relation import Execution, relation_from_rows
 from sqlcmp_dagster.engine.sandbox import postgres
 from sqlcmp_dagster.engine.sandbox.bounds import Fetched, fetch_bounded, interrupt_after
-from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, DuckdbProcess, \
-    Request, memory_bound
+from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBOR_DATABASE, PLAN_PREFIX, \
+    DuckdbProcess, Request, memory_bound
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
 from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, Progress, SqliteConnections, calls_noted, \
-    narrow_for_width, refusal, sqlite_memory_read_only, sqlite_read_only, utf8_first
+    narrow_for_width, sqlite_memory_read_only, sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -258,8 +258,6 @@ class ExecutionAdapter:
             if isinstance(failure, sqlite3.DataError) and "too big" in message \
                     and "max_result_bytes" not in message:  # the length limit of a session
                 message += f" (a value longer than max_cell_bytes={max_cell_bytes:,})"
-            elif self._sqlite is not None and "user-defined function raised exception" in message:
-                message = refusal() or message  # the sandbox's bounded built-ins say why they refused
             elif self.dialect == "postgres" and (terminated or postgres.CANCELLED in message):
                 message = f"{postgres.timeout_message(timeout)}: {message}"  # the watchdog's cancel or terminate
             return execution_error(message)
@@ -363,7 +361,7 @@ class ExecutionAdapter:
         SQLite's words (``SCAN``, ``SEARCH`` for index access, ``HASH``, ``NESTED LOOP``, ``SORT``).
         """
         prefix = {"sqlite": "EXPLAIN QUERY PLAN ", "postgres": "EXPLAIN (FORMAT JSON) ",
-                  "duckdb": "EXPLAIN (FORMAT JSON) "}.get(self.dialect)
+                  "duckdb": PLAN_PREFIX}.get(self.dialect)
         if prefix is None:
             return None
         timeout = self.timeout_ms if timeout_ms is None else timeout_ms

@@ -256,24 +256,33 @@ def answer(duckdb: Any, request: Request, neighbor: Neighbor | None = None) -> A
 
 
 #: The statement kinds DuckDB may run for a request: one query, or its plan (``ExecutionAdapter.explain``).
-QUERY_STATEMENTS = (["SELECT"], ["EXPLAIN"])
+#: How ``ExecutionAdapter.explain`` asks DuckDB for a query's plan: the one EXPLAIN the query process runs.
+PLAN_PREFIX = "EXPLAIN (FORMAT JSON) "
 
 
 def _not_one_query(duckdb: Any, sql: str) -> str | None:
     """Why DuckDB must not run ``sql``, as DuckDB's own parser reads it (the engine-side twin of the gate's single
-    query rule), or None: it must be one SELECT (or EXPLAIN) statement. DuckDB runs some queries as several
-    statements (``MULTI``): a ``PIVOT`` without an ``IN`` list first creates a type of the values it finds (a
-    review's finding: ``SELECT * FROM (PIVOT t ON b)`` passed the gate and ran that DDL). Text DuckDB cannot
-    parse is left to the query's own run, which names the error."""
+    query rule), or None: it must be one SELECT statement, or :data:`PLAN_PREFIX` before one. DuckDB runs some
+    queries as several statements (``MULTI``): a ``PIVOT`` without an ``IN`` list first creates a type of the
+    values it finds (a review's finding: ``SELECT * FROM (PIVOT t ON b)`` passed the gate and ran that DDL); and
+    ``EXPLAIN ANALYZE`` runs whatever statement it explains (a second review's). Text DuckDB cannot parse is left
+    to the query's own run, which names the error."""
     try:
-        kinds = [str(statement.type).rsplit(".", 1)[-1] for statement in duckdb.extract_statements(sql)]
+        kinds = _kinds(duckdb, sql)
+        if kinds == ["EXPLAIN"] and sql.startswith(PLAN_PREFIX):
+            kinds = _kinds(duckdb, sql[len(PLAN_PREFIX):])
     except duckdb.Error:
         return None
-    if kinds in QUERY_STATEMENTS:
+    if kinds == ["SELECT"]:
         return None
     hint = " (a PIVOT without an IN list creates a type first: name its values with ON column IN (...))" \
         if "MULTI" in kinds else ""
     return f"not run: DuckDB reads the query as {', '.join(kinds) or 'no statement'}, not as one SELECT{hint}"
+
+
+def _kinds(duckdb: Any, sql: str) -> list[str]:
+    """The kinds of the statements DuckDB's parser reads in ``sql`` (``SELECT``, ``EXPLAIN``, ``MULTI``, ...)."""
+    return [str(statement.type).rsplit(".", 1)[-1] for statement in duckdb.extract_statements(sql)]
 
 
 def _private_bytes() -> int:

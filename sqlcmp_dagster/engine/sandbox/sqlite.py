@@ -9,9 +9,10 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
 - **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), no row past
   ``max_result_bytes`` (the limit narrowed for a wide result: :func:`narrow_for_width`), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
-  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, so no function call may be
-  one that runs on past the length limit or for the square of it: ``printf`` (:func:`_bounded_printf`) and
-  ``instr``, ``replace`` and the ``trim`` family (:data:`LINEAR`) are bounded here.
+  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end: ``printf``, which ran on past
+  the length limit, is bounded here (:func:`_bounded_printf`). **Not bounded:** built-ins whose one call costs the
+  product of two arguments' lengths (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB`` with a long pattern,
+  ``json_patch``): such a call holds its case past the timeout (docs/security.md, "Known limits").
 - **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
   statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
@@ -73,101 +74,7 @@ def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
     connection.text_factory = lambda raw: raw.decode("utf-8", errors="replace")
     for name in PRINTF_NAMES:
         connection.create_function(name, -1, _bounded_printf(connection), deterministic=True)
-    for name, arities in LINEAR.items():
-        for arity in arities:  # other arities stay SQLite's, which refuses them as it prepares the statement
-            connection.create_function(name, arity, _linear(name, connection), deterministic=True)
     return connection
-
-
-#: The most character comparisons a call of SQLite's ``instr``, ``replace``, ``trim``, ``ltrim`` or ``rtrim``
-#: may ask for where this module does not compute it itself (arguments that are not both text): about 50 ms.
-QUADRATIC_BUDGET = 1 << 26
-#: Per thread, why the last call of a bounded function refused (:func:`refusal`).
-_REFUSED = threading.local()
-
-
-def refusal() -> str | None:
-    """Why the bounded function that failed the query this thread ran last refused its call, taken once: Python's
-    driver reports any function's failure as ``user-defined function raised exception``."""
-    reason: str | None = getattr(_REFUSED, "reason", None)
-    _REFUSED.reason = None
-    return reason
-
-
-def _text(value: object) -> str | None:
-    """``value`` as SQLite's text of it where Python's is the same (text, an integer), else None."""
-    kind = type(value)
-    return value if kind is str else str(value) if kind is int else None  # type: ignore[return-value]
-
-
-def _strip(text: str, characters: str | None, left: bool, right: bool) -> str:
-    """``text`` without the ``characters`` (a space where None) at its ends, in time linear in both (Python's own
-    ``strip`` looks each end character up in the whole set, which is quick for a few)."""
-    if characters is None or len(characters) <= 16:
-        chars = " " if characters is None else characters
-        return text.strip(chars) if left and right else text.lstrip(chars) if left else text.rstrip(chars)
-    members = set(characters)
-    start, end = 0, len(text)
-    while left and start < end and text[start] in members:
-        start += 1
-    while right and end > start and text[end - 1] in members:
-        end -= 1
-    return text[start:end]
-
-
-#: What SQLite's functions give back.
-Value = str | int | float | bytes | None
-
-
-def _bounded_call(name: str, connection: sqlite3.Connection, args: tuple[object, ...]) -> Value:
-    """SQLite's own ``name`` of ``args`` (numbers and blobs convert as SQLite converts them), on a connection of
-    its own, when the lengths of the two longest arguments multiply within :data:`QUADRATIC_BUDGET`; else the
-    query fails, and :func:`refusal` says why."""
-    sizes = sorted((len(arg) for arg in args if isinstance(arg, (str, bytes))), reverse=True)
-    if len(sizes) > 1 and sizes[0] * sizes[1] > QUADRATIC_BUDGET:
-        _REFUSED.reason = (f"{name}() refused: its arguments of {sizes[0]:,} and {sizes[1]:,} characters would "
-                           f"take about {sizes[0] * sizes[1]:,} comparisons in one step, which no timeout stops")
-        raise RuntimeError(_REFUSED.reason)  # OverflowError would read as "string or blob too big"
-    formatter = _formatter()
-    formatter.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH))
-    value: Value = formatter.execute(f"SELECT {name}({', '.join('?' * len(args))})", args).fetchone()[0]
-    return value
-
-
-def _linear(name: str, connection: sqlite3.Connection) -> Callable[..., Value]:
-    """SQLite's ``name`` (one of :data:`LINEAR`) for ``connection``: computed here in linear time where the
-    arguments are text or integers (SQLite's text of an integer is Python's), else by :func:`_bounded_call`."""
-    def instr(text: object, needle: object) -> Value:
-        if (haystack := _text(text)) is not None and (found := _text(needle)) is not None:
-            return haystack.find(found) + 1
-        return _bounded_call(name, connection, (text, needle))
-
-    def replace(text: object, pattern: object, replacement: object) -> Value:
-        source, old, new = _text(text), _text(pattern), _text(replacement)
-        if source is None or old is None or new is None:
-            return _bounded_call(name, connection, (text, pattern, replacement))
-        if not old:  # SQLite gives the first argument back as it was
-            return text if isinstance(text, str) else int(source)
-        size = len(source) + source.count(old) * (len(new) - len(old))
-        limit = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
-        # past the limit SQLite fails the query with "string or blob too big": a text just over it makes it say so
-        return source.replace(old, new) if size <= limit else "x" * (limit + 1)
-
-    def trim(text: object, *characters: object) -> Value:
-        source = _text(text)
-        chars = _text(characters[0]) if characters else None
-        if source is None or (characters and chars is None):
-            return _bounded_call(name, connection, (text, *characters))
-        return _strip(source, chars, name != "rtrim", name != "ltrim")
-
-    return instr if name == "instr" else replace if name == "replace" else trim
-
-
-#: SQLite's built-ins whose single call compares every character of one argument with every one of another (one
-#: step of its virtual machine, which no interrupt stops: ``ltrim`` of 40,000 characters by a set of 40,000 took
-#: 25 s at a 1 s timeout, hours at the length limit), with the arities bounded (:func:`_linear`, which computes
-#: each as SQLite does: a test of random calls against SQLite's own agrees, value and type).
-LINEAR = {"instr": (2,), "replace": (3,), "trim": (1, 2), "ltrim": (1, 2), "rtrim": (1, 2)}
 
 
 def _star_of_columns(sql: str) -> bool:
