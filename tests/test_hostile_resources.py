@@ -134,15 +134,18 @@ def test_max_result_bytes_bounds_memory_while_fetching(engine: str, targets: dic
     assert len(json.dumps(report)) < 200_000  # samples carry cut cells, not megabytes
 
 
-@pytest.mark.parametrize("shape", ["shared", "distinct"])
+@pytest.mark.parametrize("shape", ["shared", "distinct", "wide characters"])
 def test_one_wide_row_is_bounded_before_sqlite_computes_it(shape: str, targets: dict[str, str],
                                                            baseline_rss: dict[str, int]) -> None:
     """A review's finding: 2,000 columns of values just under max_cell_bytes made one row of 2 GB in SQLite and
     2 GB more in the driver's tuple, before any fetch could count it (4 GB for 4,057 characters of SQL). A wide
     result's cells get max_result_bytes over its width, before SQLite computes its first row; 400 columns of
     about 1 MB each (800 MB unbounded) now fail with that reason within a few MB of a trivial query."""
-    cells = ["v"] * 400 if shape == "shared" else [f"hex(zeroblob({524000 + i}))" for i in range(400)]
-    sql = f"WITH z(v) AS (SELECT hex(zeroblob(524000))) SELECT {', '.join(cells)} FROM z"
+    cells = ["v"] * 400 if shape == "shared" else [f"hex(zeroblob({524000 + i}))" for i in range(400)] \
+        if shape == "distinct" else ["v"] * 60
+    # wide: 60 texts of 1 MiB whose first character is past U+FFFF, each 4 MiB in Python (+560 MB before)
+    first = "char(128512) || " if shape == "wide characters" else ""
+    sql = f"WITH z(v) AS (SELECT {first}hex(zeroblob(524000))) SELECT {', '.join(cells)} FROM z"
     peak, _, report = peak_rss_kb(targets["sqlite"], sql, {"enable_counterfactual_probes": False})
     assert peak - baseline(baseline_rss, targets["sqlite"]) < 100 * 1024, (baseline_rss, peak)
     error = report["evidence"]["actual_execution_error"] if "actual_execution_error" in report["evidence"] \

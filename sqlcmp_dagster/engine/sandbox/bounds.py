@@ -12,6 +12,7 @@ import hashlib
 import heapq
 import itertools
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -118,13 +119,30 @@ def row_cost(row: tuple[Any, ...]) -> int:
 
 def cell_bytes(value: Any) -> int:
     """What one cell holds in this process as :func:`row_cost` counts it."""
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, str):
+        return CELL_BYTES + text_bytes(value)
+    if isinstance(value, bytes):
         return CELL_BYTES + len(value)
     if isinstance(value, Decimal):
         return CELL_BYTES + decimal_chars(value)
     if isinstance(value, _NESTED):
         return held_bytes(value)
     return CELL_BYTES
+
+
+#: What Python's empty text holds: its header, which :data:`CELL_BYTES` counts.
+_TEXT_HEADER = sys.getsizeof("")
+
+
+def text_bytes(text: str) -> int:
+    """What ``text`` holds in this process beyond a header: 1, 2 or 4 bytes a character, as its widest character
+    needs (one character past U+FFFF makes every character 4 bytes: a result of such texts counted by their
+    characters peaked at 8 times ``max_result_bytes``, a second review found).
+
+    >>> text_bytes("abc"), text_bytes("a\U0001F600") >= 8
+    (3, True)
+    """
+    return sys.getsizeof(text) - _TEXT_HEADER
 
 
 #: Cells that hold other values: DuckDB's LIST, STRUCT and MAP, PostgreSQL's arrays and json.
@@ -144,7 +162,9 @@ def held_bytes(value: Any) -> int:
     while pending:
         item = pending.pop()
         total += CELL_BYTES
-        if isinstance(item, (str, bytes, bytearray, memoryview)):
+        if isinstance(item, str):
+            total += text_bytes(item)
+        elif isinstance(item, (bytes, bytearray, memoryview)):
             total += len(item)
         elif isinstance(item, Decimal):
             total += decimal_chars(item)
@@ -177,7 +197,8 @@ def _was_cut(raw: Any, kept: Any) -> bool:
 #: Cell types a driver returns that :func:`cut_cell` keeps as they are when not longer than the limit (exact
 #: types: :class:`CutText` and :class:`CutBytes` are counted as cut, ``memoryview`` becomes ``bytes``).
 _PLAIN_CELLS = frozenset({int, float, type(None), str, bytes, Decimal})
-_SIZED_CELLS = frozenset({str, bytes})
+_TEXT_CELLS = frozenset({str})
+_BYTES_CELLS = frozenset({bytes})
 _DECIMAL_CELLS = frozenset({Decimal})
 
 
@@ -196,8 +217,11 @@ def _plain_size(chunk: list[Any], max_cell_bytes: int) -> int | None:
     kinds = set(map(type, cells))
     if not kinds <= _PLAIN_CELLS:
         return None
-    lengths = list(map(len, itertools.compress(cells, map(_SIZED_CELLS.__contains__, map(type, cells))))) \
-        if kinds & _SIZED_CELLS else []
+    # a text's bytes in this process (:func:`text_bytes`), at least its characters, which max_cell_bytes bounds
+    lengths = list(map(len, itertools.compress(cells, map(_BYTES_CELLS.__contains__, map(type, cells))))) \
+        if bytes in kinds else []
+    if str in kinds:
+        lengths += map(text_bytes, itertools.compress(cells, map(_TEXT_CELLS.__contains__, map(type, cells))))
     if Decimal in kinds:
         lengths += map(decimal_chars, itertools.compress(cells, map(_DECIMAL_CELLS.__contains__, map(type, cells))))
     if lengths and max(lengths) > max_cell_bytes:

@@ -95,12 +95,18 @@ def _star_of_columns(sql: str) -> bool:
     return False
 
 
+#: What a value's byte under SQLite's length limit may hold in this process: a text of N bytes of UTF-8 whose
+#: widest character is past U+FFFF holds 4 bytes for each of its (up to N) characters.
+TEXT_BYTES_PER_BYTE = 4
+
+
 def narrow_for_width(connection: sqlite3.Connection, sql: str, max_bytes: int) -> int | None:
     """Lower ``connection``'s length limit, before ``sql`` runs, so that one row of its result holds at most
-    ``max_bytes`` (``max_result_bytes``) where its limit (``max_cell_bytes``) allows more: the new limit, or None
-    when none was needed. SQLite computes a row whole, and the driver converts it whole, before the fetch can count
-    it: 2,000 columns of values just under a 1 MiB limit made one row of 2 GB in SQLite and 2 GB more in the
-    comparing process (a review's finding).
+    ``max_bytes`` (``max_result_bytes``), or what one value may where that is more, where its limit
+    (``max_cell_bytes``, :data:`TEXT_BYTES_PER_BYTE` each) allows more: the new limit, or None when none was
+    needed. SQLite computes a row whole, and the driver converts
+    it whole, before the fetch can count it: 2,000 columns of values just under a 1 MiB limit made one row of 2 GB
+    in SQLite and 2 GB more in the comparing process (a review's finding).
 
     The result's width is read from the text when the text tells it (no ``*`` that may stand for columns, no
     ``--`` comment, fewer commas than the columns a row may have at the limit: a result has at most one column
@@ -112,18 +118,20 @@ def narrow_for_width(connection: sqlite3.Connection, sql: str, max_bytes: int) -
     >>> narrow_for_width(narrowed, "SELECT count(*), 1, 2 FROM pragma_function_list", 64 << 20) is None
     True
     >>> narrow_for_width(narrowed, "SELECT " + ", ".join(["1"] * 100), 64 << 20)
-    671088
+    167772
     """
     limit = connection.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
-    if sql.count(",") < max_bytes // max(limit, 1) and "--" not in sql and not _star_of_columns(sql):
+    cell = limit * TEXT_BYTES_PER_BYTE
+    row_bound = max(max_bytes, cell)  # a row may always hold what one value may
+    if sql.count(",") < row_bound // max(cell, 1) and "--" not in sql and not _star_of_columns(sql):
         return None
     try:
         width = max((row[3] for row in connection.execute("EXPLAIN " + sql) if row[1] == "ResultRow"), default=0)
     except (sqlite3.Error, sqlite3.Warning):  # the statement itself will fail, and say why
         return None
-    if width * limit <= max_bytes:
+    if width * cell <= row_bound:
         return None
-    narrow = max(1, max_bytes // width)
+    narrow = max(1, row_bound // (width * TEXT_BYTES_PER_BYTE))
     connection.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, narrow)
     return narrow
 
