@@ -81,9 +81,8 @@ class Request:
 class Answer:
     """The child's answer. ``outcome`` is ``ok`` (``names`` and ``fetched`` set), ``no_rows`` (the statement
     returned no result set), ``refused`` (not one query as DuckDB reads it), ``error`` (DuckDB's or the driver's
-    message), ``memory`` (past
-    :func:`memory_bound`), ``timeout`` (killed past its timeout) or ``died`` (the child ended without an answer;
-    ``message`` has its exit status)."""
+    message), ``memory`` (past :func:`memory_bound`), ``timeout`` (killed past its timeout) or ``died`` (the child
+    ended without an answer; ``message`` has its exit status)."""
 
     outcome: str
     message: str = ""
@@ -255,7 +254,6 @@ def answer(duckdb: Any, request: Request, neighbor: Neighbor | None = None) -> A
         connection.close()
 
 
-#: The statement kinds DuckDB may run for a request: one query, or its plan (``ExecutionAdapter.explain``).
 #: How ``ExecutionAdapter.explain`` asks DuckDB for a query's plan: the one EXPLAIN the query process runs.
 PLAN_PREFIX = "EXPLAIN (FORMAT JSON) "
 
