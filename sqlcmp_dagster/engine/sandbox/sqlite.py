@@ -104,9 +104,9 @@ def narrow_for_width(connection: sqlite3.Connection, sql: str, max_bytes: int) -
     """Lower ``connection``'s length limit, before ``sql`` runs, so that one row of its result holds at most
     ``max_bytes`` (``max_result_bytes``), or what one value may where that is more, where its limit
     (``max_cell_bytes``, :data:`TEXT_BYTES_PER_BYTE` each) allows more: the new limit, or None when none was
-    needed. SQLite computes a row whole, and the driver converts
-    it whole, before the fetch can count it: 2,000 columns of values just under a 1 MiB limit made one row of 2 GB
-    in SQLite and 2 GB more in the comparing process (a review's finding).
+    needed. SQLite computes a row whole, and the driver converts it whole, before the fetch can count it: 2,000
+    columns of values just under a 1 MiB limit made one row of 2 GB in SQLite and 2 GB more in the comparing
+    process (a review's finding).
 
     The result's width is read from the text when the text tells it (no ``*`` that may stand for columns, no
     ``--`` comment, fewer commas than the columns a row may have at the limit: a result has at most one column
