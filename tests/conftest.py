@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -34,6 +35,62 @@ JUDGE_PASS = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalen
               "evidence_bullets": ["bag results equal", "ordering_error_flag"],
               "decision_summary": "harmless: order only", "severity_classification": "minor issue",
               "confidence": 0.8, "evidence_strength": "high", "ambiguous_case": False, "advisory_verdict": "pass"}
+
+
+#: The pytest-xdist group of every test that opens sessions as the engine's PostgreSQL role or reads or changes
+#: what is the server's, not a database's: its sessions named APPLICATION_NAME (counted, or killed), that role's
+#: settings, roles of fixed names, the server itself (stopped and started again). Such tests run one after another
+#: on one worker, as they did before the suite ran in parallel. A test whose fixtures include ``pg_service`` is put
+#: in it here (:func:`pytest_collection_modifyitems`); one that reaches the role otherwise is marked with this.
+ENGINE_POSTGRES = pytest.mark.xdist_group("engine-postgres")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test whose fixtures include ``pg_service`` joins :data:`ENGINE_POSTGRES`'s group (before
+    pytest-xdist's own hook reads the groups)."""
+    for item in items:
+        if "pg_service" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(ENGINE_POSTGRES)
+
+
+@pytest.fixture(autouse=True)
+def grouped_by_xdist(request: pytest.FixtureRequest) -> None:
+    """A pytest-xdist worker under --dist loadgroup names each grouped test ``nodeid@group``, which is how the
+    scheduler keeps a group on one worker. Unnamed, the group's tests would run at once on several workers and
+    fail by chance; each fails here instead, saying why (pytest 9.2 with pytest-xdist 3.8: pyproject.toml)."""
+    item = request.node
+    if getattr(request.config.option, "loadgroup", False) and item.get_closest_marker("xdist_group") \
+            and "@" not in item.nodeid.rpartition("]")[2]:
+        pytest.fail("pytest-xdist did not keep this test's xdist_group on one worker: use a pytest and "
+                    "pytest-xdist whose --dist loadgroup works (see pyproject.toml)", pytrace=False)
+
+
+def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder of this test run that every pytest-xdist worker shares (each worker's own base folder is in it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextmanager
+def postgres_server_lock(tmp_path_factory: pytest.TempPathFactory, *, alone: bool) -> Iterator[None]:
+    """Held while a test needs the PostgreSQL server up (shared: any number at once), or ``alone`` while a test
+    stops and starts it, which waits for every other holder to finish first: a Dagster storage on the server in
+    another worker would otherwise lose its connections in the middle of a run."""
+    with (run_folder(tmp_path_factory) / "postgres-server.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@pytest.fixture
+def postgres_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The PostgreSQL server stays up for the test: the test that restarts it waits (:func:`postgres_server_lock`).
+    Tests in :data:`ENGINE_POSTGRES`'s group need not ask: they run on the restarting test's worker, in turn."""
+    with postgres_server_lock(tmp_path_factory, alone=False):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -326,7 +383,7 @@ def bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 @pytest.fixture
-def fresh_pg_database() -> Iterator[Callable[[], str]]:
+def fresh_pg_database(postgres_up: None) -> Iterator[Callable[[], str]]:
     """A factory of PostgreSQL databases of their own on the CI server (its superuser owns them, as Dagster's
     storage needs), each a URL; all are dropped after the test."""
     import sqlalchemy as sa

@@ -7,7 +7,6 @@ DuckDB runs everywhere (an in-process engine); PostgreSQL runs against the real 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -172,13 +171,10 @@ def test_duckdb_is_read_only_and_interruptible(duck: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    """The engine's URL (a SELECT-only role); the tables are made through the superuser's URL."""
-    url, admin_url = os.environ.get("SQLCMP_TEST_PG_URL"), os.environ.get("SQLCMP_TEST_PG_ADMIN_URL")
-    if not (url and admin_url):
-        if os.environ.get("SQLCMP_REQUIRE_SERVICES") == "1":
-            pytest.fail("SQLCMP_TEST_PG_URL / SQLCMP_TEST_PG_ADMIN_URL not set: run .ci/services.sh")
-        pytest.skip("SQLCMP_TEST_PG_URL not set (run .ci/services.sh)")
+def pg_url(pg_service: tuple[str, str]) -> Iterator[str]:
+    """The engine's URL (a SELECT-only role); the tables are made through the superuser's URL. Through
+    ``pg_service``, so that its tests run in the engine's PostgreSQL group (conftest.ENGINE_POSTGRES)."""
+    url, admin_url = pg_service
     admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         for statement in (

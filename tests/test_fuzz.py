@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import ENGINE_POSTGRES
 from sqlcmp_dagster.cases.suite import load_suite
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
@@ -43,6 +44,7 @@ def engines(sample_db: Path, tmp_path_factory: pytest.TempPathFactory) -> list[E
     return _engines(sample_db, tmp_path_factory)
 
 
+@ENGINE_POSTGRES  # ``engines`` opens the role's session from SQLCMP_TEST_PG_URL
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sql=st.one_of(sql_like, literals))
 def test_generated_sql_always_yields_a_report_on_every_engine(engines: list[ExecutionAdapter], sql: str) -> None:

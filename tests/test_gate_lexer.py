@@ -49,10 +49,10 @@ def test_every_hazard_character_is_refused_outside_quotes_and_named() -> None:
 
 
 @pytest.fixture(scope="module")
-def engines(request: pytest.FixtureRequest, tiny_duck: Path, sample_db: Path) -> dict[str, ExecutionAdapter]:
+def engines(pg_service: tuple[str, str], tiny_duck: Path, sample_db: Path) -> dict[str, ExecutionAdapter]:
     adapters = {"duckdb": ExecutionAdapter(str(tiny_duck), timeout_ms=2_000),
                 "sqlite": ExecutionAdapter(str(sample_db), timeout_ms=2_000),
-                "postgres": ExecutionAdapter(request.getfixturevalue("pg_service")[0], timeout_ms=2_000)}
+                "postgres": ExecutionAdapter(pg_service[0], timeout_ms=2_000)}
     yield adapters
     for adapter in adapters.values():
         adapter.close()

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import yaml
-from conftest import pg_schema
+from conftest import ENGINE_POSTGRES, pg_schema
 
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.execution import ExecutionAdapter, PrivilegedRoleError
@@ -112,6 +112,7 @@ def targets(request: pytest.FixtureRequest, duck: Path, sample_db: Path) -> dict
     return found
 
 
+@ENGINE_POSTGRES  # its PostgreSQL entries reach the role through request.getfixturevalue
 @pytest.mark.parametrize("entry", CORPUS, ids=[f"{e['engine']}:{e['sql'][:50]}" for e in CORPUS])
 def test_corpus_is_refused_with_its_reason(entry: dict[str, str], canary: tuple[Path, str], tmp_path: Path,
                                            request: pytest.FixtureRequest) -> None:

@@ -75,8 +75,8 @@ def pg_url(pg_service: tuple[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def targets(request: pytest.FixtureRequest, tiny_duck: Path, sample_db: Path) -> dict[str, str]:
-    return {"sqlite": str(sample_db), "duckdb": str(tiny_duck), "postgres": request.getfixturevalue("pg_url")}
+def targets(pg_url: str, tiny_duck: Path, sample_db: Path) -> dict[str, str]:
+    return {"sqlite": str(sample_db), "duckdb": str(tiny_duck), "postgres": pg_url}
 
 
 @pytest.fixture(scope="module")

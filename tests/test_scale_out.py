@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,16 +106,34 @@ def dagster_home(tmp_path: Path, fresh_pg_database: Any) -> Path:
     return home
 
 
+#: Where :func:`broker` claims a Redis database (1 to 15) for a test: a key per database in database 0.
+BROKER_CLAIM = "sqlcmp-test-broker:{}"
+
+
 @pytest.fixture
 def broker() -> Iterator[str]:
-    """A Redis database of its own on the loopback server (so no other test's queue is shared), emptied after."""
+    """A Redis database of its own on the loopback server (so no other test's queue is shared), emptied after.
+    Claimed in database 0 (SET NX, expiring after an hour if a run dies holding it): tests running at once in
+    other pytest-xdist workers, or in another run on the machine, each get another one."""
     redis = pytest.importorskip("redis")
-    url = f"{service('SQLCMP_TEST_REDIS_URL')}/{random.randint(1, 15)}"
+    base = service("SQLCMP_TEST_REDIS_URL")
+    claims = redis.Redis.from_url(f"{base}/0")
+    token = uuid.uuid4().hex
+    number = next((n for n in random.sample(range(1, 16), 15)
+                   if claims.set(BROKER_CLAIM.format(n), token, nx=True, ex=3600)), None)
+    if number is None:
+        pytest.fail("every Redis database 1-15 is claimed by another test")
+    url = f"{base}/{number}"
     client = redis.Redis.from_url(url)
     client.flushdb()
-    yield url
-    client.flushdb()
-    client.close()
+    try:
+        yield url
+    finally:
+        client.flushdb()
+        client.close()
+        if claims.get(BROKER_CLAIM.format(number)) == token.encode():
+            claims.delete(BROKER_CLAIM.format(number))
+        claims.close()
 
 
 class Processes:

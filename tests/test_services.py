@@ -53,7 +53,8 @@ def test_asset_graph_page_shows_the_assets_in_a_browser(webserver: str, tmp_path
         assert asset in page, f"{asset} is not on the asset graph page"
 
 
-def test_postgres_run_and_event_storage(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_postgres_run_and_event_storage(tmp_path: Path, sample_dir: Path, monkeypatch: pytest.MonkeyPatch,
+                                        postgres_up: None) -> None:
     url = service("SQLCMP_TEST_PG_ADMIN_URL")  # Dagster creates its tables: the owner, not the engine's role
     pytest.importorskip("dagster_postgres")
     home = tmp_path / "home"
