@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import JUDGE_PASS, ChatServer
+from conftest import JUDGE_PASS, ChatServer, forget_reports
 from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
     judge_reports, prepare
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
@@ -118,6 +118,11 @@ def test_garbage_from_the_server_is_retried_then_null(serve: Any, sample_dir: Pa
 
 
 def test_a_hanging_server_times_out_within_the_bound(serve: Any, sample_dir: Path) -> None:
+    # The judge's first call in a process imports litellm (seconds on a loaded machine): made before the clock
+    # starts, so that the bound times the hanging server whichever tests ran before in this process (under
+    # pytest-xdist this may be the first judge test of its worker). Its report is not kept for the case below.
+    Evaluator(db_dir=sample_dir, judge=_mock(GOOD)).evaluate(_case(*FAILING))
+    forget_reports()
     server = serve(lambda n: (200, json.dumps(GOOD), 5.0))
     started = time.monotonic()
     report = Evaluator(db_dir=sample_dir, judge=_http(server, timeout_s=0.5, max_retries=1)).evaluate(
