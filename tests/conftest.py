@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -96,9 +97,12 @@ def postgres_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 @pytest.fixture(scope="session", autouse=True)
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The cache folder of every ``sqlcmp evaluate`` the tests run (in this process or a child): one of the
-    session's own, never the user's."""
+    run's own, never the user's. Every pytest-xdist worker shares it, as every test of a run in one process
+    does (the store takes writers in several processes): a worker of its own would evaluate again the gold
+    queries another worker already ran."""
     with pytest.MonkeyPatch.context() as patch:
-        folder = tmp_path_factory.mktemp("cache")
+        folder = run_folder(tmp_path_factory) / "cache"
+        folder.mkdir(exist_ok=True)
         patch.setenv("SQLCMP_CACHE_DIR", str(folder))
         yield folder
 
@@ -312,22 +316,34 @@ def spider_dir() -> Path:
 @pytest.fixture(scope="session")
 def spider_suites(spider_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Spider dev imported twice through the CLI (SuperSQL's predictions, and gold as the prediction), with every
-    database checked against tables.json; the cases run on the databases where they are (read-only)."""
+    database checked against tables.json; the cases run on the databases where they are (read-only). Imported
+    once per run: the first pytest-xdist worker to ask imports, under a lock, and the others read its files."""
+    from filelock import FileLock
+
+    folder = run_folder(tmp_path_factory) / "spider"
+    with FileLock(f"{folder}.lock"):
+        if not (folder / "imported").is_file():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that died part way through
+            folder.mkdir()
+            _import_spider(spider_dir, folder)
+            (folder / "imported").touch()
+    return {"db_dir": spider_dir / "database", "supersql": folder / "supersql.jsonl", "gold": folder / "gold.jsonl"}
+
+
+def _import_spider(spider_dir: Path, folder: Path) -> None:
+    """:func:`spider_suites`'s two suites, written to ``folder``."""
     from sqlcmp_dagster.cli import main
 
-    folder = tmp_path_factory.mktemp("spider")
     gold_as_prediction = folder / "gold_pred.sql"
     gold_as_prediction.write_text("".join(line.split("\t")[0] + "\n" for line in
                                           (spider_dir / "dev_gold.sql").read_text(encoding="utf-8").splitlines()
                                           if line.strip()), encoding="utf-8")
-    paths = {"db_dir": spider_dir / "database", "supersql": folder / "supersql.jsonl", "gold": folder / "gold.jsonl"}
     for name, prediction in (("supersql", spider_dir / "predictions" / "SuperSQL.sql"), ("gold", gold_as_prediction)):
         code = main(["import", "spider", "--questions", str(spider_dir / "dev.json"),
                      "--gold", str(spider_dir / "dev_gold.sql"), "--pred", str(prediction),
-                     "--db-dir", str(paths["db_dir"]), "--tables", str(spider_dir / "tables.json"),
-                     "--out", str(paths[name])])
+                     "--db-dir", str(spider_dir / "database"), "--tables", str(spider_dir / "tables.json"),
+                     "--out", str(folder / f"{name}.jsonl")])
         assert code == 0
-    return paths
 
 
 @pytest.fixture(scope="session")
