@@ -379,15 +379,17 @@ def test_performance_metrics_on_duckdb_from_its_estimated_plan(duck: Path) -> No
 def test_duckdb_plans_in_its_bounded_process(duck: Path) -> None:
     """DuckDB's planner computes constant expressions: EXPLAIN of ``length(repeat('x', 350000000))`` took 700 MB
     in the comparing process, outside the DuckDB process's bound (a review's finding). It is planned there now,
-    and the comparing process stays small."""
+    and the comparing process stays small. The plan takes about 4 s of the DuckDB process's CPU: the adapter's
+    timeout is far above it (the default 10 s was reached on a loaded machine: no plan, no memory to measure)."""
     script = ("import resource\n"
               "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
-              f"adapter = ExecutionAdapter({str(duck)!r})\n"
+              f"adapter = ExecutionAdapter({str(duck)!r}, timeout_ms=120_000)\n"
               "adapter.explain('SELECT 1 AS a')\n"
               "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
               "plan = adapter.explain(\"SELECT length(repeat('x', 350000000)) AS a\")\n"
               "print(plan.operators, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=True)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
     operators, grown_mib = out.stdout.rsplit(" ", 1)
     assert "PROJECTION" in operators and int(grown_mib) < 100, out.stdout  # 670 MB more when planned here
 
