@@ -49,10 +49,15 @@ ENGINE_POSTGRES = pytest.mark.xdist_group("engine-postgres")
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test whose fixtures include ``pg_service`` joins :data:`ENGINE_POSTGRES`'s group (before
-    pytest-xdist's own hook reads the groups)."""
+    pytest-xdist's own hook reads the groups). The test that restarts the PostgreSQL server goes first (see
+    :func:`postgres_up`), then those marked ``starts_first`` (minutes spent mostly waiting on a deployment's
+    processes), so that pytest-xdist's other workers run the rest meanwhile instead of waiting for them at the
+    end. The sort is stable: the other tests keep their order."""
     for item in items:
         if "pg_service" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("xdist_group"):
             item.add_marker(ENGINE_POSTGRES)
+    items.sort(key=lambda item: ("postgres_alone" not in getattr(item, "fixturenames", ()),
+                                 item.get_closest_marker("starts_first") is None))
 
 
 @pytest.fixture(autouse=True)
@@ -86,10 +91,33 @@ def postgres_server_lock(tmp_path_factory: pytest.TempPathFactory, *, alone: boo
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
+#: The file :func:`postgres_alone` leaves in :func:`run_folder` once its test is over and the server is up.
+POSTGRES_RESTARTED = "postgres-restarted"
+
+
 @pytest.fixture
-def postgres_up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The PostgreSQL server stays up for the test: the test that restarts it waits (:func:`postgres_server_lock`).
-    Tests in :data:`ENGINE_POSTGRES`'s group need not ask: they run on the restarting test's worker, in turn."""
+def postgres_alone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The PostgreSQL server for this test alone (it stops and starts it): every test holding
+    :func:`postgres_up` in another worker finishes first, and none starts until this test is over."""
+    try:
+        with postgres_server_lock(tmp_path_factory, alone=True):
+            yield
+    finally:
+        (run_folder(tmp_path_factory) / POSTGRES_RESTARTED).touch()
+
+
+@pytest.fixture
+def postgres_up(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The PostgreSQL server stays up for the test (:func:`postgres_server_lock`). Under pytest-xdist, when the
+    run holds the test that restarts the server, this first waits for that test to be over: it runs first, on
+    the worker of :data:`ENGINE_POSTGRES`'s group (the group goes out first), while a Dagster deployment that
+    got the server first would hold it for minutes. Tests in that group need not ask: they run on the
+    restarting test's worker, in turn."""
+    restarts = any("postgres_alone" in getattr(item, "fixturenames", ()) for item in request.session.items)
+    if restarts and os.environ.get("PYTEST_XDIST_WORKER"):
+        restarted, deadline = run_folder(tmp_path_factory) / POSTGRES_RESTARTED, time.monotonic() + 600
+        while not restarted.exists() and time.monotonic() < deadline:  # bounded: never a run that hangs
+            time.sleep(0.2)
     with postgres_server_lock(tmp_path_factory, alone=False):
         yield
 

@@ -21,7 +21,7 @@ from typing import Any
 import polars as pl
 import pytest
 
-from conftest import ENGINE_POSTGRES, postgres_server_lock, untimed
+from conftest import ENGINE_POSTGRES, untimed
 from sqlcmp_dagster.cases.sample import SAMPLE_DB_ID
 from sqlcmp_dagster.engine.models import CompareRequest, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
@@ -49,7 +49,7 @@ def test_sqlite_file_disappearing_mid_batch(tmp_path: Path, sample_db: Path) -> 
 
 
 @ENGINE_POSTGRES
-def test_postgres_restart_mid_batch(tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_postgres_restart_mid_batch(postgres_alone: None) -> None:
     """The server stopped in the middle of a batch: the cases after it are execution failures, not the model's,
     and the restarted server serves the next batch. Alone on the server: every other worker's test that needs it
     up (a Dagster storage) finishes first, and none starts until it is up again."""
@@ -66,15 +66,14 @@ def test_postgres_restart_mid_batch(tmp_path_factory: pytest.TempPathFactory) ->
         if report.case_id == "p1":
             subprocess.run(["pg_ctlcluster", version, name, "stop", "-m", "fast"], check=True)
 
-    with postgres_server_lock(tmp_path_factory, alone=True):
-        try:
-            reports = Evaluator().evaluate_all(cases, progress=stop_after_second)
-        finally:
-            subprocess.run(["pg_ctlcluster", version, name, "start"], check=False)
-            for _ in range(60):
-                if subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"]).returncode == 0:
-                    break
-                time.sleep(0.5)
+    try:
+        reports = Evaluator().evaluate_all(cases, progress=stop_after_second)
+    finally:
+        subprocess.run(["pg_ctlcluster", version, name, "start"], check=False)
+        for _ in range(60):
+            if subprocess.run(["pg_isready", "-h", "127.0.0.1", "-q"]).returncode == 0:
+                break
+            time.sleep(0.5)
     assert [r.deterministic_verdict for r in reports[:2]] == ["pass", "pass"]
     for report in reports[2:]:
         assert report.blocked_reason == "execution_failure"

@@ -301,6 +301,7 @@ def _spider_dev(spider_suites: dict[str, Path], folder: Path) -> list[str]:
 
 
 @pytest.mark.spider
+@pytest.mark.starts_first
 def test_spider_dev_on_two_celery_workers_matches_the_in_process_run(
         tmp_path: Path, spider_suites: dict[str, Path], dagster_home: Path, broker: str, bucket: str) -> None:
     pytest.importorskip("dagster_celery")
@@ -425,6 +426,7 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
     assert "invalid JSON" in warnings[0] and "case_id is empty" in warnings[1]
 
 
+@pytest.mark.starts_first
 def test_a_worker_killed_mid_run_ends_with_every_case_reported(tmp_path: Path, sample_dir: Path,
                                                                dagster_home: Path, broker: str) -> None:
     """docs/dagster.md's deployment with SQLCMP_RUN_MAX_SECONDS: the Celery worker running a run is killed
