@@ -46,6 +46,16 @@ JUDGE_PASS = {"intent_adequacy_judgment": "adequate", "database_scoped_equivalen
 ENGINE_POSTGRES = pytest.mark.xdist_group("engine-postgres")
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` (pyproject.toml's addopts): a pytest-xdist worker more than the cores this process may use.
+    About half of the suite's time is spent waiting (on Celery workers, run monitoring, a webserver, a browser,
+    a subprocess's timeout): with one worker a core, the cores idled meanwhile (on 2 cores, one run: 723 s with
+    2 workers, 548 s with 3). PYTEST_XDIST_AUTO_NUM_WORKERS, when set, decides instead (pytest-xdist's own)."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    return len(os.sched_getaffinity(0)) + 1
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test whose fixtures include ``pg_service`` joins :data:`ENGINE_POSTGRES`'s group (before

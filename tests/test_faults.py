@@ -188,6 +188,11 @@ def _running(pids: list[int], wait_s: float = 30.0) -> list[int]:
     return [pid for pid in pids if alive(pid)]
 
 
+#: The tests that share :func:`clean_run` run on one pytest-xdist worker, which makes it once (a run of the slow
+#: suite in a subprocess); so do those that share :func:`clean_demo` (a whole ``sqlcmp demo``).
+SHARES_CLEAN_RUN, SHARES_CLEAN_DEMO = pytest.mark.xdist_group("clean_run"), pytest.mark.xdist_group("clean_demo")
+
+
 @pytest.fixture(scope="module")
 def clean_run(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> tuple[Path, list[Any]]:
     """The slow suite and the reports of a run of it that nothing disturbed."""
@@ -197,6 +202,7 @@ def clean_run(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> tup
     return suite, _untimed(out)
 
 
+@SHARES_CLEAN_RUN
 @pytest.mark.parametrize("workers", ["1", "2"])
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_stopped_or_killed_run_loses_nothing_leaves_no_process_and_resumes_to_a_clean_runs_file(
@@ -242,6 +248,7 @@ def test_a_stopped_or_killed_run_loses_nothing_leaves_no_process_and_resumes_to_
     assert _untimed(out) == clean and not journal.exists()
 
 
+@SHARES_CLEAN_RUN
 def test_resume_evaluates_only_the_cases_that_changed(tmp_path: Path, sample_dir: Path,
                                                       clean_run: tuple[Path, list[Any]]) -> None:
     """A journal's report is kept only for the same case version: an edited case runs again."""
@@ -519,6 +526,7 @@ def clean_demo(tmp_path_factory: pytest.TempPathFactory, sample_dir: Path) -> li
     return _untimed(out / "reports.jsonl")
 
 
+@SHARES_CLEAN_DEMO
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
 def test_a_demo_stopped_or_killed_mid_run_leaves_nothing_running_and_the_next_ends_as_a_clean_one(
         tmp_path: Path, sample_dir: Path, clean_demo: list[Any], signum: int) -> None:
