@@ -36,6 +36,7 @@ from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.sandbox import postgres
 from sqlcmp_dagster.engine.sandbox.duckdb_process import memory_bound
+from sqlcmp_dagster.engine.sandbox.sqlite import ABANDON_GRACE_S
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import canonical_tree, parse
@@ -282,6 +283,57 @@ def test_sqlite_watchdog_stops_one_long_vm_step(sample_db: Path) -> None:
     assert execution.error is not None and execution.error.category == "timeout", execution
     assert time.monotonic() - started < 0.5 + 5
     assert adapter.execute("SELECT count(*) FROM products").success  # the connection pool is still usable
+
+
+def _repeated(characters: int, character: str) -> str:
+    """SQL for a text of ``characters`` copies of ``character``, built at run time."""
+    return f"replace(hex(zeroblob({characters // 2})), '0', '{character}')"
+
+
+#: SQLite calls whose one call (one VM step, which no interrupt stops) costs the product of two arguments' lengths:
+#: 2-10 s each on the project's machine without the thread the sandbox leaves them in.
+ONE_LONG_CALL = {
+    "ltrim": f"SELECT length(ltrim({_repeated(40000, 'z')}, {_repeated(40000, '0')} || 'z')) AS n",
+    "like": f"SELECT {_repeated(200000, 'a')} LIKE '%' || {_repeated(20000, 'a')} || 'b%' AS n",
+    "glob": f"SELECT {_repeated(200000, 'a')} GLOB '*' || {_repeated(20000, 'a')} || 'b*' AS n",
+}
+
+
+@pytest.mark.parametrize("call", sorted(ONE_LONG_CALL))
+def test_a_sqlite_call_no_interrupt_stops_ends_its_query_at_the_timeout(sample_db: Path, call: str) -> None:
+    """A review's finding: ``ltrim``, ``LIKE`` and ``GLOB`` of long texts held a query for 25-114 s at a timeout
+    of 1 s (an interrupt waits for the step it finds to end). The case stops waiting for the call at the timeout
+    and :data:`ABANDON_GRACE_S`, with a timeout that says why, and the file's other connections serve on."""
+    adapter = ExecutionAdapter(str(sample_db))
+    started = time.monotonic()
+    execution = adapter.execute(ONE_LONG_CALL[call], timeout_ms=500)
+    assert time.monotonic() - started < 0.5 + ABANDON_GRACE_S + 2
+    assert execution.error is not None and execution.error.category == "timeout", execution
+    assert "inside one call of a SQLite function" in execution.error.message
+    assert adapter.stuck
+    again = time.monotonic()
+    assert adapter.execute("SELECT count(*) AS n FROM products").success
+    assert time.monotonic() - again < 2
+    adapter.close()
+
+
+def test_a_neighbor_query_left_in_a_sqlite_call_stops_the_search_not_the_case(run: Any) -> None:
+    """An actual query that is quick on the database and makes one long call on a neighbor with fewer rows: the
+    search stops at that neighbor (its database and writer are the call's until it ends: the writer's rollback
+    waited for the call), the case ends near the query's timeout, and the next case searches as before."""
+    bomb = f"ltrim({_repeated(40000, 'z')}, {_repeated(40000, '0')} || 'z')"
+    actual = (f"SELECT count(*) + coalesce((SELECT length({bomb}) WHERE (SELECT count(*) FROM products) < 12), 0) "
+              "FROM products")
+    started = time.monotonic()
+    report = run("SELECT count(*) FROM products", actual, query_timeout_ms=1000)
+    assert time.monotonic() - started < 1 + ABANDON_GRACE_S + 3
+    assert any("neighbor search stopped: a query on a neighbor database was still inside a call of SQLite's" in w
+               for w in report.warnings), report.warnings
+    started = time.monotonic()
+    report = run("SELECT count(*) FROM products", "SELECT count(*) FROM products WHERE price IS NOT NULL",
+                 query_timeout_ms=1000)
+    assert time.monotonic() - started < 3
+    assert not any("neighbor search stopped" in w for w in report.warnings), report.warnings
 
 
 @pytest.mark.parametrize("max_cell_bytes", [1 << 20, 1 << 30])

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -219,31 +219,48 @@ class ExecutionAdapter:
                 names, fetched = postgres.fetch(raw, query_text(sql, self.dialect), deadline, limit, max_bytes,
                                                 max_cell_bytes)
                 return names, fetched, (time.perf_counter() - started) * 1000, None
-        with self._session(timeout, max_cell_bytes) as (raw, progress):
-            def run() -> tuple[list[str], Fetched, float]:
-                # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
-                cursor = raw.cursor()
-                narrowed = None
-                try:
-                    if self._sqlite is not None:  # a row of a wide result is bounded before it is computed
-                        narrowed = narrow_for_width(raw, _strip_terminator(sql), max_bytes)
-                    cursor.execute(_strip_terminator(sql))
-                    fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
-                    if cursor.description is None:
-                        raise _NoRows()
-                    return [str(c[0]) for c in cursor.description], fetched, (time.perf_counter() - started) * 1000
-                except sqlite3.DataError as error:
-                    if narrowed is None or "too big" not in str(error):
-                        raise
-                    raise sqlite3.DataError(
-                        f"{error} (a value longer than {narrowed:,} bytes: a row of a result this wide may hold at "
-                        f"most max_result_bytes={max_bytes:,})") from error
-                finally:
-                    if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
-                        cursor.close()
 
-            names, fetched, elapsed = utf8_first(raw, run) if self._sqlite is not None else run()
-            return names, fetched, elapsed, progress.steps if progress is not None else None
+        def run(raw: Any) -> tuple[list[str], Fetched, float]:
+            # The DBAPI cursor, given no parameters: drivers then leave '%' and ':' in the SQL alone.
+            cursor = raw.cursor()
+            narrowed = None
+            try:
+                if self._sqlite is not None:  # a row of a wide result is bounded before it is computed
+                    narrowed = narrow_for_width(raw, _strip_terminator(sql), max_bytes)
+                cursor.execute(_strip_terminator(sql))
+                fetched = fetch_bounded(cursor, limit, max_bytes, max_cell_bytes)
+                if cursor.description is None:
+                    raise _NoRows()
+                return [str(c[0]) for c in cursor.description], fetched, (time.perf_counter() - started) * 1000
+            except sqlite3.DataError as error:
+                if narrowed is None or "too big" not in str(error):
+                    raise
+                raise sqlite3.DataError(
+                    f"{error} (a value longer than {narrowed:,} bytes: a row of a result this wide may hold at "
+                    f"most max_result_bytes={max_bytes:,})") from error
+            finally:
+                if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
+                    cursor.close()
+
+        if self._sqlite is not None:  # SQLite's own calls may outlast an interrupt: see SqliteConnections.run
+            return self._sqlite.run(sql, timeout, max_cell_bytes, lambda raw, progress: (
+                *utf8_first(raw, lambda: run(raw)), progress.steps))
+        with self._session(timeout, max_cell_bytes) as (raw, _):
+            return *run(raw), None
+
+    @property
+    def stuck(self) -> bool:
+        """Whether a query of this adapter is still inside a call of SQLite's that its case stopped waiting for
+        (:class:`~.sandbox.sqlite.Stuck`): its connection is not this thread's to use until the call ends."""
+        return self._sqlite is not None and self._sqlite.stuck
+
+    def when_free(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` now, or, while the adapter is :attr:`stuck`, once the stuck call ends (in its
+        thread): closing what shares a database with that call (a neighbor's writer) would wait for it."""
+        if self._sqlite is not None:
+            self._sqlite.when_free(callback)
+        else:
+            callback()
 
     def _error(self, failure: Exception, timeout: int, max_cell_bytes: int, terminated: bool) -> ExecutionError:
         """The query's own failure as the report names it; anything that is not one is raised again (an engine

@@ -62,10 +62,11 @@ class Neighborhood:
     keys_enforced: bool | None = None
 
     def close(self) -> None:
-        """Close both connections."""
+        """Close both connections: the writer once no query of the search is left inside a call of SQLite's
+        (:attr:`~sqlcmp_dagster.engine.execution.ExecutionAdapter.stuck`), whose step holds the shared cache."""
         self.adapter.close()
         if self.writer is not None:
-            self.writer.close()
+            self.adapter.when_free(self.writer.close)
 
 
 @contextmanager
@@ -99,7 +100,7 @@ def neighborhood(database: ExecutionAdapter, schema: Schema | None = None, table
         yield place
         ended = True
     finally:
-        if ended and key is not None and schema is not None and _holds_little(place):
+        if ended and key is not None and schema is not None and not place.adapter.stuck and _holds_little(place):
             _keep_idle(key, schema, place)
         else:
             place.close()
@@ -331,19 +332,20 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
             yield _Writer(connection.execute, rejections, (lambda: _commit(connection)) if commit else list,
                           sqlite_batch if enforce_keys else None)
         finally:
-            connection.rollback()
-            if commit and place.created:
-                connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order
-                place.keys_enforced = False
-                for table in tables:
-                    connection.execute(f'DELETE FROM {quoted(table)}')
-                if place.sequenced is None:
-                    place.sequenced = connection.execute(
-                        "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() is not None
-                if place.sequenced:
-                    connection.execute("DELETE FROM sqlite_sequence")
-                connection.commit()
-            connection.isolation_level = level
+            if not place.adapter.stuck:  # a query left inside a call holds the shared cache the writer needs
+                connection.rollback()
+                if commit and place.created:
+                    connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order
+                    place.keys_enforced = False
+                    for table in tables:
+                        connection.execute(f'DELETE FROM {quoted(table)}')
+                    if place.sequenced is None:
+                        place.sequenced = connection.execute(
+                            "SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").fetchone() is not None
+                    if place.sequenced:
+                        connection.execute("DELETE FROM sqlite_sequence")
+                    connection.commit()
+                connection.isolation_level = level
         return
 
     def execute(sql: str, params: Any = ()) -> None:

@@ -74,6 +74,12 @@ class _Spent(Exception):
     """The case's time budget ran out."""
 
 
+class _Stuck(_Spent):
+    """A query on a neighbor is still inside a call of SQLite's that its case stopped waiting for
+    (:class:`~sqlcmp_dagster.engine.sandbox.sqlite.Stuck`): the neighbor database is that call's until it ends, so
+    the search stops there."""
+
+
 @dataclass
 class _Run:
     """One neighbor's outcome: both results (the chosen alternative's) and whether any alternative matches."""
@@ -141,6 +147,7 @@ class _Search:
                                          max_rows=config.max_result_rows, max_bytes=config.max_result_bytes,
                                          max_cell_bytes=config.max_cell_bytes)
         self.elapsed_queries_ms += execution.elapsed_ms
+        self.usable()
         if execution.relation is None or execution.relation.truncated:
             self.remaining_ms()  # a timeout that was the budget's: stop here
             if execution.error is not None and execution.error.category == "timeout":
@@ -160,11 +167,13 @@ class _Search:
         """Build ``rows`` (in reverse insertion order with ``reverse``) and run every side on it: the run and
         what the neighbor accepted."""
         ordered = {t: list(reversed(r)) if reverse else r for t, r in rows.items()}
+        self.usable()
         with scratch(self.schema, self.tables, ordered, self.place, self.config.max_result_bytes) as built:
             return self._compare(), built
 
     def stored(self, rows: Rows) -> Rows:
         """``rows`` as a neighbor built from them stores them (what a counterexample shows)."""
+        self.usable()
         with scratch(self.schema, self.tables, rows, self.place, self.config.max_result_bytes) as built:
             return stored(self.schema, self.tables, self.place, built.accepted)
 
@@ -257,6 +266,11 @@ class _Search:
         rows = uncut.rows
         assert rows is not None, "a result just fetched holds its rows"
         return tuple(rows[cut - 1][-width:]) == tuple(rows[cut][-width:])
+
+    def usable(self) -> None:
+        """Raise :class:`_Stuck` when a query left a call of SQLite's running on the neighbor database."""
+        if self.adapter.stuck:
+            raise _Stuck()
 
     def note(self, message: str) -> None:
         if message not in self.nondeterminism:
@@ -389,6 +403,10 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
                 continue
             counterexample = _shrink(search, accepted, outcome, number)
             break
+    except _Stuck:
+        stop = f"a query on a neighbor database was still inside a call of SQLite's past its timeout, after {tried} " \
+            "neighbors: that database is the call's until it ends"
+        search.cut(f"neighbor search stopped: {stop}")
     except _Spent:
         stop = f"{limit} was spent after {tried} neighbors"
         search.cut(f"neighbor search stopped: {stop}")
@@ -510,6 +528,8 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
             sources[table].append((table, position))
         try:
             outcome = search.differs(candidate, tuple(items))
+        except _Stuck:
+            raise
         except _Spent:
             search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             return None
@@ -535,6 +555,8 @@ def _shrink(search: _Search, rows: Rows, found: _Run, number: int) -> dict[str, 
         try:
             if run is found or not search.by_chance(smallest, run):
                 return _counterexample(search, smallest, run, number, minimal=minimal and rank == 0)
+        except _Stuck:
+            raise
         except _Spent:
             search.cut(f"the counterexample is shrunk only as far as {search.limit} allowed")
             break

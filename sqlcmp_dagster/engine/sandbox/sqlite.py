@@ -9,10 +9,11 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
 - **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), no row past
   ``max_result_bytes`` (the limit narrowed for a wide result: :func:`narrow_for_width`), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
-  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end: ``printf``, which ran on past
-  the length limit, is bounded here (:func:`_bounded_printf`). **Not bounded:** built-ins whose one call costs the
-  product of two arguments' lengths (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB`` with a long pattern,
-  ``json_patch``): such a call holds its case past the timeout (docs/security.md, "Known limits").
+  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, and a function call is one step:
+  ``printf``, which ran on past the length limit, is bounded here (:func:`_bounded_printf`), and a query calling
+  anything off :data:`LINEAR_FUNCTIONS` (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB``, ``json_patch``, whose
+  one call may cost the product of two arguments' lengths) runs in a thread its case stops waiting for half a
+  second after the timeout (:meth:`SqliteConnections.run`); the call itself runs on there until it returns.
 - **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
   statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 from urllib.parse import quote
 
 from sqlcmp_dagster.engine.sandbox.bounds import interrupt_after
@@ -305,6 +306,38 @@ CLOCK_AND_CHANCE = frozenset({"random", "randomblob", "date", "time", "datetime"
 #: Per thread, the set :func:`calls_noted` is filling, if any.
 _NOTED = threading.local()
 
+#: SQLite's functions of which one call costs at most about the size of its arguments and its result (or, an
+#: aggregate or window function, of each row's): a query that calls only these (the operators, casts and
+#: comparisons cost that too) is stopped between two steps of SQLite's virtual machine, which its interrupt can do,
+#: so it runs in the calling thread. Any other call (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB``, ``printf``,
+#: the JSON functions, one not known here) may take minutes in one step, which no interrupt stops: such a query runs
+#: in a thread its case can stop waiting for (:meth:`SqliteConnections.run`). A list of what is known safe, not of
+#: what is known slow: a function left off it costs a thread, never a wall.
+LINEAR_FUNCTIONS = frozenset({
+    "count", "sum", "total", "avg", "min", "max", "group_concat", "string_agg",
+    "abs", "coalesce", "ifnull", "nullif", "iif", "likelihood", "likely", "unlikely", "typeof", "length",
+    "octet_length", "lower", "upper", "substr", "substring", "hex", "quote", "char", "unicode", "zeroblob",
+    "random", "randomblob", "round", "sign", "trunc", "ceil", "ceiling", "floor", "ln", "log", "log10", "log2",
+    "exp", "pow", "power", "sqrt", "mod", "pi", "degrees", "radians", "sin", "cos", "tan", "asin", "acos", "atan",
+    "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+    "date", "time", "datetime", "julianday", "unixepoch", "strftime", "current_date", "current_time",
+    "current_timestamp",
+    "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead", "first_value",
+    "last_value", "nth_value",
+    "changes", "total_changes", "last_insert_rowid", "sqlite_version", "sqlite_source_id"})
+#: Per thread, whether the authorizer refuses a call off :data:`LINEAR_FUNCTIONS` (``checking``), and the name of
+#: the call it refused (``refused``).
+_IN_LINE = threading.local()
+#: How long past its timeout a query may still be in one of SQLite's calls before its case stops waiting for it: an
+#: interrupt ends any other step within milliseconds.
+ABANDON_GRACE_S = 0.5
+
+
+class Stuck(sqlite3.OperationalError):
+    """A query still inside one call of a SQLite function :data:`ABANDON_GRACE_S` after its timeout: its case
+    stopped waiting for it, and its thread and connection are left to end when the call does."""
+
+
 
 @contextmanager
 def calls_noted() -> Iterator[set[str]]:
@@ -342,10 +375,16 @@ def sqlite_authorizer(action: int, first: str | None, second: str | None, databa
     True
     """
     if action == sqlite3.SQLITE_FUNCTION:
+        name = (second or "").lower()
         noted = getattr(_NOTED, "calls", None)
         if noted is not None:
-            noted.add((second or "").lower())
-        return sqlite3.SQLITE_DENY if denied(second or "", "sqlite") else sqlite3.SQLITE_OK
+            noted.add(name)
+        if denied(second or "", "sqlite"):
+            return sqlite3.SQLITE_DENY
+        if getattr(_IN_LINE, "checking", False) and name not in LINEAR_FUNCTIONS:
+            _IN_LINE.refused = name  # not an error: :meth:`SqliteConnections.run` runs it where it can be left
+            return sqlite3.SQLITE_DENY
+        return sqlite3.SQLITE_OK
     if action == sqlite3.SQLITE_PRAGMA:
         name = (first or "").lower()
         # SQLAlchemy reads the isolation level when it connects; setting it stays denied.
@@ -407,6 +446,20 @@ def file_identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
+def _lower_priority(thread: threading.Thread) -> None:
+    """Give ``thread`` (one left inside a call of SQLite's) the lowest scheduling priority: Linux's idle class,
+    else the greatest niceness, else nothing where the system has neither."""
+    native = thread.native_id
+    if native is None:
+        return
+    try:
+        os.sched_setscheduler(native, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        try:
+            os.setpriority(os.PRIO_PROCESS, native, 19)
+        except (AttributeError, OSError):
+            pass
+
 
 class SqliteConnections:
     """The sandboxed connections of one SQLite file or shared in-memory neighbor, kept for the next query.
@@ -422,6 +475,100 @@ class SqliteConnections:
         self._lock = threading.Lock()
         self._kept_for: tuple[int, tuple[int, int] | None] = (os.getpid(), None)
         self._length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
+        self._stuck: set[threading.Thread] = set()  # threads of :meth:`run` left inside a call of SQLite's
+        self._after_stuck: list[Callable[[], object]] = []  # what :meth:`when_free` put off until they end
+        self._threaded: set[str] = set()  # the texts :meth:`run` ran in a thread of their own
+
+    def run(self, sql: str, timeout_ms: int, max_cell_bytes: int,
+            work: Callable[[sqlite3.Connection, Progress], T]) -> T:
+        """``work`` on a :meth:`session`, which a call of SQLite's cannot hold past the query's timeout.
+
+        An interrupt stops SQLite between two steps of its virtual machine, and a function call is one step:
+        ``ltrim`` of 40,000 characters by a set of 40,000 took 25 s at a timeout of 1 s, ``LIKE`` of a megabyte by
+        a pattern of 49,000 characters 114 s, and within the length limit such a call may take hours (a review's
+        finding). So ``work`` first runs in this thread with the authorizer refusing any call off
+        :data:`LINEAR_FUNCTIONS` as its statement is prepared, before any step runs; a statement refused so (and
+        only one refused so) runs again from the start in a thread of its own, which this one waits for until
+        :data:`ABANDON_GRACE_S` after the timeout. A thread still in SQLite then is left, with its connection, to
+        end when the call does (its rollback and its connection's return run there), at the lowest scheduling
+        priority so that it takes no processor time another case needs, and :class:`Stuck` is raised here.
+        A thread costs about 0.1 ms; on Spider dev one SQLite query in seventy needs one (137 of 9,797).
+
+        ``sql`` is the statement's text: one that needed a thread gets one at once the next time, because a
+        connection that keeps prepared statements (a neighbor's) gives it the statement prepared there, which no
+        authorizer sees again."""
+        if sql in self._threaded:
+            return self._in_thread(timeout_ms, max_cell_bytes, work)
+        _IN_LINE.refused, _IN_LINE.checking = None, True
+        try:
+            with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
+                return work(connection, progress)
+        except sqlite3.DatabaseError:
+            if _IN_LINE.refused is None:
+                raise
+        finally:
+            _IN_LINE.checking = False
+        with self._lock:
+            self._threaded.add(sql)
+        return self._in_thread(timeout_ms, max_cell_bytes, work)
+
+    def _in_thread(self, timeout_ms: int, max_cell_bytes: int,
+                   work: Callable[[sqlite3.Connection, Progress], T]) -> T:
+        outcome: list[tuple[bool, object]] = []  # (True, what work gave) or (False, what it raised)
+        noted = getattr(_NOTED, "calls", None)
+        calls: set[str] = set()
+
+        def call() -> None:
+            _NOTED.calls = calls if noted is not None else None
+            try:
+                with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
+                    value = work(connection, progress)
+                outcome.append((True, value))
+            except BaseException as error:  # given to the waiting thread, which raises it
+                outcome.append((False, error))
+            finally:
+                self._ended(thread)
+
+        thread = threading.Thread(target=call, name="sqlcmp-sqlite-call", daemon=True)
+        thread.start()
+        thread.join(timeout_ms / 1000 + ABANDON_GRACE_S)
+        with self._lock:  # read once, as the thread's end reads it: stuck, or its outcome given
+            stuck = not outcome
+            if stuck:
+                self._stuck.add(thread)
+        if noted is not None:
+            noted.update(calls)  # one C call: no step of the other thread between
+        if stuck:
+            _lower_priority(thread)
+            raise Stuck(f"interrupted: the query was still inside one call of a SQLite function "
+                        f"{ABANDON_GRACE_S} s after its timeout of {timeout_ms} ms (a call is one step of SQLite's, "
+                        "which an interrupt cannot stop); the case stopped waiting for it")
+        done, value = outcome[0]
+        if not done:
+            raise cast(BaseException, value)
+        return cast(T, value)
+
+    def _ended(self, thread: threading.Thread) -> None:
+        with self._lock:
+            self._stuck.discard(thread)
+            after, self._after_stuck = (self._after_stuck, []) if not self._stuck else ([], self._after_stuck)
+        for callback in after:
+            callback()
+
+    @property
+    def stuck(self) -> bool:
+        """Whether a query of :meth:`run` is still inside a call of SQLite's that its case stopped waiting for."""
+        return bool(self._stuck)
+
+    def when_free(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` now, or, while a query is :attr:`stuck`, in its thread once its call ends: what would
+        wait for the connection it holds (a neighbor's writer shares its database's cache, whose lock the stuck
+        step holds: its rollback waited for the call to end) must not hold this thread."""
+        with self._lock:
+            if self._stuck:
+                self._after_stuck.append(callback)
+                return
+        callback()
 
     @contextmanager
     def session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[tuple[sqlite3.Connection, Progress]]:
