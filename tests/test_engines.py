@@ -7,6 +7,7 @@ DuckDB runs everywhere (an in-process engine); PostgreSQL runs against the real 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -98,6 +99,22 @@ def test_a_duckdb_file_edited_in_place_has_a_new_fingerprint(duck: Path) -> None
         connection.execute("ALTER TABLE items ADD COLUMN w INTEGER")
         connection.close()
         assert adapter.fingerprint() != before
+    finally:
+        adapter.close()
+
+
+def test_duckdb_names_no_folder_of_the_machine(duck: Path) -> None:
+    """A review's finding: DuckDB's settings (and its errors that name the extension folder) told a query the
+    user's home folder. The sandbox gives DuckDB a home that names nothing of the machine."""
+    home = os.path.expanduser("~")
+    assert home not in ("", "/"), "the test needs a home folder to look for"
+    adapter = ExecutionAdapter(str(duck))
+    try:
+        execution = adapter.execute("SELECT current_setting('secret_directory') AS s, "
+                                    "current_setting('home_directory') AS h")
+        assert execution.relation is not None, execution
+        shown = str(execution.relation.to_rows()["rows"])
+        assert home not in shown and "/nonexistent" in shown, shown
     finally:
         adapter.close()
 

@@ -36,11 +36,14 @@ else:  # the child, run as a script beside bounds.py
 
 #: DuckDB settings of every connection, applied when the read-only file is opened and then locked: no file,
 #: URL or extension access (``read_text``, ``glob``, ``COPY``, ``ATTACH``, httpfs, ``FROM 'file.csv'``), no
-#: extension installed or loaded behind the query's back, no ``SET`` or ``enable_logging`` that changes them.
+#: extension installed or loaded behind the query's back, no ``SET`` or ``enable_logging`` that changes them. The
+#: home folder DuckDB would name (``current_setting('secret_directory')``, the extension folder in an error) is one
+#: that names nothing of the machine: a query can read no file there anyway, and need not learn the user's.
 DUCKDB_SANDBOX = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
+    "home_directory": "/nonexistent",
     "lock_configuration": True,
 }
 #: Memory a DuckDB query may use beyond its process's footprint when it starts, besides what its result needs.
