@@ -36,7 +36,9 @@ from sqlcmp_dagster.engine.pipeline import Evaluator
 from sqlcmp_dagster.cli import main
 from sqlcmp_dagster.engine.sandbox import postgres
 from sqlcmp_dagster.engine.sandbox.duckdb_process import memory_bound
-from sqlcmp_dagster.engine.sandbox.sqlite import ABANDON_GRACE_S
+from sqlcmp_dagster.engine.neighbors.schema import memory_writer, scratch_name
+from sqlcmp_dagster.engine.sandbox import sqlite as sqlite_sandbox
+from sqlcmp_dagster.engine.sandbox.sqlite import ABANDON_GRACE_S, HEAP_LIMIT_BYTES
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import canonical_tree, parse
@@ -290,30 +292,87 @@ def _repeated(characters: int, character: str) -> str:
     return f"replace(hex(zeroblob({characters // 2})), '0', '{character}')"
 
 
-#: SQLite calls whose one call (one VM step, which no interrupt stops) costs the product of two arguments' lengths:
-#: 2-10 s each on the project's machine without the thread the sandbox leaves them in.
-ONE_LONG_CALL = {
+#: Common table expressions of ``levels`` levels, each naming the one below twice: SQLite expands each reference as
+#: it prepares the statement, so the work doubles with each level before any step runs (a review's finding).
+def _nested_ctes(levels: int, level: str) -> str:
+    names = ", ".join(f"c{i}(x) AS {level.format(below=f'c{i - 1}')}" for i in range(1, levels + 1))
+    return f"WITH c0(x) AS (SELECT 1), {names} SELECT count(*) AS n FROM c{levels}"
+
+
+#: One step of SQLite's that no interrupt stops, 2-15 s each on the project's machine without the thread the
+#: sandbox leaves them in: calls that cost the product of two arguments' lengths, and preparing nested CTEs.
+ONE_LONG_STEP = {
     "ltrim": f"SELECT length(ltrim({_repeated(40000, 'z')}, {_repeated(40000, '0')} || 'z')) AS n",
     "like": f"SELECT {_repeated(200000, 'a')} LIKE '%' || {_repeated(20000, 'a')} || 'b%' AS n",
     "glob": f"SELECT {_repeated(200000, 'a')} GLOB '*' || {_repeated(20000, 'a')} || 'b*' AS n",
+    "prepare": _nested_ctes(16, "NOT MATERIALIZED (SELECT a.x FROM {below} a, {below} b)"),
 }
 
 
-@pytest.mark.parametrize("call", sorted(ONE_LONG_CALL))
-def test_a_sqlite_call_no_interrupt_stops_ends_its_query_at_the_timeout(sample_db: Path, call: str) -> None:
-    """A review's finding: ``ltrim``, ``LIKE`` and ``GLOB`` of long texts held a query for 25-114 s at a timeout
-    of 1 s (an interrupt waits for the step it finds to end). The case stops waiting for the call at the timeout
-    and :data:`ABANDON_GRACE_S`, with a timeout that says why, and the file's other connections serve on."""
+@pytest.mark.parametrize("step", sorted(ONE_LONG_STEP))
+def test_a_sqlite_step_no_interrupt_stops_ends_its_query_at_the_timeout(sample_db: Path, step: str) -> None:
+    """Two reviews' findings: ``ltrim``, ``LIKE`` and ``GLOB`` of long texts held a query for 25-114 s at a timeout
+    of 1 s (an interrupt waits for the step it finds to end), and preparing 16 levels of nested common table
+    expressions (no function called) 14.5 s. The case stops waiting at the timeout and :data:`ABANDON_GRACE_S`,
+    with a timeout that says why, and the file's other connections serve on."""
     adapter = ExecutionAdapter(str(sample_db))
     started = time.monotonic()
-    execution = adapter.execute(ONE_LONG_CALL[call], timeout_ms=500)
+    execution = adapter.execute(ONE_LONG_STEP[step], timeout_ms=500)
     assert time.monotonic() - started < 0.5 + ABANDON_GRACE_S + 2
     assert execution.error is not None and execution.error.category == "timeout", execution
-    assert "inside one call of a SQLite function" in execution.error.message
+    assert "inside one step of SQLite's" in execution.error.message
     assert adapter.stuck
     again = time.monotonic()
     assert adapter.execute("SELECT count(*) AS n FROM products").success
-    assert time.monotonic() - again < 2
+    assert adapter.explain(ONE_LONG_STEP["prepare"], timeout_ms=500) is None  # a plan is a prepare too
+    assert time.monotonic() - again < 0.5 + ABANDON_GRACE_S + 2
+    adapter.close()
+
+
+def test_preparing_nested_ctes_is_bounded_in_memory(targets: dict[str, str], baseline_rss: dict[str, int]) -> None:
+    """A review's finding: 21 levels of a CTE that unites the one below with itself took 4.5 GB to prepare (it
+    doubles with each level). SQLite's heap in the process is bounded at :data:`HEAP_LIMIT_BYTES`, so they fail
+    with "out of memory" there (the process's peak above it is the allocator's own)."""
+    sql = _nested_ctes(21, "(SELECT x FROM {below} UNION ALL SELECT x FROM {below})")
+    peak, _, report = peak_rss_kb(targets["sqlite"], sql, {"query_timeout_ms": 120_000,
+                                                           "enable_counterfactual_probes": False})
+    assert peak - baseline(baseline_rss, targets["sqlite"]) < (HEAP_LIMIT_BYTES >> 10) * 3 // 2, peak
+    assert "out of memory: SQLite may hold at most" in json.dumps(report), report
+
+
+def test_a_statement_prepared_in_a_thread_is_not_served_again_unchecked() -> None:
+    """A review's finding: a neighbor's connection keeps prepared statements, and one prepared in a thread of its
+    own (no authorizer check) was served again, by its text without the trailing ``;``, in the calling thread:
+    6.5 s at a timeout of 1 s. A connection that ran a statement in a thread is closed after it."""
+    name = scratch_name()
+    writer = memory_writer(name)
+    writer.execute("CREATE TABLE t (x INTEGER)")
+    writer.execute("INSERT INTO t VALUES (1)")
+    writer.commit()
+    adapter = ExecutionAdapter(f"neighbor:{name}", scratch=name)
+    bomb = f"ltrim({_repeated(40000, 'z')}, {_repeated(40000, '0')} || 'z')"
+    sql = f"SELECT CASE WHEN (SELECT count(*) FROM t) > 1 THEN length({bomb}) ELSE 0 END AS n FROM t LIMIT 1"
+    assert adapter.execute(sql, timeout_ms=500).success  # one row: no long call
+    writer.execute("INSERT INTO t VALUES (2)")
+    writer.commit()
+    started = time.monotonic()
+    execution = adapter.execute(sql + ";", timeout_ms=500)
+    assert time.monotonic() - started < 0.5 + ABANDON_GRACE_S + 2
+    assert execution.error is not None and execution.error.category == "timeout", execution
+    adapter.close()
+    adapter.when_free(writer.close)
+
+
+def test_a_process_leaves_at_most_max_stuck_steps_running(sample_db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review's finding: each step left running holds a connection (a file descriptor) and its values, and 60
+    of them made every later query fail with "unable to open database file". Past :data:`MAX_STUCK` a query that
+    needs a thread of its own is not run, and says why; the others run as before."""
+    monkeypatch.setattr(sqlite_sandbox, "MAX_STUCK", 1)
+    adapter = ExecutionAdapter(str(sample_db))
+    adapter.execute(ONE_LONG_STEP["ltrim"], timeout_ms=300)  # left running (or refused: one was left before)
+    refused = adapter.execute("SELECT 'a' LIKE 'a' AS n", timeout_ms=300)
+    assert refused.error is not None and "most it leaves running (MAX_STUCK)" in refused.error.message, refused
+    assert adapter.execute("SELECT count(*) AS n FROM products").success
     adapter.close()
 
 
@@ -327,7 +386,7 @@ def test_a_neighbor_query_left_in_a_sqlite_call_stops_the_search_not_the_case(ru
     started = time.monotonic()
     report = run("SELECT count(*) FROM products", actual, query_timeout_ms=1000)
     assert time.monotonic() - started < 1 + ABANDON_GRACE_S + 3
-    assert any("neighbor search stopped: a query on a neighbor database was still inside a call of SQLite's" in w
+    assert any("neighbor search stopped: a query on a neighbor database was still inside a step of SQLite's" in w
                for w in report.warnings), report.warnings
     started = time.monotonic()
     report = run("SELECT count(*) FROM products", "SELECT count(*) FROM products WHERE price IS NOT NULL",

@@ -37,8 +37,8 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
     DuckdbProcess, Request, memory_bound
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
-from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, Progress, SqliteConnections, calls_noted, \
-    narrow_for_width, sqlite_memory_read_only, sqlite_read_only, utf8_first
+from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, HEAP_LIMIT_BYTES, Progress, SqliteConnections, \
+    calls_noted, narrow_for_width, sqlite_memory_read_only, sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -250,7 +250,7 @@ class ExecutionAdapter:
 
     @property
     def stuck(self) -> bool:
-        """Whether a query of this adapter is still inside a call of SQLite's that its case stopped waiting for
+        """Whether a query of this adapter is still inside a step of SQLite's that its case stopped waiting for
         (:class:`~.sandbox.sqlite.Stuck`): its connection is not this thread's to use until the call ends."""
         return self._sqlite is not None and self._sqlite.stuck
 
@@ -280,6 +280,10 @@ class ExecutionAdapter:
             return execution_error(message)
         if isinstance(failure, _sqlalchemy_errors("SQLAlchemyError")):
             return execution_error(str(failure))
+        if isinstance(failure, MemoryError) and self._sqlite is not None:  # SQLite's heap limit, or Python's own
+            return ExecutionError(category="unknown_error", message=(
+                f"out of memory: SQLite may hold at most {HEAP_LIMIT_BYTES >> 20} MiB in this process "
+                f"(HEAP_LIMIT_BYTES), and the query needed more: {failure or 'MemoryError'}"))
         if isinstance(failure, (ValueError, OverflowError, UnicodeError, sqlite3.Error)):  # driver conversions
             return execution_error(f"{type(failure).__name__}: {failure}")
         raise failure
@@ -394,15 +398,12 @@ class ExecutionAdapter:
                 assert self.engine is not None, "a PostgreSQL adapter has an engine"
                 with postgres.session(self.engine, timeout) as (raw, _):
                     rows = postgres.explain(raw, statement)
+            elif self._sqlite is not None:  # preparing it may take long: SqliteConnections.run
+                rows = self._sqlite.run(statement, timeout, 0, lambda connection, _: _fetch_all(connection, statement))
             else:
                 with self._session(timeout) as (connection, _):
-                    cursor = connection.cursor()
-                    try:
-                        cursor.execute(statement)
-                        rows = cursor.fetchall()
-                    finally:
-                        cursor.close()
-        except (*_sqlalchemy_errors("SQLAlchemyError"), *self._driver_errors):
+                    rows = _fetch_all(connection, statement)
+        except (*_sqlalchemy_errors("SQLAlchemyError"), *self._driver_errors, *_OUT_OF_MEMORY):
             return None
         return plan_of(self.dialect, rows)
 
@@ -613,6 +614,20 @@ def _db_message(failure: BaseException) -> str:
     """A SQLAlchemy ``DBAPIError``'s message: the driver's own error, else the first line of SQLAlchemy's."""
     original = getattr(failure, "orig", None)
     return str(original).strip() if original is not None else str(failure).splitlines()[0]
+
+
+#: What a plan that ran out of memory raises (SQLite's heap limit): no plan, as for any other failure of it.
+_OUT_OF_MEMORY: tuple[type[BaseException], ...] = (MemoryError,)
+
+
+def _fetch_all(connection: Any, statement: str) -> list[Any]:
+    """Every row of ``statement`` on a DBAPI ``connection``, its cursor closed after."""
+    cursor = connection.cursor()
+    try:
+        cursor.execute(statement)
+        return list(cursor.fetchall())
+    finally:
+        cursor.close()
 
 
 def _strip_terminator(sql: str) -> str:

@@ -62,7 +62,7 @@ class Neighborhood:
     keys_enforced: bool | None = None
 
     def close(self) -> None:
-        """Close both connections: the writer once no query of the search is left inside a call of SQLite's
+        """Close both connections: the writer once no query of the search is left inside a step of SQLite's
         (:attr:`~sqlcmp_dagster.engine.execution.ExecutionAdapter.stuck`), whose step holds the shared cache."""
         self.adapter.close()
         if self.writer is not None:

@@ -75,7 +75,7 @@ class _Spent(Exception):
 
 
 class _Stuck(_Spent):
-    """A query on a neighbor is still inside a call of SQLite's that its case stopped waiting for
+    """A query on a neighbor is still inside a step of SQLite's that its case stopped waiting for
     (:class:`~sqlcmp_dagster.engine.sandbox.sqlite.Stuck`): the neighbor database is that call's until it ends, so
     the search stops there."""
 
@@ -268,7 +268,7 @@ class _Search:
         return tuple(rows[cut - 1][-width:]) == tuple(rows[cut][-width:])
 
     def usable(self) -> None:
-        """Raise :class:`_Stuck` when a query left a call of SQLite's running on the neighbor database."""
+        """Raise :class:`_Stuck` when a query left a step of SQLite's running on the neighbor database."""
         if self.adapter.stuck:
             raise _Stuck()
 
@@ -404,8 +404,8 @@ def _searched(search: _Search, found: Hints, started: float, time_limit_ms: int)
             counterexample = _shrink(search, accepted, outcome, number)
             break
     except _Stuck:
-        stop = f"a query on a neighbor database was still inside a call of SQLite's past its timeout, after {tried} " \
-            "neighbors: that database is the call's until it ends"
+        stop = f"a query on a neighbor database was still inside a step of SQLite's past its timeout, after {tried} " \
+            "neighbors: that database is the step's until it ends"
         search.cut(f"neighbor search stopped: {stop}")
     except _Spent:
         stop = f"{limit} was spent after {tried} neighbors"

@@ -9,11 +9,13 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
 - **Bounded.** No value may grow past ``max_cell_bytes`` (``SQLITE_LIMIT_LENGTH``), no row past
   ``max_result_bytes`` (the limit narrowed for a wide result: :func:`narrow_for_width`), and the query is
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
-  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, and a function call is one step:
-  ``printf``, which ran on past the length limit, is bounded here (:func:`_bounded_printf`), and a query calling
-  anything off :data:`LINEAR_FUNCTIONS` (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB``, ``json_patch``, whose
-  one call may cost the product of two arguments' lengths) runs in a thread its case stops waiting for half a
-  second after the timeout (:meth:`SqliteConnections.run`); the call itself runs on there until it returns.
+  (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, a function call is one step and
+  preparing the statement is none: ``printf``, which ran on past the length limit, is bounded here
+  (:func:`_bounded_printf`), and a query with a ``WITH`` (whose expansion at prepare may double per level) or
+  calling anything off :data:`LINEAR_FUNCTIONS` (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB``,
+  ``json_patch``, whose one call may cost the product of two arguments' lengths) runs in a thread its case stops
+  waiting for half a second after the timeout (:meth:`SqliteConnections.run`); the step itself runs on there until
+  it ends. SQLite's memory in the process is bounded at :data:`HEAP_LIMIT_BYTES`.
 - **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
   statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
@@ -68,7 +70,30 @@ def sqlite_memory_read_only(name: str) -> sqlite3.Connection:
     return _sqlite_sandboxed(connection)
 
 
+#: The most memory SQLite may hold in this process, all its connections together (``sqlite3_hard_heap_limit64``):
+#: preparing a statement of nested common table expressions took 4.5 GB, and doubles with each level (a review's
+#: finding); honest queries hold a few pages of cache per connection, their sorts and temporary tables spilling
+#: to files past that. A statement that needs more fails with SQLite's "out of memory".
+HEAP_LIMIT_BYTES = 1 << 30
+_heap_bounded_in = 0  # the process that set the limit (a forked child inherits it)
+
+
+def _bound_heap() -> None:
+    """Set :data:`HEAP_LIMIT_BYTES` once per process, on a connection of its own (the sandbox's authorizer denies
+    setting pragmas); a lower limit set before stays (the pragma only lowers it)."""
+    global _heap_bounded_in
+    if _heap_bounded_in == os.getpid():
+        return
+    setter = sqlite3.connect(":memory:")
+    try:
+        setter.execute(f"PRAGMA hard_heap_limit = {HEAP_LIMIT_BYTES}")
+    finally:
+        setter.close()
+    _heap_bounded_in = os.getpid()
+
+
 def _sqlite_sandboxed(connection: sqlite3.Connection) -> sqlite3.Connection:
+    _bound_heap()
     connection.execute("PRAGMA query_only = ON")
     connection.set_authorizer(sqlite_authorizer)
     # Text that is not valid UTF-8 comes back as replacement characters instead of failing the whole query.
@@ -446,9 +471,18 @@ def file_identity(path: Path) -> tuple[int, int] | None:
     return stat.st_dev, stat.st_ino
 
 
-def _lower_priority(thread: threading.Thread) -> None:
-    """Give ``thread`` (one left inside a call of SQLite's) the lowest scheduling priority: Linux's idle class,
-    else the greatest niceness, else nothing where the system has neither."""
+#: Threads of :meth:`SqliteConnections.run` left inside a step of SQLite's, in this process.
+_STUCK: set[threading.Thread] = set()
+#: At most this many are left at once (each holds a connection, so a file descriptor, and its values): past it, a
+#: query that needs a thread is not run until one has ended.
+MAX_STUCK = 32
+os.register_at_fork(after_in_child=_STUCK.clear)  # a forked child has none of them
+
+
+def _leave(thread: threading.Thread) -> None:
+    """Count ``thread`` among the ones left (:data:`_STUCK`) and give it the lowest scheduling priority: Linux's
+    idle class, else the greatest niceness, else none where the system has neither."""
+    _STUCK.add(thread)
     native = thread.native_id
     if native is None:
         return
@@ -459,6 +493,17 @@ def _lower_priority(thread: threading.Thread) -> None:
             os.setpriority(os.PRIO_PROCESS, native, 19)
         except (AttributeError, OSError):
             pass
+
+
+def _prepares_long(sql: str) -> bool:
+    """Whether preparing ``sql`` may take long before any step runs: it may name a common table expression
+    (``WITH``, looked for anywhere in the text, in any letter case), which SQLite expands at each reference, so
+    that ``k`` levels of two references each cost ``2**k`` (21 levels: 33 s and 4.5 GB; a review's finding).
+
+    >>> _prepares_long("SELECT a FROM t"), _prepares_long("with c(x) AS (SELECT 1) SELECT x FROM c")
+    (False, True)
+    """
+    return "with" in sql.lower()
 
 
 class SqliteConnections:
@@ -475,45 +520,47 @@ class SqliteConnections:
         self._lock = threading.Lock()
         self._kept_for: tuple[int, tuple[int, int] | None] = (os.getpid(), None)
         self._length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
-        self._stuck: set[threading.Thread] = set()  # threads of :meth:`run` left inside a call of SQLite's
+        self._stuck: set[threading.Thread] = set()  # threads of :meth:`run` left inside a step of SQLite's
         self._after_stuck: list[Callable[[], object]] = []  # what :meth:`when_free` put off until they end
-        self._threaded: set[str] = set()  # the texts :meth:`run` ran in a thread of their own
 
     def run(self, sql: str, timeout_ms: int, max_cell_bytes: int,
             work: Callable[[sqlite3.Connection, Progress], T]) -> T:
-        """``work`` on a :meth:`session`, which a call of SQLite's cannot hold past the query's timeout.
+        """``work`` (which runs ``sql``) on a :meth:`session`, which no step of SQLite's can hold past the query's
+        timeout.
 
-        An interrupt stops SQLite between two steps of its virtual machine, and a function call is one step:
-        ``ltrim`` of 40,000 characters by a set of 40,000 took 25 s at a timeout of 1 s, ``LIKE`` of a megabyte by
-        a pattern of 49,000 characters 114 s, and within the length limit such a call may take hours (a review's
-        finding). So ``work`` first runs in this thread with the authorizer refusing any call off
-        :data:`LINEAR_FUNCTIONS` as its statement is prepared, before any step runs; a statement refused so (and
-        only one refused so) runs again from the start in a thread of its own, which this one waits for until
-        :data:`ABANDON_GRACE_S` after the timeout. A thread still in SQLite then is left, with its connection, to
-        end when the call does (its rollback and its connection's return run there), at the lowest scheduling
-        priority so that it takes no processor time another case needs, and :class:`Stuck` is raised here.
-        A thread costs about 0.1 ms; on Spider dev one SQLite query in seventy needs one (137 of 9,797).
-
-        ``sql`` is the statement's text: one that needed a thread gets one at once the next time, because a
-        connection that keeps prepared statements (a neighbor's) gives it the statement prepared there, which no
-        authorizer sees again."""
-        if sql in self._threaded:
-            return self._in_thread(timeout_ms, max_cell_bytes, work)
-        _IN_LINE.refused, _IN_LINE.checking = None, True
-        try:
-            with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
-                return work(connection, progress)
-        except sqlite3.DatabaseError:
-            if _IN_LINE.refused is None:
-                raise
-        finally:
-            _IN_LINE.checking = False
-        with self._lock:
-            self._threaded.add(sql)
+        An interrupt stops SQLite between two steps of its virtual machine; a function call is one step, and
+        preparing the statement is none. Some built-ins cost the product of two arguments' lengths in one call
+        (``ltrim`` of 40,000 characters by a set of 40,000 took 25 s at a timeout of 1 s, ``LIKE`` of a megabyte
+        by a pattern of 49,000 characters 114 s), and a common table expression is expanded at each of its
+        references as the statement is prepared (16 levels of two references took 14.5 s; two reviews'
+        findings). So ``work`` runs in this thread only when ``sql`` has no ``WITH`` (:func:`_prepares_long`)
+        and the authorizer, refusing any call off :data:`LINEAR_FUNCTIONS` as the statement is prepared (before
+        any step runs), refuses none. Any other statement runs from the start in a thread of its own, on a
+        connection of its own that is closed after it (a kept connection's prepared statements are served again
+        without the authorizer), which this thread waits for until :data:`ABANDON_GRACE_S` after the timeout. A
+        thread still in SQLite then is left, with its connection, to end when its step does (at the lowest
+        scheduling priority), and :class:`Stuck` is raised here; at most :data:`MAX_STUCK` are left at once in a
+        process (:func:`_leave`). A thread costs about 0.1 ms; on Spider
+        dev one SQLite query in seventy needs one (137 of 9,797)."""
+        if not _prepares_long(sql):
+            _IN_LINE.refused, _IN_LINE.checking = None, True
+            try:
+                with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
+                    return work(connection, progress)
+            except sqlite3.DatabaseError:
+                if _IN_LINE.refused is None:
+                    raise
+            finally:
+                _IN_LINE.checking = False
         return self._in_thread(timeout_ms, max_cell_bytes, work)
 
     def _in_thread(self, timeout_ms: int, max_cell_bytes: int,
                    work: Callable[[sqlite3.Connection, Progress], T]) -> T:
+        if len(_STUCK) >= MAX_STUCK:
+            raise sqlite3.OperationalError(
+                f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
+                f"interrupt stops, the most it leaves running (MAX_STUCK): a query that may make such a step runs "
+                "once one of them has ended")
         outcome: list[tuple[bool, object]] = []  # (True, what work gave) or (False, what it raised)
         noted = getattr(_NOTED, "calls", None)
         calls: set[str] = set()
@@ -521,7 +568,7 @@ class SqliteConnections:
         def call() -> None:
             _NOTED.calls = calls if noted is not None else None
             try:
-                with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
+                with self.session(timeout_ms, max_cell_bytes, keep=False) as (connection, progress):
                     value = work(connection, progress)
                 outcome.append((True, value))
             except BaseException as error:  # given to the waiting thread, which raises it
@@ -536,13 +583,13 @@ class SqliteConnections:
             stuck = not outcome
             if stuck:
                 self._stuck.add(thread)
+                _leave(thread)
         if noted is not None:
             noted.update(calls)  # one C call: no step of the other thread between
         if stuck:
-            _lower_priority(thread)
-            raise Stuck(f"interrupted: the query was still inside one call of a SQLite function "
-                        f"{ABANDON_GRACE_S} s after its timeout of {timeout_ms} ms (a call is one step of SQLite's, "
-                        "which an interrupt cannot stop); the case stopped waiting for it")
+            raise Stuck(f"interrupted: the query was still inside one step of SQLite's (a function's call, or "
+                        f"preparing the statement) {ABANDON_GRACE_S} s after its timeout of {timeout_ms} ms, which "
+                        "no interrupt stops; the case stopped waiting for it")
         done, value = outcome[0]
         if not done:
             raise cast(BaseException, value)
@@ -551,13 +598,14 @@ class SqliteConnections:
     def _ended(self, thread: threading.Thread) -> None:
         with self._lock:
             self._stuck.discard(thread)
+            _STUCK.discard(thread)
             after, self._after_stuck = (self._after_stuck, []) if not self._stuck else ([], self._after_stuck)
         for callback in after:
             callback()
 
     @property
     def stuck(self) -> bool:
-        """Whether a query of :meth:`run` is still inside a call of SQLite's that its case stopped waiting for."""
+        """Whether a query of :meth:`run` is still inside a step of SQLite's that its case stopped waiting for."""
         return bool(self._stuck)
 
     def when_free(self, callback: Callable[[], object]) -> None:
@@ -571,9 +619,10 @@ class SqliteConnections:
         callback()
 
     @contextmanager
-    def session(self, timeout_ms: int, max_cell_bytes: int) -> Iterator[tuple[sqlite3.Connection, Progress]]:
-        """A kept or new sandboxed connection under the query's length limit and deadline, rolled back after,
-        and the :class:`Progress` its statements make."""
+    def session(self, timeout_ms: int, max_cell_bytes: int, *, keep: bool = True) \
+            -> Iterator[tuple[sqlite3.Connection, Progress]]:
+        """A kept or new sandboxed connection under the query's length limit and deadline, rolled back after
+        and kept for the next query (closed without ``keep``), and the :class:`Progress` its statements make."""
         connection = self._borrow()
         kept = False
         try:
@@ -585,7 +634,7 @@ class SqliteConnections:
                     connection.rollback()
                     kept = True
         finally:
-            if kept:
+            if kept and keep:
                 with self._lock:
                     self._idle.append(connection)
             else:
