@@ -11,11 +11,10 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
   interrupted at its timeout from inside the VM loop (the progress handler) and from the watchdog thread
   (:func:`sqlite_deadline`). An interrupt waits for the VM step it finds to end, a function call is one step and
   preparing the statement is none: ``printf``, which ran on past the length limit, is bounded here
-  (:func:`_bounded_printf`), and a query with a ``WITH`` (whose expansion at prepare may double per level) or
-  calling anything off :data:`LINEAR_FUNCTIONS` (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB``,
-  ``json_patch``, whose one call may cost the product of two arguments' lengths) runs in a thread its case stops
-  waiting for half a second after the timeout (:meth:`SqliteConnections.run`); the step itself runs on there until
-  it ends. SQLite's memory in the process is bounded at :data:`HEAP_LIMIT_BYTES`.
+  (:func:`_bounded_printf`), and a statement runs in a thread its case stops waiting for half a second after the
+  timeout (:meth:`SqliteConnections.run`), but one the database ran quickly before calling only
+  :data:`LINEAR_FUNCTIONS`; the step itself runs on there until it ends. SQLite's memory in the process is bounded
+  at :data:`HEAP_LIMIT_BYTES`.
 - **Measured the same everywhere.** The progress handler also counts the virtual-machine steps a session's
   statements take (:class:`Progress`): their cost as SQLite does it, the same on every machine and under any load.
 - **Nothing outlives a query on a kept connection** (:class:`SqliteConnections`): the sandbox is set when a
@@ -334,10 +333,11 @@ _NOTED = threading.local()
 #: SQLite's functions of which one call costs at most about the size of its arguments and its result (or, an
 #: aggregate or window function, of each row's): a query that calls only these (the operators, casts and
 #: comparisons cost that too) is stopped between two steps of SQLite's virtual machine, which its interrupt can do,
-#: so it runs in the calling thread. Any other call (``instr``, ``replace``, ``trim``, ``LIKE``/``GLOB``, ``printf``,
-#: the JSON functions, one not known here) may take minutes in one step, which no interrupt stops: such a query runs
-#: in a thread its case can stop waiting for (:meth:`SqliteConnections.run`). A list of what is known safe, not of
-#: what is known slow: a function left off it costs a thread, never a wall.
+#: so, once its preparing is known to be quick, it may run in the calling thread. Any other call (``instr``,
+#: ``replace``, ``trim``, ``LIKE``/``GLOB``, ``printf``, the JSON functions, one not known here) may take minutes in
+#: one step, which no interrupt stops: such a query always runs in a thread its case can stop waiting for
+#: (:meth:`SqliteConnections.run`). A list of what is known safe, not of what is known slow: a function left off it
+#: costs a thread, never a wall.
 LINEAR_FUNCTIONS = frozenset({
     "count", "sum", "total", "avg", "min", "max", "group_concat", "string_agg",
     "abs", "coalesce", "ifnull", "nullif", "iif", "likelihood", "likely", "unlikely", "typeof", "length",
@@ -356,6 +356,18 @@ _IN_LINE = threading.local()
 #: How long past its timeout a query may still be in one of SQLite's calls before its case stops waiting for it: an
 #: interrupt ends any other step within milliseconds.
 ABANDON_GRACE_S = 0.5
+
+
+#: A statement that prepared and ran within this many seconds, calling linear functions only, runs in the calling
+#: thread the next times on the same database (:meth:`SqliteConnections.run`).
+QUICK_S = 0.05
+#: Texts a database keeps as quick, at most (then it starts over).
+QUICK_KEPT = 4096
+
+
+class Saturated(RuntimeError):
+    """:data:`MAX_STUCK` steps of SQLite's are left running in the process: a query that needs a thread is not
+    run. Not the query's failure but the evaluator's (a fault of the case), for it says nothing of the query."""
 
 
 class Stuck(sqlite3.OperationalError):
@@ -474,9 +486,14 @@ def file_identity(path: Path) -> tuple[int, int] | None:
 #: Threads of :meth:`SqliteConnections.run` left inside a step of SQLite's, in this process.
 _STUCK: set[threading.Thread] = set()
 #: At most this many are left at once (each holds a connection, so a file descriptor, and its values): past it, a
-#: query that needs a thread is not run until one has ended.
-MAX_STUCK = 32
+#: query that needs a thread is not run (:class:`Saturated`) until one has ended.
+MAX_STUCK = 64
 os.register_at_fork(after_in_child=_STUCK.clear)  # a forked child has none of them
+
+
+def stuck_steps() -> int:
+    """How many steps of SQLite's this process has left running (:meth:`SqliteConnections.run`)."""
+    return len(_STUCK)
 
 
 def _leave(thread: threading.Thread) -> None:
@@ -495,17 +512,6 @@ def _leave(thread: threading.Thread) -> None:
             pass
 
 
-def _prepares_long(sql: str) -> bool:
-    """Whether preparing ``sql`` may take long before any step runs: it may name a common table expression
-    (``WITH``, looked for anywhere in the text, in any letter case), which SQLite expands at each reference, so
-    that ``k`` levels of two references each cost ``2**k`` (21 levels: 33 s and 4.5 GB; a review's finding).
-
-    >>> _prepares_long("SELECT a FROM t"), _prepares_long("with c(x) AS (SELECT 1) SELECT x FROM c")
-    (False, True)
-    """
-    return "with" in sql.lower()
-
-
 class SqliteConnections:
     """The sandboxed connections of one SQLite file or shared in-memory neighbor, kept for the next query.
 
@@ -522,6 +528,7 @@ class SqliteConnections:
         self._length = 0  # SQLITE_LIMIT_LENGTH of a fresh connection, for a query given no max_cell_bytes
         self._stuck: set[threading.Thread] = set()  # threads of :meth:`run` left inside a step of SQLite's
         self._after_stuck: list[Callable[[], object]] = []  # what :meth:`when_free` put off until they end
+        self._quick: set[str] = set()  # texts that prepared and ran quickly here, calling linear functions only
 
     def run(self, sql: str, timeout_ms: int, max_cell_bytes: int,
             work: Callable[[sqlite3.Connection, Progress], T]) -> T:
@@ -531,18 +538,20 @@ class SqliteConnections:
         An interrupt stops SQLite between two steps of its virtual machine; a function call is one step, and
         preparing the statement is none. Some built-ins cost the product of two arguments' lengths in one call
         (``ltrim`` of 40,000 characters by a set of 40,000 took 25 s at a timeout of 1 s, ``LIKE`` of a megabyte
-        by a pattern of 49,000 characters 114 s), and a common table expression is expanded at each of its
-        references as the statement is prepared (16 levels of two references took 14.5 s; two reviews'
-        findings). So ``work`` runs in this thread only when ``sql`` has no ``WITH`` (:func:`_prepares_long`)
-        and the authorizer, refusing any call off :data:`LINEAR_FUNCTIONS` as the statement is prepared (before
-        any step runs), refuses none. Any other statement runs from the start in a thread of its own, on a
-        connection of its own that is closed after it (a kept connection's prepared statements are served again
-        without the authorizer), which this thread waits for until :data:`ABANDON_GRACE_S` after the timeout. A
-        thread still in SQLite then is left, with its connection, to end when its step does (at the lowest
-        scheduling priority), and :class:`Stuck` is raised here; at most :data:`MAX_STUCK` are left at once in a
-        process (:func:`_leave`). A thread costs about 0.1 ms; on Spider
-        dev one SQLite query in seventy needs one (137 of 9,797)."""
-        if not _prepares_long(sql):
+        by a pattern of 49,000 characters 114 s), and preparing a statement copies common table expressions and
+        flattened subqueries at each reference and plans up to 64 joined tables (16 levels of a CTE named twice
+        took 14.5 s, nested subqueries 212 s, a 64-table join 5 s: three reviews' findings). So a statement runs
+        in a thread of its own, which this one waits for until :data:`ABANDON_GRACE_S` after the timeout; a thread
+        still in SQLite then is left, with its connection, to end when its step does (at the lowest scheduling
+        priority), and :class:`Stuck` is raised here. At most :data:`MAX_STUCK` are left at once in a process
+        (:func:`_leave`).
+
+        A thread costs about 0.08 ms a query, so a statement this database has prepared and run before within
+        :data:`QUICK_S` (kept per text: its preparing costs the same again on the same schema), all of whose calls
+        are on :data:`LINEAR_FUNCTIONS` (so that no call is one long step), runs in this thread, with the
+        authorizer refusing any other call (a statement that changed is refused before any step, and runs in a
+        thread again). Spider dev's neighbor databases run each text a dozen times."""
+        if sql in self._quick:
             _IN_LINE.refused, _IN_LINE.checking = None, True
             try:
                 with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
@@ -552,15 +561,15 @@ class SqliteConnections:
                     raise
             finally:
                 _IN_LINE.checking = False
-        return self._in_thread(timeout_ms, max_cell_bytes, work)
+        return self._in_thread(sql, timeout_ms, max_cell_bytes, work)
 
-    def _in_thread(self, timeout_ms: int, max_cell_bytes: int,
+    def _in_thread(self, sql: str, timeout_ms: int, max_cell_bytes: int,
                    work: Callable[[sqlite3.Connection, Progress], T]) -> T:
         if len(_STUCK) >= MAX_STUCK:
-            raise sqlite3.OperationalError(
+            raise Saturated(
                 f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
-                f"interrupt stops, the most it leaves running (MAX_STUCK): a query that may make such a step runs "
-                "once one of them has ended")
+                "interrupt stops, the most it leaves running (MAX_STUCK): the evaluator runs no other query that "
+                "may make such a step until one of them has ended")
         outcome: list[tuple[bool, object]] = []  # (True, what work gave) or (False, what it raised)
         noted = getattr(_NOTED, "calls", None)
         calls: set[str] = set()
@@ -568,9 +577,7 @@ class SqliteConnections:
         def call() -> None:
             _NOTED.calls = calls if noted is not None else None
             try:
-                with self.session(timeout_ms, max_cell_bytes, keep=False) as (connection, progress):
-                    value = work(connection, progress)
-                outcome.append((True, value))
+                outcome.append((True, self._learning(sql, timeout_ms, max_cell_bytes, work)))
             except BaseException as error:  # given to the waiting thread, which raises it
                 outcome.append((False, error))
             finally:
@@ -594,6 +601,32 @@ class SqliteConnections:
         if not done:
             raise cast(BaseException, value)
         return cast(T, value)
+
+    def _learning(self, sql: str, timeout_ms: int, max_cell_bytes: int,
+                  work: Callable[[sqlite3.Connection, Progress], T]) -> T:
+        """``work`` with the authorizer refusing calls off :data:`LINEAR_FUNCTIONS`, on a kept connection, noting
+        ``sql`` as quick (:meth:`run`) when it ran within :data:`QUICK_S`; a statement refused so runs again
+        unchecked on a connection closed after it, whose prepared statements no later query may then reuse
+        unchecked."""
+        started = time.perf_counter()
+        _IN_LINE.refused, _IN_LINE.checking = None, True
+        try:
+            with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
+                value = work(connection, progress)
+        except sqlite3.DatabaseError:
+            if _IN_LINE.refused is None:
+                raise
+        else:
+            if time.perf_counter() - started < QUICK_S:
+                with self._lock:
+                    if len(self._quick) >= QUICK_KEPT:
+                        self._quick.clear()
+                    self._quick.add(sql)
+            return value
+        finally:
+            _IN_LINE.checking = False
+        with self.session(timeout_ms, max_cell_bytes, keep=False) as (connection, progress):
+            return work(connection, progress)
 
     def _ended(self, thread: threading.Thread) -> None:
         with self._lock:
@@ -647,6 +680,7 @@ class SqliteConnections:
             if now != self._kept_for:
                 stale = self._idle if now[0] == self._kept_for[0] else []
                 self._idle, self._kept_for = [], now
+                self._quick.clear()  # another file, maybe another schema
             connection = self._idle.pop() if self._idle else None
         for old in stale:
             old.close()
