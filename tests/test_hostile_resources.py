@@ -299,13 +299,14 @@ def _nested_ctes(levels: int, level: str) -> str:
     return f"WITH c0(x) AS (SELECT 1), {names} SELECT count(*) AS n FROM c{levels}"
 
 
-def _flattened(levels: int) -> str:
-    """Subqueries nested ``levels`` deep, each naming the column below 16 times, under 8 more levels of long sums:
-    SQLite copies the expression at each reference as it flattens them, and its code generation walks the deep
-    trees that make (a review's finding: 4 levels took 10 s to prepare, 5 levels 212 s; no function, no ``WITH``)."""
+def _flattened(levels: int, copies: int = 16) -> str:
+    """Subqueries nested ``levels`` deep, each naming the column below ``copies`` times, under 8 more levels of long
+    sums: SQLite copies the expression at each reference as it flattens them, and its code generation walks the
+    deep trees that make (a review's finding: 4 levels of 16 took 10 s to prepare, 5 levels 212 s; no function, no
+    ``WITH``)."""
     sql = "SELECT 1 AS y, price AS x FROM products"
     for _ in range(levels):
-        sql = f"SELECT {'+'.join(['y'] * 16)} AS y, x FROM ({sql})"
+        sql = f"SELECT {'+'.join(['y'] * copies)} AS y, x FROM ({sql})"
     sql = f"SELECT y+x AS x FROM ({sql})"
     for _ in range(8):
         sql = f"SELECT x{'+1' * 990} AS x FROM ({sql})"
@@ -373,6 +374,29 @@ def test_a_statement_prepared_in_a_thread_is_not_served_again_unchecked() -> Non
     execution = adapter.execute(sql + ";", timeout_ms=500)
     assert time.monotonic() - started < 0.5 + ABANDON_GRACE_S + 2
     assert execution.error is not None and execution.error.category == "timeout", execution
+    adapter.close()
+    adapter.when_free(writer.close)
+
+
+def test_a_statement_served_from_a_cache_is_never_taken_as_quick_to_prepare() -> None:
+    """A review's finding: a neighbor's connection keeps prepared statements, so a statement whose first run took
+    seconds to prepare ran quickly the second time (served from the cache) and was then taken as quick: once 128
+    other texts had pushed it out of the cache, it was prepared again in the calling thread, past its timeout.
+    Only a run that prepared the statement counts."""
+    name = scratch_name()
+    writer = memory_writer(name)
+    writer.execute("CREATE TABLE products (price REAL)")
+    writer.commit()
+    adapter = ExecutionAdapter(f"neighbor:{name}", scratch=name)
+    slow = _flattened(3, copies=28)  # about 4 s to prepare
+    parsed = adapter.gate_parse(slow, 60_000)
+    assert adapter.execute(slow, parsed=parsed, timeout_ms=120_000).success
+    assert adapter.execute(slow, parsed=parsed, timeout_ms=120_000).success  # from the cache
+    for i in range(130):  # more texts than the connection's cache keeps
+        assert adapter.execute(f"SELECT price, {i} AS k FROM products").success
+    started = time.monotonic()
+    adapter.execute(slow, parsed=parsed, timeout_ms=200)
+    assert time.monotonic() - started < 0.2 + ABANDON_GRACE_S + 1.2
     adapter.close()
     adapter.when_free(writer.close)
 

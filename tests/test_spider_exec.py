@@ -4,6 +4,7 @@ sqlcmp's: every reason is produced here by a real comparison that differs in exa
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from sqlcmp_dagster.cases.spider_exec import (REASONS, compare_with_official, denotations_equal,
                                               explain_difference, official_match, render_markdown)
 from sqlcmp_dagster.engine.execution import ExecutionAdapter
-from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_read_only
+from sqlcmp_dagster.engine.sandbox.sqlite import ABANDON_GRACE_S, SqliteConnections, sqlite_read_only
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.pipeline import compare
 
@@ -37,10 +38,10 @@ def scores_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def connection(scores_db: Path) -> Iterator[sqlite3.Connection]:
-    handle = sqlite_read_only(scores_db)
-    yield handle
-    handle.close()
+def connection(scores_db: Path) -> Iterator[SqliteConnections]:
+    database = SqliteConnections(lambda: sqlite_read_only(scores_db), scores_db)
+    yield database
+    database.close()
 
 
 @pytest.mark.parametrize(("gold", "predicted", "config", "official", "ours", "reason"), [
@@ -60,7 +61,7 @@ def connection(scores_db: Path) -> Iterator[sqlite3.Connection]:
     ("SELECT note FROM t", "SELECT note FROM t", {"null_equality_mode": "sql_semantic"}, True, False,
      "null_handling"),
 ])
-def test_each_semantic_difference_is_named(connection: sqlite3.Connection, scores_db: Path, gold: str,
+def test_each_semantic_difference_is_named(connection: SqliteConnections, scores_db: Path, gold: str,
                                            predicted: str, config: dict[str, int], official: bool, ours: bool,
                                            reason: str) -> None:
     request = CompareRequest(case_id="c", expected_sql=gold, actual_sql=predicted, db=str(scores_db),
@@ -73,6 +74,17 @@ def test_each_semantic_difference_is_named(connection: sqlite3.Connection, score
     assert official_match(connection, gold, predicted) is official
     assert (report.deterministic_verdict == "pass") is ours
     assert explain_difference(connection, request, report, official) == reason
+
+
+def test_a_prediction_runs_behind_the_sandbox_wall(connection: SqliteConnections) -> None:
+    """A review's finding: ``spider-ex`` ran each prediction on a bare connection in the calling thread, so one
+    long step of SQLite's (here an ``ltrim`` call of 40,000 by 40,000 characters, seconds in one step) held it
+    past any timeout. A prediction that holds its step fails at its timeout, as the official evaluation counts it."""
+    zs, zeros = (f"replace(hex(zeroblob(20000)), '0', '{c}')" for c in "z0")
+    started = time.monotonic()
+    assert official_match(connection, "SELECT 1", f"SELECT length(ltrim({zs}, {zeros} || 'z'))",
+                          timeout_ms=300) is False
+    assert time.monotonic() - started < 0.3 + ABANDON_GRACE_S + 2
 
 
 def test_agreeing_cases_are_not_listed(scores_db: Path) -> None:

@@ -25,10 +25,10 @@ until it agrees with sqlcmp.
 
 from __future__ import annotations
 
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ import sqlglot
 
 from sqlcmp_dagster.engine.comparison import Tolerance
 from sqlcmp_dagster.engine.models import CompareRequest, Report, ResolvedMode
-from sqlcmp_dagster.engine.sandbox.sqlite import sqlite_deadline, sqlite_read_only
+from sqlcmp_dagster.engine.sandbox.sqlite import SqliteConnections, sqlite_read_only
 from sqlcmp_dagster.engine.spider_execution import (
     Rows,
     denotations_equal,
@@ -82,50 +82,52 @@ class Disagreement:
     actual_sql: str
 
 
-def run(connection: sqlite3.Connection, sql: str, timeout_ms: int) -> Rows | Exception:
-    """All rows of ``sql``, or the exception it raised."""
+def run(database: SqliteConnections, sql: str, timeout_ms: int) -> Rows | Exception:
+    """All rows of ``sql``, or the exception it raised: run as the official evaluation runs it (every row, no
+    length limit but SQLite's own), behind the sandbox's wall against a step no interrupt stops
+    (:meth:`~sqlcmp_dagster.engine.sandbox.sqlite.SqliteConnections.run`): the predictions are a model's text."""
     try:
-        with sqlite_deadline(connection, timeout_ms):
-            return [tuple(row) for row in connection.execute(sql).fetchall()]
+        return database.run(sql, timeout_ms, 0, lambda connection, _: [
+            tuple(row) for row in connection.execute(sql).fetchall()])
     except Exception as error:  # the official evaluation counts any failure of the prediction as wrong
         return error
 
 
-def official_match(connection: sqlite3.Connection, gold_sql: str, predicted_sql: str, *, keep_distinct: bool = False,
+def official_match(database: SqliteConnections, gold_sql: str, predicted_sql: str, *, keep_distinct: bool = False,
                    ordered: bool | None = None, permute_columns: bool = True, timeout_ms: int = 60_000) -> bool:
-    """The official EX verdict of ``predicted_sql`` against ``gold_sql`` on ``connection``; ``keep_distinct``,
+    """The official EX verdict of ``predicted_sql`` against ``gold_sql`` on ``database``; ``keep_distinct``,
     ``ordered`` and ``permute_columns`` change one rule each (to test which rule explains a disagreement)."""
     gold, predicted = postprocess(gold_sql), postprocess(predicted_sql)
     if not keep_distinct:
         gold, predicted = remove_distinct(gold), remove_distinct(predicted)
-    gold_rows, predicted_rows = run(connection, gold, timeout_ms), run(connection, predicted, timeout_ms)
+    gold_rows, predicted_rows = run(database, gold, timeout_ms), run(database, predicted, timeout_ms)
     if isinstance(gold_rows, Exception) or isinstance(predicted_rows, Exception):
         return False
     return denotations_equal(gold_rows, predicted_rows, order_matters(gold) if ordered is None else ordered,
                              permute_columns=permute_columns)
 
 
-def explain_difference(connection: sqlite3.Connection, request: CompareRequest, report: Report,
+def explain_difference(database: SqliteConnections, request: CompareRequest, report: Report,
                        official: bool) -> str:
     """The first rule of :data:`REASONS` whose change alone makes the official verdict agree with ``report``."""
     ours = report.deterministic_verdict == "pass"
     gold, predicted = request.expected_sql[0], request.actual_sql
     if report.blocked_reason == "execution_failure" or any("max_result_rows" in w for w in report.warnings):
         return "execution"
-    gold_rows, predicted_rows = (run(connection, remove_distinct(postprocess(sql)), 60_000) for sql in (gold, predicted))
+    gold_rows, predicted_rows = (run(database, remove_distinct(postprocess(sql)), 60_000) for sql in (gold, predicted))
     if official and gold_rows == [] and predicted_rows == []:
         return "empty_results"
-    if official_match(connection, gold, predicted, keep_distinct=True) == ours:
+    if official_match(database, gold, predicted, keep_distinct=True) == ours:
         return "distinct_handling"
     top_level = _top_level_order(gold)
-    if top_level != order_matters(gold) and official_match(connection, gold, predicted, ordered=top_level) == ours:
+    if top_level != order_matters(gold) and official_match(database, gold, predicted, ordered=top_level) == ours:
         return "order_rule"
-    if ours and top_level and official_match(connection, gold, predicted, keep_distinct=True, ordered=False):
+    if ours and top_level and official_match(database, gold, predicted, keep_distinct=True, ordered=False):
         return "ties"
     mode: ResolvedMode = report.run_metadata.get("comparison_mode") or "order-insensitive"
     config = request.config
     if (official and not ours and (mode == "exact" or config.require_column_order_match)
-            and not official_match(connection, gold, predicted, permute_columns=False)):
+            and not official_match(database, gold, predicted, permute_columns=False)):
         return "column_order"
     schema = (report.metrics.get("result") or {}).get("schema_match") or {}
     if official and not ours and (mode == "exact" or config.require_column_name_match) and not schema.get(
@@ -150,7 +152,7 @@ def compare_with_official(requests: Iterable[CompareRequest], reports: Iterable[
     out of both rates, as the official evaluation asserts the gold query runs.
     """
     by_id = {report.case_id: report for report in reports}
-    connections: dict[str, sqlite3.Connection] = {}
+    databases: dict[str, SqliteConnections] = {}
     disagreements: list[Disagreement] = []
     official_passes = ours_passes = counted = 0
     try:
@@ -158,21 +160,22 @@ def compare_with_official(requests: Iterable[CompareRequest], reports: Iterable[
             report = by_id.get(request.case_id)
             if report is None or not report.validity.get("case_valid", True) or request.db is None:
                 continue
-            if request.db not in connections:
-                connections[request.db] = sqlite_read_only(db_dir / request.db / f"{request.db}.sqlite")
-            connection = connections[request.db]
-            official = official_match(connection, request.expected_sql[0], request.actual_sql, timeout_ms=timeout_ms)
+            if request.db not in databases:
+                path = db_dir / request.db / f"{request.db}.sqlite"
+                databases[request.db] = SqliteConnections(partial(sqlite_read_only, path), path)
+            database = databases[request.db]
+            official = official_match(database, request.expected_sql[0], request.actual_sql, timeout_ms=timeout_ms)
             ours = report.deterministic_verdict == "pass"
             counted += 1
             official_passes += official
             ours_passes += ours
             if official != ours:
                 disagreements.append(Disagreement(request.case_id, request.db, official, ours,
-                                                  explain_difference(connection, request, report, official),
+                                                  explain_difference(database, request, report, official),
                                                   request.expected_sql[0], request.actual_sql))
     finally:
-        for connection in connections.values():
-            connection.close()
+        for database in databases.values():
+            database.close()
     reasons = Counter(d.reason for d in disagreements)
     totals = {"cases": counted, "official_ex": round(official_passes / counted, 6) if counted else None,
               "sqlcmp_pass_rate": round(ours_passes / counted, 6) if counted else None,
