@@ -242,7 +242,7 @@ class ExecutionAdapter:
                 if self.dialect == "sqlite":  # a statement cut short keeps reading until it is closed
                     cursor.close()
 
-        if self._sqlite is not None:  # SQLite's own calls may outlast an interrupt: see SqliteConnections.run
+        if self._sqlite is not None:  # a step of SQLite's may outlast an interrupt: SqliteConnections.run
             return self._sqlite.run(sql, timeout, max_cell_bytes, lambda raw, progress: (
                 *utf8_first(raw, lambda: run(raw)), progress.steps))
         with self._session(timeout, max_cell_bytes) as (raw, _):
@@ -251,11 +251,11 @@ class ExecutionAdapter:
     @property
     def stuck(self) -> bool:
         """Whether a query of this adapter is still inside a step of SQLite's that its case stopped waiting for
-        (:class:`~.sandbox.sqlite.Stuck`): its connection is not this thread's to use until the call ends."""
+        (:class:`~.sandbox.sqlite.Stuck`): its connection is not this thread's to use until the step ends."""
         return self._sqlite is not None and self._sqlite.stuck
 
     def when_free(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` now, or, while the adapter is :attr:`stuck`, once the stuck call ends (in its
+        """Call ``callback`` now, or, while the adapter is :attr:`stuck`, once the stuck step ends (in its
         thread): closing what shares a database with that call (a neighbor's writer) would wait for it."""
         if self._sqlite is not None:
             self._sqlite.when_free(callback)

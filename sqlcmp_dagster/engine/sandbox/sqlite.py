@@ -353,11 +353,9 @@ LINEAR_FUNCTIONS = frozenset({
 #: Per thread, whether the authorizer refuses a call off :data:`LINEAR_FUNCTIONS` (``checking``), the name of the
 #: call it refused (``refused``), and whether it was asked at all (``prepared``: a statement was prepared).
 _IN_LINE = threading.local()
-#: How long past its timeout a query may still be in one of SQLite's calls before its case stops waiting for it: an
+#: How long past its timeout a query may still be in one step of SQLite's before its case stops waiting for it: an
 #: interrupt ends any other step within milliseconds.
 ABANDON_GRACE_S = 0.5
-
-
 #: A statement that prepared and ran within this many seconds, calling linear functions only, runs in the calling
 #: thread the next times on the same database (:meth:`SqliteConnections.run`).
 QUICK_S = 0.05
@@ -371,8 +369,9 @@ class Saturated(RuntimeError):
 
 
 class Stuck(sqlite3.OperationalError):
-    """A query still inside one call of a SQLite function :data:`ABANDON_GRACE_S` after its timeout: its case
-    stopped waiting for it, and its thread and connection are left to end when the call does."""
+    """A query still inside one step of SQLite's (a function's call, or preparing its statement)
+    :data:`ABANDON_GRACE_S` after its timeout: its case stopped waiting for it, and its thread and connection are
+    left to end when the step does."""
 
 
 
