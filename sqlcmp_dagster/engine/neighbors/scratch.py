@@ -332,7 +332,7 @@ def _writable(place: Neighborhood, tables: list[str], max_bytes: int, *, enforce
             yield _Writer(connection.execute, rejections, (lambda: _commit(connection)) if commit else list,
                           sqlite_batch if enforce_keys else None)
         finally:
-            if not place.adapter.stuck:  # a query left inside a call holds the shared cache the writer needs
+            if not place.adapter.stuck:  # a query left inside a step holds the shared cache the writer needs
                 connection.rollback()
                 if commit and place.created:
                     connection.execute("PRAGMA foreign_keys = OFF")  # children and parents emptied in any order

@@ -411,7 +411,8 @@ def sqlite_authorizer(action: int, first: str | None, second: str | None, databa
     >>> sqlite_authorizer(sqlite3.SQLITE_ATTACH, "/tmp/x.db", None, None, None) == sqlite3.SQLITE_DENY
     True
     """
-    if getattr(_IN_LINE, "checking", False):
+    checking = getattr(_IN_LINE, "checking", False)
+    if checking:
         _IN_LINE.prepared = True  # a statement is being prepared, not served from a connection's cache
     if action == sqlite3.SQLITE_FUNCTION:
         name = (second or "").lower()
@@ -420,7 +421,7 @@ def sqlite_authorizer(action: int, first: str | None, second: str | None, databa
             noted.add(name)
         if denied(second or "", "sqlite"):
             return sqlite3.SQLITE_DENY
-        if getattr(_IN_LINE, "checking", False) and name not in LINEAR_FUNCTIONS:
+        if checking and name not in LINEAR_FUNCTIONS:
             _IN_LINE.refused = name  # not an error: :meth:`SqliteConnections.run` runs it where it can be left
             return sqlite3.SQLITE_DENY
         return sqlite3.SQLITE_OK
@@ -596,16 +597,27 @@ class SqliteConnections:
         authorizer refusing any other call (a statement that changed is refused before any step, and runs in a
         thread again). Spider dev's neighbor databases run each text a dozen times."""
         if sql in self._quick:
-            _IN_LINE.refused, _IN_LINE.checking = None, True
-            try:
-                with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
-                    return work(connection, progress)
-            except sqlite3.DatabaseError:
-                if _IN_LINE.refused is None:
-                    raise
-            finally:
-                _IN_LINE.checking = False
+            ran, value = self._linear_only(timeout_ms, max_cell_bytes, work)
+            if ran:
+                return cast(T, value)
         return self._in_thread(sql, timeout_ms, max_cell_bytes, work)
+
+    def _linear_only(self, timeout_ms: int, max_cell_bytes: int,
+                     work: Callable[[sqlite3.Connection, Progress], T]) -> tuple[bool, T | None]:
+        """``work`` on a kept connection with the authorizer refusing any call off :data:`LINEAR_FUNCTIONS`:
+        ``(True, what it gave)``, or ``(False, None)`` when its statement was refused so (before any step ran).
+        Afterwards ``_IN_LINE.prepared`` says whether a statement was prepared rather than served from the
+        connection's cache."""
+        _IN_LINE.refused, _IN_LINE.prepared, _IN_LINE.checking = None, False, True
+        try:
+            with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
+                return True, work(connection, progress)
+        except sqlite3.DatabaseError:
+            if _IN_LINE.refused is None:
+                raise
+            return False, None
+        finally:
+            _IN_LINE.checking = False
 
     def _in_thread(self, sql: str, timeout_ms: int, max_cell_bytes: int,
                    work: Callable[[sqlite3.Connection, Progress], T]) -> T:
@@ -640,12 +652,11 @@ class SqliteConnections:
                 _leave(runner.thread)
         if noted is not None:
             noted.update(calls)  # one C call: no step of the other thread between
-        if not stuck:
-            runner.give_back(finished)
         if stuck:
             raise Stuck(f"interrupted: the query was still inside one step of SQLite's (a function's call, or "
                         f"preparing the statement) {ABANDON_GRACE_S} s after its timeout of {timeout_ms} ms, which "
                         "no interrupt stops; the case stopped waiting for it")
+        runner.give_back(finished)
         done, value = outcome[0]
         if not done:
             raise cast(BaseException, value)
@@ -658,26 +669,18 @@ class SqliteConnections:
         runs again unchecked on a connection closed after it, whose prepared statements no later query may then
         reuse unchecked."""
         started = time.perf_counter()
-        _IN_LINE.refused, _IN_LINE.prepared, _IN_LINE.checking = None, False, True
-        try:
-            with self.session(timeout_ms, max_cell_bytes) as (connection, progress):
-                value = work(connection, progress)
-        except sqlite3.DatabaseError:
-            if _IN_LINE.refused is None:
-                raise
-        else:
-            # a statement served from the connection's cache says nothing of its preparing's cost, which the
-            # next run pays again once the cache has let it go (a review's finding)
-            if _IN_LINE.prepared and time.perf_counter() - started < QUICK_S:
-                with self._lock:
-                    if len(self._quick) >= QUICK_KEPT:
-                        self._quick.clear()
-                    self._quick.add(sql)
-            return value
-        finally:
-            _IN_LINE.checking = False
-        with self.session(timeout_ms, max_cell_bytes, keep=False) as (connection, progress):
-            return work(connection, progress)
+        ran, value = self._linear_only(timeout_ms, max_cell_bytes, work)
+        if not ran:
+            with self.session(timeout_ms, max_cell_bytes, keep=False) as (connection, progress):
+                return work(connection, progress)
+        # a statement served from the connection's cache says nothing of its preparing's cost, which the next run
+        # pays again once the cache has let it go (a review's finding)
+        if _IN_LINE.prepared and time.perf_counter() - started < QUICK_S:
+            with self._lock:
+                if len(self._quick) >= QUICK_KEPT:
+                    self._quick.clear()
+                self._quick.add(sql)
+        return cast(T, value)
 
     def _ended(self, thread: threading.Thread) -> None:
         with self._lock:
@@ -693,7 +696,7 @@ class SqliteConnections:
         return bool(self._stuck)
 
     def when_free(self, callback: Callable[[], object]) -> None:
-        """Call ``callback`` now, or, while a query is :attr:`stuck`, in its thread once its call ends: what would
+        """Call ``callback`` now, or, while a query is :attr:`stuck`, in its thread once its step ends: what would
         wait for the connection it holds (a neighbor's writer shares its database's cache, whose lock the stuck
         step holds: its rollback waited for the call to end) must not hold this thread."""
         with self._lock:
