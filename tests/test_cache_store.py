@@ -179,10 +179,10 @@ def test_an_entry_folder_linked_elsewhere_leads_nowhere_the_store_deletes(tmp_pa
     assert (elsewhere / path.name / "keep.txt").read_text() == "mine"
 
 
-def info(root: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
-    """What ``sqlcmp cache info`` says on stdout and stderr."""
+def info(root: Path, capsys: pytest.CaptureFixture[str], status: int = EXIT_PASS) -> tuple[str, str]:
+    """What ``sqlcmp cache info`` says on stdout and stderr, its exit status checked."""
     capsys.readouterr()
-    assert main(["cache", "info", "--cache-dir", str(root)]) == EXIT_PASS
+    assert main(["cache", "info", "--cache-dir", str(root)]) == status
     return capsys.readouterr()
 
 
@@ -196,7 +196,7 @@ def test_info_and_clear_of_a_missing_folder_create_nothing(tmp_path: Path, capsy
 
 def test_a_file_given_as_the_folder_is_said_to_be_no_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "file").write_text("x")
-    assert info(tmp_path / "file", capsys)[1] == f"not used: {tmp_path / 'file'} is not a folder\n"
+    assert info(tmp_path / "file", capsys, EXIT_FAIL)[1] == f"not used: {tmp_path / 'file'} is not a folder\n"
     assert clear_fails(tmp_path / "file", capsys) == f"sqlcmp: cache not cleared: {tmp_path / 'file'} is not a folder\n"
     assert (tmp_path / "file").read_text() == "x"
 
@@ -207,6 +207,7 @@ def test_clear_refuses_a_folder_that_is_not_used(tmp_path: Path, capsys: pytest.
     fill(store, 3, 100)
     (tmp_path / "shared").chmod(0o777)
     assert "other users may write to it" in clear_fails(tmp_path / "shared", capsys)
+    assert "other users may write to it" in info(tmp_path / "shared", capsys, EXIT_FAIL)[1]
     (tmp_path / "shared").chmod(0o700)
     assert store.info().entries == {"execution": 3}
 

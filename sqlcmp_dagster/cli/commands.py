@@ -14,7 +14,7 @@ from sqlcmp_dagster.cli.evaluate import check_outputs
 
 
 def cache_command(args: argparse.Namespace) -> int:
-    from sqlcmp_dagster.engine.cache import Store, StoreError
+    from sqlcmp_dagster.engine.cache import MISSING, Store, StoreError
 
     store = Store(cache_dir_of(args))
     if args.action == "clear":
@@ -30,7 +30,9 @@ def cache_command(args: argparse.Namespace) -> int:
     say(f"folder: {info.root}", f"entries: {entries}", f"size: {info.bytes / 2**20:.1f} MB", sep="\n")
     if info.problem is not None:
         say(f"not used: {info.root} {info.problem}", file=sys.stderr)
-    return EXIT_PASS
+    # A folder that does not exist yet is a cache before its first run (exit 0); one that exists and cannot be used
+    # (a file, another user's, writable by others, unreadable) is a setting to mend, which a script should see.
+    return EXIT_PASS if info.problem in (None, MISSING) else EXIT_FAIL
 
 
 def compare_command(args: argparse.Namespace) -> int:
