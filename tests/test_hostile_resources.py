@@ -197,6 +197,47 @@ def test_huge_cells_are_cut_with_a_digest_and_compared_truthfully(engine: str, t
     adapter.close()
 
 
+#: A failing query whose error message quotes text it computed: 2 MB (SQLite, within its length limit: 0.4 MB) of a
+#: phrase that the error taxonomy's patterns read (``binder error: column`` made one of them cubic), per engine.
+LONG_ERRORS = {
+    "sqlite": "SELECT json_extract('{}', replace(hex(zeroblob(20000)), '00', 'binder error: column ')) AS v",
+    "duckdb": "SELECT CAST(repeat('binder error: column ', 100000) AS INTEGER) AS v",
+    "postgres": "SELECT CAST(repeat('binder error: column ', 100000) AS INTEGER) AS v",
+}
+
+
+@pytest.mark.parametrize("engine", sorted(LONG_ERRORS))
+def test_an_error_message_quoting_computed_text_is_bounded(engine: str, targets: dict[str, str]) -> None:
+    """The report keeps the message's head and tail (about 2,000 characters) and the taxonomy reads it at once:
+    unbounded, a 2 MB message was copied into the report whole and held the case in one pattern for hours (47 s
+    at 34 KB)."""
+    adapter = ExecutionAdapter(targets[engine])
+    started = time.monotonic()
+    report = compare(CompareRequest(expected_sql="SELECT 1 AS v", actual_sql=LONG_ERRORS[engine],
+                                    config=EvalConfig(enable_counterfactual_probes=False)), adapter)
+    elapsed = time.monotonic() - started
+    adapter.close()
+    error = report.metrics["validation"]["execution_error_actual"]
+    assert error is not None and "characters left out" in error["message"], error
+    assert len(error["message"]) < 2_100 and len(json.dumps(report.model_dump(mode="json"))) < 60_000
+    assert elapsed < 20, elapsed
+
+
+def test_every_error_pattern_reads_a_long_message_at_once() -> None:
+    """Each pattern's words repeated into a 1 MB message, the worst case of a pattern that backtracks: classified
+    well within a second each (the cubic pattern took 28 s at 270 KB)."""
+    from sqlcmp_dagster.engine.taxonomy import classify_error, execution_error
+
+    phrases = ["binder error: column ", "cannot execute ", "relation ", "column ", "table with name ",
+               "referenced column ", "argument of ", "binder error: ", "x" * 40 + " "]
+    for phrase in phrases:
+        message = "Conversion Error: '" + phrase * (1_000_000 // len(phrase)) + "' to INT32"
+        started = time.monotonic()
+        assert classify_error(message) == "type_mismatch"
+        assert len(execution_error(message).message) < 2_100
+        assert time.monotonic() - started < 5, phrase
+
+
 @pytest.mark.parametrize("engine", ["duckdb", "postgres"])
 def test_one_huge_row_is_cut_before_it_reaches_the_process(engine: str, targets: dict[str, str],
                                                            baseline_rss: dict[str, int]) -> None:

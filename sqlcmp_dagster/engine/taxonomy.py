@@ -1,7 +1,12 @@
 """The error taxonomy: a raw database message mapped to one category (``ErrorCategory``).
 
 Patterns are matched against real messages of SQLite, PostgreSQL and DuckDB, most specific first. The raw
-message is always kept beside the category, so an ``unknown_error`` loses nothing.
+message is always kept beside the category, so an ``unknown_error`` loses nothing but the middle of a message
+longer than :func:`~sqlcmp_dagster.engine.sandbox.bounds.bounded_message` keeps (one that quotes text a query
+computed). A message may hold anything a query computed, so every pattern runs in time about linear in its
+length per place it could start: no two unbounded repeats that may both take the same characters (an atomic
+group, ``(?>...)``, keeps the first way found), which made ``binder error: .*column .* not found`` cubic (47 s on
+a message that repeated ``binder error: column`` 1,600 times).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import re
 from typing import cast
 
 from sqlcmp_dagster.engine.models import ErrorCategory, ExecutionError
+from sqlcmp_dagster.engine.sandbox.bounds import bounded_message
 
 _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
     (cast(ErrorCategory, category), re.compile(pattern, re.IGNORECASE))
@@ -17,7 +23,7 @@ _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
         ("timeout", r"\binterrupted\b|interrupt error|statement timeout|canceling statement due to"
                     r"|query timed out"),
         ("permission_error", r"permission denied|not authorized|readonly database|read-only transaction"
-                             r"|cannot execute .* in a read-only|access denied|attempt to write"
+                             r"|cannot execute (?>.*? in a read-only)|access denied|attempt to write"
                              # DuckDB's sandbox: external access disabled, configuration locked
                              r"|permission error|configuration has been locked|must be superuser"
                              r"|disabled through configuration|disabled by configuration"),
@@ -25,7 +31,7 @@ _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
         ("missing_table", r"no such table|relation \S+ does not exist|table with name \S+ does not exist"
                           r"|catalog error: table"),
         ("missing_column", r"no such column|column \S+ does not exist|referenced column \S+ not found"
-                           r"|binder error: .*column .* not found|has no column named"),
+                           r"|binder error: (?>.*?column )(?>.*? not found)|has no column named"),
         ("division_by_zero", r"division by zero|divide by zero"),
         ("invalid_aggregation", r"misuse of (aggregate|window)|aggregate functions are not allowed"
                                 r"|must appear in the group by clause|group by clause is required"
@@ -74,12 +80,15 @@ def classify_error(message: str) -> ErrorCategory:
     >>> classify_error("something odd happened")
     'unknown_error'
     """
+    text = bounded_message(message)  # each pattern is linear per start, and a long message has many starts
     for category, pattern in _PATTERNS:
-        if pattern.search(message):
+        if pattern.search(text):
             return category
     return "unknown_error"
 
 
 def execution_error(message: str) -> ExecutionError:
-    """An :class:`ExecutionError` for ``message`` with its mapped category."""
+    """An :class:`ExecutionError` for ``message``, bounded
+    (:func:`~sqlcmp_dagster.engine.sandbox.bounds.bounded_message`), with its mapped category."""
+    message = bounded_message(message)
     return ExecutionError(category=classify_error(message), message=message)

@@ -26,6 +26,32 @@ if __package__:
 else:  # DuckDB's query process, which runs this file beside cell_text.py without the package
     from cell_text import value_text_pieces  # type: ignore[import-not-found,no-redef]
 
+#: The most characters of a database's error message a report keeps: its first :data:`MESSAGE_HEAD_CHARS` and its
+#: last :data:`MESSAGE_TAIL_CHARS`, with the count of those left out between them. A message may quote text the
+#: query computed (``CAST(repeat('x', 50000000) AS INTEGER)`` fails with 50 MB of it in DuckDB, 100 MB in
+#: PostgreSQL), which no result bound counts: unbounded, one such case wrote 300 MB of report and held its
+#: process for 25 s in the error taxonomy's patterns (a review's finding).
+MESSAGE_HEAD_CHARS = 1_500
+MESSAGE_TAIL_CHARS = 500
+
+
+def bounded_message(message: str) -> str:
+    """``message`` as a report keeps it: whole up to :data:`MESSAGE_HEAD_CHARS` + :data:`MESSAGE_TAIL_CHARS`
+    characters, else its head and tail around the count of characters left out. The engine's own words come
+    first in every engine's message and the quoted text after them, so the head keeps what the taxonomy reads.
+
+    >>> bounded_message("no such column: x")
+    'no such column: x'
+    >>> text = bounded_message("Conversion Error: " + "x" * 10_000)
+    >>> len(text), text[:22], text[1500:1540]
+    (2037, 'Conversion Error: xxxx', ' ... [8,018 characters left out] ... xxx')
+    """
+    left_out = len(message) - MESSAGE_HEAD_CHARS - MESSAGE_TAIL_CHARS
+    if left_out <= 0:
+        return message
+    return f"{message[:MESSAGE_HEAD_CHARS]} ... [{left_out:,} characters left out] ... {message[-MESSAGE_TAIL_CHARS:]}"
+
+
 #: Rows fetched per round trip at most; fewer when rows are wide, so one round trip stays near a MiB.
 _FETCH_ROWS = 1024
 _FETCH_BYTES = 1 << 20

@@ -30,9 +30,10 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 if __package__:
-    from sqlcmp_dagster.engine.sandbox.bounds import Fetched, fetch_bounded, interrupt_after
+    from sqlcmp_dagster.engine.sandbox.bounds import Fetched, bounded_message, fetch_bounded, interrupt_after
 else:  # the child, run as a script beside bounds.py
-    from bounds import Fetched, fetch_bounded, interrupt_after  # type: ignore[import-not-found,no-redef]
+    from bounds import (  # type: ignore[import-not-found,no-redef]
+        Fetched, bounded_message, fetch_bounded, interrupt_after)
 
 #: DuckDB settings of every connection, applied when the read-only file is opened and then locked: no file,
 #: URL or extension access (``read_text``, ``glob``, ``COPY``, ``ATTACH``, httpfs, ``FROM 'file.csv'``), no
@@ -314,7 +315,8 @@ def main() -> None:
             continue
         reply = answer(duckdb, Request(**body[0]), neighbor)
         fetched = reply.fetched
-        answers.send((reply.outcome, reply.message, reply.names, fetched and fetched.rows,
+        # bounded here too, so that a 50 MB message is not copied through the pipe first
+        answers.send((reply.outcome, bounded_message(reply.message), reply.names, fetched and fetched.rows,
                       fetched is not None and fetched.truncated, fetched.warnings if fetched else []))
         if reply.outcome == "memory":
             return
