@@ -27,11 +27,12 @@ su postgres -c "psql -qtAc \"SELECT 1 FROM pg_database WHERE datname = 'sqlcmp_d
 su postgres -c "psql -qtAc \"SELECT 1 FROM pg_roles WHERE rolname = 'sqlcmp_select'\"" | grep -q 1 ||
   su postgres -c "psql -qc \"CREATE ROLE sqlcmp_select LOGIN PASSWORD 'sqlcmp_select'\""
 # The role-level defaults of docs/security.md's recipe: whatever slips past the engine's own walls is read only,
-# bounded in time, cannot wait on locks or idle in a transaction, nor fill the disk with temporary files.
+# bounded in time, cannot wait on locks or idle in a transaction, nor fill the disk with temporary files or the
+# server log with error messages.
 su postgres -c "psql -q -c \"ALTER ROLE sqlcmp_select SET default_transaction_read_only = on\" \
   -c \"ALTER ROLE sqlcmp_select SET statement_timeout = '60s'\" -c \"ALTER ROLE sqlcmp_select SET lock_timeout = '10s'\" \
   -c \"ALTER ROLE sqlcmp_select SET idle_in_transaction_session_timeout = '60s'\" \
-  -c \"ALTER ROLE sqlcmp_select SET temp_file_limit = '1GB'\""
+  -c \"ALTER ROLE sqlcmp_select SET temp_file_limit = '1GB'\" -c \"ALTER ROLE sqlcmp_select SET log_min_messages = fatal\""
 su postgres -c "psql -q -d sqlcmp_dagster -c \"ALTER DEFAULT PRIVILEGES FOR ROLE sqlcmp GRANT USAGE ON SCHEMAS TO sqlcmp_select\" \
   -c \"ALTER DEFAULT PRIVILEGES FOR ROLE sqlcmp GRANT SELECT ON TABLES TO sqlcmp_select\""
 # An S3-compatible object store for the case-store tests: moto's server mode (from PyPI, in a venv of its own),

@@ -202,7 +202,7 @@ def test_missing_role_defaults_are_named_when_the_adapter_connects(pg: tuple[str
         warned = " ".join(adapter.setup_warnings)
         adapter.close()
         for name in ("default_transaction_read_only", "lock_timeout", "idle_in_transaction_session_timeout",
-                     "temp_file_limit"):
+                     "temp_file_limit", "log_min_messages"):
             assert name in warned
         assert "statement_timeout" not in warned
     finally:

@@ -57,7 +57,11 @@ ROLE_DEFAULTS = {"default_transaction_read_only": ("off", "on"), "statement_time
                  "lock_timeout": ("0", "'10s'"), "idle_in_transaction_session_timeout": ("0", "'60s'"),
                  # the server's temporary files of one query (a hostile sort wrote 1.8 GB in 10 s); only a
                  # superuser may set it, so no session of the role can
-                 "temp_file_limit": ("-1", "'1GB'")}
+                 "temp_file_limit": ("-1", "'1GB'"),
+                 # the server log takes each failing query's error message, which may quote what the query
+                 # computed (100 MB a query: CAST(repeat('x', 100000000) AS integer)) and outlives the case;
+                 # only a superuser may set it
+                 "log_min_messages": ("warning", "fatal")}
 #: Who the adapter's sessions are in ``pg_stat_activity``: an administrator finds (or ends) them by this name.
 APPLICATION_NAME = "sqlcmp"
 
