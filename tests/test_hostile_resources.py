@@ -461,6 +461,35 @@ def test_a_process_leaves_at_most_max_stuck_steps_running(sample_db: Path, monke
     adapter.close()
 
 
+def test_steps_left_running_hold_at_most_max_stuck_disk_bytes_of_sort_files(sample_db: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review's finding: a sort that spilled to SQLite's temporary files, then one long call at its last row, left
+    its files on the disk (deleted, held open) for as long as the call ran: 1.5 GB a query at a 10 s timeout, up to
+    :data:`MAX_STUCK` of them. Past :data:`MAX_STUCK_DISK_BYTES` held so, a query that needs a thread of its own is
+    not run (a fault of the case, as past MAX_STUCK); one the database ran quickly before runs as before."""
+    adapter = ExecutionAdapter(str(sample_db))
+    honest = "SELECT count(*) AS n FROM products"
+    assert adapter.execute(honest).success
+    rows = 30_000  # 30 MB of blobs: past SQLite's sorter memory, so they spill to a file
+    spilled_then_stuck = (
+        f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < {rows}) SELECT x, b FROM ("
+        f"SELECT x, randomblob(1000) AS b, CASE WHEN x = {rows} THEN ({ONE_LONG_STEP['ltrim']}) ELSE x END AS k "
+        "FROM c) ORDER BY k DESC, b")
+    held = sqlite_sandbox.held_disk_bytes()
+    try:
+        execution = adapter.execute(spilled_then_stuck, timeout_ms=1_000)
+    except Saturated:  # a test before left steps running: the bound is tested below all the same
+        pass
+    else:
+        assert execution.error is not None and "inside one step of SQLite's" in execution.error.message, execution
+        assert sqlite_sandbox.held_disk_bytes() - held > 10 << 20  # the sort's file, held by the step
+    monkeypatch.setattr(sqlite_sandbox, "MAX_STUCK_DISK_BYTES", 1 << 20)
+    with pytest.raises(Saturated, match=r"GiB of deleted temporary files .* MAX_STUCK_DISK_BYTES"):
+        adapter.execute("SELECT 'a' GLOB 'a' AS n", timeout_ms=300)
+    assert adapter.execute(honest).success
+    adapter.close()
+
+
 def test_a_neighbor_query_left_in_a_sqlite_call_stops_the_search_not_the_case(run: Any) -> None:
     """An actual query that is quick on the database and makes one long call on a neighbor with fewer rows: the
     search stops at that neighbor (its database and writer are the call's until it ends: the writer's rollback

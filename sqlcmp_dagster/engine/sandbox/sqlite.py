@@ -28,6 +28,7 @@ import os
 import queue
 import re
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -365,8 +366,8 @@ QUICK_KEPT = 4096
 
 
 class Saturated(RuntimeError):
-    """:data:`MAX_STUCK` steps of SQLite's are left running in the process: a query that needs a thread is not
-    run. Not the query's failure but the evaluator's (a fault of the case), for it says nothing of the query."""
+    """:data:`MAX_STUCK` steps of SQLite's are left running in the process, or they hold more than
+    :data:`MAX_STUCK_DISK_BYTES` of temporary files: a query that needs a thread is not run. Not the query's failure but the evaluator's (a fault of the case), for it says nothing of the query."""
 
 
 class Stuck(sqlite3.OperationalError):
@@ -480,10 +481,10 @@ def sqlite_deadline(connection: sqlite3.Connection, timeout_ms: int) -> Iterator
 def file_identity(path: Path) -> tuple[int, int] | None:
     """The device and inode at ``path``, or None when nothing is there (opening it then fails as it would)."""
     try:
-        stat = os.stat(path)
+        status = os.stat(path)
     except OSError:
         return None
-    return stat.st_dev, stat.st_ino
+    return status.st_dev, status.st_ino
 
 
 #: Threads of :meth:`SqliteConnections.run` left inside a step of SQLite's, in this process.
@@ -491,7 +492,31 @@ _STUCK: set[threading.Thread] = set()
 #: At most this many are left at once (each holds a connection, so a file descriptor, and its values): past it, a
 #: query that needs a thread is not run (:class:`Saturated`) until one has ended.
 MAX_STUCK = 64
+#: At most this many bytes of disk held by the process's deleted files (SQLite's temporary files: it deletes each
+#: as it opens it) while steps are left running: a step left inside a call keeps its query's sorter files until
+#: it ends (a sort of 1.5 GB, then one slow call at its last row, held them for hours: a review's finding), and
+#: past this bound a query that needs a thread is not run (:class:`Saturated`) until one has ended. A query that
+#: ends frees its files at once, so honest work holds none of these bytes.
+MAX_STUCK_DISK_BYTES = 4 << 30
 os.register_at_fork(after_in_child=_STUCK.clear)  # a forked child has none of them
+
+
+def held_disk_bytes() -> int:
+    """The disk this process holds in files it has open that are deleted (Linux's ``/proc/self/fd``; 0 where the
+    system has none): SQLite's temporary files, which its connections delete as they open them."""
+    try:
+        descriptors = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0
+    held = 0
+    for descriptor in descriptors:
+        try:
+            status = os.stat(f"/proc/self/fd/{descriptor}")
+        except OSError:  # closed since the listing
+            continue
+        if status.st_nlink == 0 and stat.S_ISREG(status.st_mode):
+            held += status.st_blocks * 512
+    return held
 
 
 class _Runner:
@@ -626,6 +651,12 @@ class SqliteConnections:
                 f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
                 "interrupt stops, the most it leaves running (MAX_STUCK): the evaluator runs no other query that "
                 "may make such a step until one of them has ended")
+        if _STUCK and (held := held_disk_bytes()) > MAX_STUCK_DISK_BYTES:
+            raise Saturated(
+                f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
+                f"interrupt stops, and it holds {held / 2**30:.1f} GiB of deleted temporary files (their sorts), "
+                f"more than MAX_STUCK_DISK_BYTES={MAX_STUCK_DISK_BYTES >> 30} GiB: the evaluator runs no other "
+                "query that may make such a step until one of them has ended")
         outcome: list[tuple[bool, object]] = []  # (True, what work gave) or (False, what it raised)
         noted = getattr(_NOTED, "calls", None)
         calls: set[str] = set()
