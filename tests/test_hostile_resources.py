@@ -16,6 +16,7 @@ import re
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from decimal import Decimal
 from pathlib import Path
@@ -394,6 +395,42 @@ def test_preparing_nested_ctes_is_bounded_in_memory(targets: dict[str, str], bas
                                                            "enable_counterfactual_probes": False})
     assert peak - baseline(baseline_rss, targets["sqlite"]) < (HEAP_LIMIT_BYTES >> 10) * 3 // 2, peak
     assert "out of memory: SQLite may hold at most" in json.dumps(report), report
+
+
+def test_out_of_memory_beside_a_step_left_running_is_the_querys_own_unless_the_step_holds_the_heap(
+        sample_db: Path) -> None:
+    """A review's finding: with any step left running, a query that ran out of SQLite's memory was the
+    evaluator's fault (its case invalid), so a model that left one slow call early could have every later
+    out-of-memory answer dropped from its pass rate. A step that holds little (one slow call, a few MB) now leaves
+    the failure the query's; one that holds more than half the heap still makes it the evaluator's."""
+    script = (
+        "import json, sys\n"
+        "from sqlcmp_dagster.engine.execution import ExecutionAdapter\n"
+        "from sqlcmp_dagster.engine.sandbox import sqlite\n"
+        "adapter = ExecutionAdapter(sys.argv[1])\n"
+        "stuck = adapter.execute(sys.argv[2], timeout_ms=300)\n"
+        "assert sqlite.stuck_steps() == 1, stuck\n"
+        "failed = adapter.execute(sys.argv[3], timeout_ms=120_000)\n"
+        "print(json.dumps([failed.error.category, failed.error.message]))\n")
+    out_of_memory = _nested_ctes(21, "(SELECT x FROM {below} UNION ALL SELECT x FROM {below})")
+    done = subprocess.run([sys.executable, "-c", script, str(sample_db), ONE_LONG_STEP["ltrim"], out_of_memory],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    category, message = json.loads(done.stdout.strip().splitlines()[-1])
+    assert category == "unknown_error" and message.startswith("out of memory: SQLite may hold at most"), message
+
+
+def test_the_heap_is_held_elsewhere_only_beside_steps_left_running_that_hold_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sqlite_sandbox, "_STUCK", set())
+    monkeypatch.setattr(sqlite_sandbox, "_heap_used", lambda: HEAP_LIMIT_BYTES)
+    assert not sqlite_sandbox.heap_held_elsewhere()  # no step left: a full heap is the query's own
+    monkeypatch.setattr(sqlite_sandbox, "_STUCK", {threading.current_thread()})
+    assert sqlite_sandbox.heap_held_elsewhere()
+    monkeypatch.setattr(sqlite_sandbox, "_heap_used", lambda: 4 << 20)
+    assert not sqlite_sandbox.heap_held_elsewhere()
+    monkeypatch.setattr(sqlite_sandbox, "_heap_used", lambda: None)  # SQLite's count unread: the doubt is ours
+    assert sqlite_sandbox.heap_held_elsewhere()
 
 
 def test_a_statement_prepared_in_a_thread_is_not_served_again_unchecked() -> None:

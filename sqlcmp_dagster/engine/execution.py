@@ -38,7 +38,7 @@ from sqlcmp_dagster.engine.sandbox.duckdb_process import DUCKDB_SANDBOX, NEIGHBO
 from sqlcmp_dagster.engine.sandbox.gate import gate_reason
 from sqlcmp_dagster.engine.sandbox.postgres import PrivilegedRoleError
 from sqlcmp_dagster.engine.sandbox.sqlite import CLOCK_AND_CHANCE, HEAP_LIMIT_BYTES, Progress, SqliteConnections, \
-    calls_noted, narrow_for_width, sqlite_memory_read_only, sqlite_read_only, stuck_steps, utf8_first
+    calls_noted, heap_held_elsewhere, narrow_for_width, sqlite_memory_read_only, sqlite_read_only, utf8_first
 from sqlcmp_dagster.engine.taxonomy import execution_error
 
 if TYPE_CHECKING:
@@ -280,8 +280,8 @@ class ExecutionAdapter:
             return execution_error(message)
         if isinstance(failure, _sqlalchemy_errors("SQLAlchemyError")):
             return execution_error(str(failure))
-        if isinstance(failure, MemoryError) and self._sqlite is not None and not stuck_steps():
-            # SQLite's heap limit reached by this query (with steps left running, they may hold it: a fault)
+        if isinstance(failure, MemoryError) and self._sqlite is not None and not heap_held_elsewhere():
+            # SQLite's heap limit reached by this query (with steps left running that hold it: a fault)
             return ExecutionError(category="unknown_error", message=(
                 f"out of memory: SQLite may hold at most {HEAP_LIMIT_BYTES >> 20} MiB in this process "
                 f"(HEAP_LIMIT_BYTES), and the query needed more: {failure or 'MemoryError'}"))

@@ -24,6 +24,7 @@ Guarantees, each of which holds without the statement gate (:mod:`.gate`) in fro
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import re
@@ -564,6 +565,45 @@ os.register_at_fork(after_in_child=_Runner.idle.clear)  # a forked child has non
 def stuck_steps() -> int:
     """How many steps of SQLite's this process has left running (:meth:`SqliteConnections.run`)."""
     return len(_STUCK)
+
+
+def heap_held_elsewhere() -> bool:
+    """Whether a query that ran out of SQLite's memory (:data:`HEAP_LIMIT_BYTES`) may have been short of it for
+    another query's sake: steps are left running in this process (:meth:`SqliteConnections.run`), and SQLite's own
+    count of the memory it holds (``sqlite3_memory_used``), read now that the failed statement has let go of its
+    own, is more than half the limit (or cannot be read). A step left running that holds little (one slow call)
+    leaves the failure the query's: else a model could have its own failures counted as the evaluator's (a
+    review's finding)."""
+    if not stuck_steps():
+        return False
+    used = _heap_used()
+    return used is None or used > HEAP_LIMIT_BYTES // 2
+
+
+@functools.cache
+def _heap_counter() -> Callable[[], int] | None:
+    """``sqlite3_memory_used`` of the SQLite library the ``sqlite3`` module runs on (through ``ctypes``, from the
+    module's own file, whose symbols resolve to that library), or None where it cannot be read or is not shown
+    to be that library's: a copy of its own would not hold the limit :func:`_bound_heap` set."""
+    import _sqlite3
+    import ctypes
+
+    _bound_heap()
+    try:
+        library = ctypes.CDLL(_sqlite3.__file__)
+        used, limit = library.sqlite3_memory_used, library.sqlite3_hard_heap_limit64
+    except (OSError, AttributeError):
+        return None
+    used.restype, used.argtypes = ctypes.c_int64, []
+    limit.restype, limit.argtypes = ctypes.c_int64, [ctypes.c_int64]
+    if not 0 < limit(-1) <= HEAP_LIMIT_BYTES:  # a negative argument reads the limit without setting it
+        return None
+    return cast(Callable[[], int], used)
+
+
+def _heap_used() -> int | None:
+    counter = _heap_counter()
+    return None if counter is None else counter()
 
 
 def _leave(thread: threading.Thread) -> None:
