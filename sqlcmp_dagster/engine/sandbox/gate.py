@@ -356,13 +356,19 @@ def lexical_hazard(sql: str, dialect: str) -> str | None:
       and code to PostgreSQL);
     - quoted text that the two read differently: every quoted literal or identifier of the engine's lexer
       (:func:`engine_segments`) must be one of sqlglot's quoted tokens, ending at the same character, and the
-      other way round.
+      other way round;
+    - a NUL character anywhere, quoted or not: PostgreSQL's server reads the text only up to it (its protocol's
+      strings end there) where the gate reads it whole, and no query needs one (``char(0)`` makes the value).
 
     >>> lexical_hazard("SELECT name FROM t WHERE x = 'caf\u00e9\u00a0'", "postgres") is None
     True
     >>> lexical_hazard("SELECT 1 AS a\u2028, 2", "duckdb")
     'character refused: U+2028 (LINE SEPARATOR) at character 14, outside any quoted text: the gate and the engine may read it differently'
     """
+    nul = sql.find("\x00")
+    if nul >= 0:
+        return (f"character refused: U+0000 (NUL) at character {nul + 1}: an engine may end the text there "
+                "(PostgreSQL's server does), where the gate reads past it")
     segments, comments, hazard = engine_segments(sql, dialect)
     if hazard is not None:
         return (f"character refused: {hazard}, outside any quoted text: the gate and the engine may read it "
