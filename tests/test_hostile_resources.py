@@ -422,14 +422,14 @@ def test_out_of_memory_beside_a_step_left_running_is_the_querys_own_unless_the_s
 
 def test_the_heap_is_held_elsewhere_only_beside_steps_left_running_that_hold_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_sandbox, "_STUCK", set())
-    monkeypatch.setattr(sqlite_sandbox, "_heap_used", lambda: HEAP_LIMIT_BYTES)
+    monkeypatch.setattr(sqlite_sandbox, "stuck_steps", lambda: 0)
+    monkeypatch.setattr(sqlite_sandbox, "heap_used", lambda: HEAP_LIMIT_BYTES)
     assert not sqlite_sandbox.heap_held_elsewhere()  # no step left: a full heap is the query's own
-    monkeypatch.setattr(sqlite_sandbox, "_STUCK", {threading.current_thread()})
+    monkeypatch.setattr(sqlite_sandbox, "stuck_steps", lambda: 1)
     assert sqlite_sandbox.heap_held_elsewhere()
-    monkeypatch.setattr(sqlite_sandbox, "_heap_used", lambda: 4 << 20)
+    monkeypatch.setattr(sqlite_sandbox, "heap_used", lambda: 4 << 20)
     assert not sqlite_sandbox.heap_held_elsewhere()
-    monkeypatch.setattr(sqlite_sandbox, "_heap_used", lambda: None)  # SQLite's count unread: the doubt is ours
+    monkeypatch.setattr(sqlite_sandbox, "heap_used", lambda: None)  # SQLite's count unread: the doubt is ours
     assert sqlite_sandbox.heap_held_elsewhere()
 
 

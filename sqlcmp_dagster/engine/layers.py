@@ -28,6 +28,7 @@ from sqlcmp_dagster.engine.relation import Execution, Relation, relation_from_ro
 from sqlcmp_dagster.engine.report import Analysis, fault_report
 from sqlcmp_dagster.engine.repair import TIE_LUCK, Outcome
 from sqlcmp_dagster.engine.rewrites import read_catalog
+from sqlcmp_dagster.engine.sandbox.bounds import bounded_message
 from sqlcmp_dagster.engine.comparison import ResultComparison, can_pass, compare_results, cut_inside_tie, \
     tied_at_cut
 from sqlcmp_dagster.engine.structure import QueryShape, StructuralComparison, query_shape
@@ -392,5 +393,6 @@ def engine_fault_report(request: CompareRequest, error: BaseException) -> Report
 
 
 def fault_text(error: BaseException) -> str:
-    """What a case's report says of the fault ``error`` (one of :data:`CASE_FAULTS`): its type and message."""
-    return "".join(traceback.format_exception_only(type(error), error)).strip()
+    """What a case's report says of the fault ``error`` (one of :data:`CASE_FAULTS`): its type and message, bounded
+    as a database's message is (it may quote one)."""
+    return bounded_message("".join(traceback.format_exception_only(type(error), error)).strip())

@@ -509,15 +509,15 @@ def held_disk_bytes() -> int:
         descriptors = os.listdir("/proc/self/fd")
     except OSError:
         return 0
-    held = 0
+    held: dict[tuple[int, int], int] = {}  # by file: a descriptor duplicated holds the same blocks
     for descriptor in descriptors:
         try:
             status = os.stat(f"/proc/self/fd/{descriptor}")
         except OSError:  # closed since the listing
             continue
         if status.st_nlink == 0 and stat.S_ISREG(status.st_mode):
-            held += status.st_blocks * 512
-    return held
+            held[(status.st_dev, status.st_ino)] = status.st_blocks * 512
+    return sum(held.values())
 
 
 class _Runner:
@@ -576,7 +576,7 @@ def heap_held_elsewhere() -> bool:
     review's finding)."""
     if not stuck_steps():
         return False
-    used = _heap_used()
+    used = heap_used()
     return used is None or used > HEAP_LIMIT_BYTES // 2
 
 
@@ -601,7 +601,9 @@ def _heap_counter() -> Callable[[], int] | None:
     return cast(Callable[[], int], used)
 
 
-def _heap_used() -> int | None:
+def heap_used() -> int | None:
+    """SQLite's own count of the memory it holds in this process (``sqlite3_memory_used``), or None where it cannot
+    be read (:func:`_heap_counter`)."""
     counter = _heap_counter()
     return None if counter is None else counter()
 
@@ -695,7 +697,7 @@ class SqliteConnections:
             raise Saturated(
                 f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
                 f"interrupt stops, and it holds {held / 2**30:.1f} GiB of deleted temporary files (their sorts), "
-                f"more than MAX_STUCK_DISK_BYTES={MAX_STUCK_DISK_BYTES >> 30} GiB: the evaluator runs no other "
+                f"more than MAX_STUCK_DISK_BYTES={MAX_STUCK_DISK_BYTES / 2**30:g} GiB: the evaluator runs no other "
                 "query that may make such a step until one of them has ended")
         outcome: list[tuple[bool, object]] = []  # (True, what work gave) or (False, what it raised)
         noted = getattr(_NOTED, "calls", None)
