@@ -224,6 +224,25 @@ def test_an_error_message_quoting_computed_text_is_bounded(engine: str, targets:
     assert elapsed < 20, elapsed
 
 
+#: A failing query whose error message quotes a name or text it chose that holds another category's words.
+CHOSEN_WORDS = {"sqlite": ("SELECT interrupted() AS v", "unknown_error"),
+                "duckdb": ("SELECT CAST('no such table' AS INTEGER) AS v", "type_mismatch"),
+                "postgres": ("SELECT CAST('interrupted' AS integer) AS v", "type_mismatch")}
+
+
+@pytest.mark.parametrize("engine", sorted(CHOSEN_WORDS))
+def test_words_the_query_chose_do_not_decide_its_error_category(engine: str, targets: dict[str, str]) -> None:
+    """A review's finding: the taxonomy took a category from any words of the message, so ``interrupted()`` failed
+    as a ``timeout`` (a failure that is not reused, and not the error the query made). The engine's own words, which
+    come first, decide it."""
+    sql, category = CHOSEN_WORDS[engine]
+    adapter = ExecutionAdapter(targets[engine])
+    report = compare(CompareRequest(expected_sql="SELECT 1 AS v", actual_sql=sql,
+                                    config=EvalConfig(enable_counterfactual_probes=False)), adapter)
+    adapter.close()
+    assert report.metrics["validation"]["execution_error_actual"]["category"] == category, report.metrics
+
+
 def test_every_error_pattern_reads_a_long_message_at_once() -> None:
     """Each pattern's words repeated into a 1 MB message, the worst case of a pattern that backtracks: classified
     well within a second each (the cubic pattern took 28 s at 270 KB)."""

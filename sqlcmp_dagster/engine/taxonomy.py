@@ -20,8 +20,11 @@ from sqlcmp_dagster.engine.sandbox.bounds import bounded_message
 _PATTERNS: tuple[tuple[ErrorCategory, re.Pattern[str]], ...] = tuple(
     (cast(ErrorCategory, category), re.compile(pattern, re.IGNORECASE))
     for category, pattern in (
-        ("timeout", r"\binterrupted\b|interrupt error|statement timeout|canceling statement due to"
-                    r"|query timed out"),
+        # at the start only (after a driver's class name in parentheses): every engine's and the sandbox's own
+        # timeout message begins so, and elsewhere the words are a name the query chose (no such function:
+        # interrupted)
+        ("timeout", r"^(?:\([\w.]+\)\s*)?(?:interrupted\b|interrupt error|statement timeout"
+                    r"|canceling statement due to|query timed out)"),
         ("permission_error", r"permission denied|not authorized|readonly database|read-only transaction"
                              r"|cannot execute (?>.*? in a read-only)|access denied|attempt to write"
                              # DuckDB's sandbox: external access disabled, configuration locked
@@ -79,12 +82,19 @@ def classify_error(message: str) -> ErrorCategory:
     'missing_table'
     >>> classify_error("something odd happened")
     'unknown_error'
+
+    The category whose words come first wins (then the more specific): an engine puts its own words before what
+    it quotes of the query, so text the query computed or names it chose cannot take the category over.
+
+    >>> classify_error("Conversion Error: Could not convert string 'no such table' to INT32")
+    'type_mismatch'
+    >>> classify_error("no such function: interrupted")
+    'unknown_error'
     """
     text = bounded_message(message)  # each pattern is linear per start, and a long message has many starts
-    for category, pattern in _PATTERNS:
-        if pattern.search(text):
-            return category
-    return "unknown_error"
+    found = [(match.start(), rank) for rank, (_, pattern) in enumerate(_PATTERNS)
+             if (match := pattern.search(text)) is not None]
+    return _PATTERNS[min(found)[1]][0] if found else "unknown_error"
 
 
 def execution_error(message: str) -> ExecutionError:
