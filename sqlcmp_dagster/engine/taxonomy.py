@@ -1,6 +1,8 @@
 """The error taxonomy: a raw database message mapped to one category (``ErrorCategory``).
 
-Patterns are matched against real messages of SQLite, PostgreSQL and DuckDB, most specific first. The raw
+Patterns are matched against real messages of SQLite, PostgreSQL and DuckDB: the category whose words come first
+in the message wins, the most specific where two start at one place (an engine's own words come before what it
+quotes of the query, so a name or text the query chose does not decide its category). The raw
 message is always kept beside the category, so an ``unknown_error`` loses nothing but the middle of a message
 longer than :func:`~sqlcmp_dagster.engine.sandbox.bounds.bounded_message` keeps (one that quotes text a query
 computed). A message may hold anything a query computed, so every pattern runs in time about linear in its
