@@ -89,7 +89,8 @@ def chunk_version(case_versions: Mapping[str, str]) -> str:
 
 def partition_key_problem(case_id: str) -> str | None:
     """Why ``case_id`` cannot be a partition key of Dagster's, or None: it holds one of the substrings Dagster
-    refuses in partition keys (``...``, a line break, a tab, NUL, other control characters), which it does not
+    refuses in partition keys (``...``, a line break, a tab, NUL, and BEL, BS, FF and VT: Dagster's own list,
+    :data:`INVALID_PARTITION_SUBSTRINGS`; other control characters pass, as in Dagster), which it does not
     check for dynamic partitions, or it is longer than :data:`MAX_PARTITION_KEY_CHARS`. Such a case is not
     evaluated in Dagster in either mode (its id is still shown in a chunk's check and metadata).
 
