@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import random
 import re
 import sqlite3
@@ -544,6 +545,23 @@ def test_steps_left_running_hold_at_most_max_stuck_disk_bytes_of_sort_files(samp
         adapter.execute("SELECT 'a' GLOB 'a' AS n", timeout_ms=300)
     assert adapter.execute(honest).success
     adapter.close()
+
+
+def test_held_disk_bytes_counts_each_deleted_file_once_and_no_file_in_memory(tmp_path: Path) -> None:
+    before = sqlite_sandbox.held_disk_bytes()
+    with open(tmp_path / "spill", "wb+") as spill:
+        spill.write(b"x" * (1 << 20))
+        spill.flush()
+        (tmp_path / "spill").unlink()  # deleted and held open, as SQLite holds its temporary files
+        again = os.dup(spill.fileno())
+        in_memory = os.memfd_create("sqlcmp-test")
+        os.write(in_memory, b"x" * (1 << 20))
+        try:
+            assert 1 << 20 <= sqlite_sandbox.held_disk_bytes() - before < 2 << 20
+        finally:
+            os.close(again)
+            os.close(in_memory)
+    assert sqlite_sandbox.held_disk_bytes() == before
 
 
 def test_a_neighbor_query_left_in_a_sqlite_call_stops_the_search_not_the_case(run: Any) -> None:

@@ -368,7 +368,8 @@ QUICK_KEPT = 4096
 
 class Saturated(RuntimeError):
     """:data:`MAX_STUCK` steps of SQLite's are left running in the process, or they hold more than
-    :data:`MAX_STUCK_DISK_BYTES` of temporary files: a query that needs a thread is not run. Not the query's failure but the evaluator's (a fault of the case), for it says nothing of the query."""
+    :data:`MAX_STUCK_DISK_BYTES` of temporary files: a query that needs a thread is not run. Not the query's
+    failure but the evaluator's (a fault of the case), for it says nothing of the query."""
 
 
 class Stuck(sqlite3.OperationalError):
@@ -504,7 +505,8 @@ os.register_at_fork(after_in_child=_STUCK.clear)  # a forked child has none of t
 
 def held_disk_bytes() -> int:
     """The disk this process holds in files it has open that are deleted (Linux's ``/proc/self/fd``; 0 where the
-    system has none): SQLite's temporary files, which its connections delete as they open them."""
+    system has none): SQLite's temporary files, which its connections delete as they open them. A file in memory
+    (``memfd_create``'s) is none."""
     try:
         descriptors = os.listdir("/proc/self/fd")
     except OSError:
@@ -515,9 +517,17 @@ def held_disk_bytes() -> int:
             status = os.stat(f"/proc/self/fd/{descriptor}")
         except OSError:  # closed since the listing
             continue
-        if status.st_nlink == 0 and stat.S_ISREG(status.st_mode):
+        if status.st_nlink == 0 and stat.S_ISREG(status.st_mode) \
+                and not _link_of(f"/proc/self/fd/{descriptor}").startswith("/memfd:"):
             held[(status.st_dev, status.st_ino)] = status.st_blocks * 512
     return sum(held.values())
+
+
+def _link_of(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:
+        return ""
 
 
 class _Runner:
