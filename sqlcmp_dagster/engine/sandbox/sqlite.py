@@ -523,6 +523,16 @@ def held_disk_bytes() -> int:
     return sum(held.values())
 
 
+def _saturation() -> str | None:
+    """Why the steps left running allow no other (:class:`Saturated`): their number, or the disk they hold."""
+    if len(_STUCK) >= MAX_STUCK:
+        return "the most it leaves running (MAX_STUCK)"
+    if _STUCK and (held := held_disk_bytes()) > MAX_STUCK_DISK_BYTES:
+        return (f"and it holds {held / 2**30:.1f} GiB of deleted temporary files (their sorts), more than "
+                f"MAX_STUCK_DISK_BYTES={MAX_STUCK_DISK_BYTES / 2**30:g} GiB")
+    return None
+
+
 def _link_of(path: str) -> str:
     try:
         return os.readlink(path)
@@ -698,17 +708,11 @@ class SqliteConnections:
 
     def _in_thread(self, sql: str, timeout_ms: int, max_cell_bytes: int,
                    work: Callable[[sqlite3.Connection, Progress], T]) -> T:
-        if len(_STUCK) >= MAX_STUCK:
-            raise Saturated(
-                f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
-                "interrupt stops, the most it leaves running (MAX_STUCK): the evaluator runs no other query that "
-                "may make such a step until one of them has ended")
-        if _STUCK and (held := held_disk_bytes()) > MAX_STUCK_DISK_BYTES:
-            raise Saturated(
-                f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's that no "
-                f"interrupt stops, and it holds {held / 2**30:.1f} GiB of deleted temporary files (their sorts), "
-                f"more than MAX_STUCK_DISK_BYTES={MAX_STUCK_DISK_BYTES / 2**30:g} GiB: the evaluator runs no other "
-                "query that may make such a step until one of them has ended")
+        full = _saturation()
+        if full is not None:
+            raise Saturated(f"not run: {len(_STUCK)} queries of this process are still inside steps of SQLite's "
+                            f"that no interrupt stops, {full}: the evaluator runs no other query that may make such "
+                            "a step until one of them has ended")
         outcome: list[tuple[bool, object]] = []  # (True, what work gave) or (False, what it raised)
         noted = getattr(_NOTED, "calls", None)
         calls: set[str] = set()
