@@ -140,7 +140,9 @@ def test_a_duckdb_result_that_may_read_the_clock_or_chance_is_marked_unstable(du
                             ("CREATE VIEW stamped AS SELECT id, now() AS at FROM items",
                              "SELECT count(*) FROM stamped"),
                             ("CREATE TABLE drawn (x DOUBLE, y DOUBLE GENERATED ALWAYS AS (random() * x))",
-                             "SELECT y FROM drawn")):
+                             "SELECT y FROM drawn"),
+                            ("CREATE TABLE drawn (x TIMESTAMP, y INTERVAL GENERATED ALWAYS AS (age (x)))",
+                             "SELECT y FROM drawn")):  # one argument: counted from today's date
         connection = duckdb.connect(str(duck))
         connection.execute("DROP VIEW IF EXISTS stamped")
         connection.execute("DROP MACRO IF EXISTS secs")

@@ -403,9 +403,10 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
         tmp_path: Path, sample_dir: Path) -> None:
     """A suite whose first line broke stayed a suite no longer, and every partition of its cases was deleted;
     a case with an empty id was loaded and failed the run's blocking contract for every case of it; an id with
-    NUL made a PostgreSQL instance refuse every new partition of the tick; and none of it was said (a review's
-    findings). Now the broken line is one error, the empty id is refused as the suite loads, the id Dagster
-    cannot hold is not added, and the sensor says each."""
+    NUL made a PostgreSQL instance refuse every new partition of the tick; an id with ESC or a bidirectional
+    override was shown in the UI as another; and none of it was said (reviews' findings). Now the broken line is
+    one error, the empty id is refused as the suite loads, the id Dagster cannot hold or show is not added, and
+    the sensor says each."""
     from sqlcmp_dagster.assets import sensors
     from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
@@ -414,7 +415,8 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
     good = [json.dumps({"case_id": name, "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"})
             for name in ("a", "b")]
     bad = [json.dumps({"case_id": "", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"}),
-           json.dumps({"case_id": "nul\u0000id", "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"})]
+           *(json.dumps({"case_id": name, "expected_sql": "SELECT 1", "actual_sql": "SELECT 1", "db": "shop"})
+             for name in ("nul\u0000id", "esc\u001bid", "case-\u202e1-9"))]
     (cases / "suite.jsonl").write_text("{oops\n" + "".join(line + "\n" for line in good + bad), encoding="utf-8")
     warnings: list[str] = []
     result = sensors.changed_case_runs(CaseSuiteResource(folder=str(cases)), DatabaseResource(db_dir=str(sample_dir)),
@@ -422,7 +424,8 @@ def test_sensor_keeps_a_suite_whose_first_line_broke_and_says_what_it_cannot_tak
     assert not any(isinstance(r, dg.DeleteDynamicPartitionsRequest) for r in result.dynamic_partitions_requests or [])
     assert not result.dynamic_partitions_requests  # a and b exist; the NUL id is not added
     assert [w.split(": ", 1)[0] for w in warnings] == \
-        ["suite line skipped"] * 2 + ["case 'nul\\x00id' is not evaluated in Dagster"]
+        ["suite line skipped"] * 2 + [f"case {name!r} is not evaluated in Dagster"
+                                      for name in ("nul\x00id", "esc\x1bid", "case-\u202e1-9")]
     assert "invalid JSON" in warnings[0] and "case_id is empty" in warnings[1]
 
 

@@ -88,25 +88,35 @@ def chunk_version(case_versions: Mapping[str, str]) -> str:
 
 
 def partition_key_problem(case_id: str) -> str | None:
-    """Why ``case_id`` cannot be a partition key of Dagster's, or None: it holds one of the substrings Dagster
-    refuses in partition keys (``...``, a line break, a tab, NUL, and BEL, BS, FF and VT: Dagster's own list,
-    :data:`INVALID_PARTITION_SUBSTRINGS`; other control characters pass, as in Dagster), which it does not
-    check for dynamic partitions, or it is longer than :data:`MAX_PARTITION_KEY_CHARS`. Such a case is not
-    evaluated in Dagster in either mode (its id is still shown in a chunk's check and metadata).
+    r"""Why ``case_id`` cannot be a partition key of Dagster's, or None: it holds ``...`` (Dagster's own refusal,
+    :data:`INVALID_PARTITION_SUBSTRINGS`, which it does not check for dynamic partitions), a character that is
+    not printed (``str.isprintable``: a control character, NUL and ESC among them, a line or paragraph separator,
+    a format character such as a bidirectional override or a zero-width space, a space other than U+0020), or it
+    is longer than :data:`MAX_PARTITION_KEY_CHARS`. Dagster refuses some control characters and passes the rest;
+    a key is shown in its UI, its run tags and its addresses, where an unprinted character makes one id read as
+    another (``case-\u202e1-9`` shows as ``case-9-1``), so any of them is refused here. Such a case is not
+    evaluated in Dagster in either mode (its id is still shown, escaped, in a chunk's check and metadata).
 
     >>> partition_key_problem("spider-0052") is None, partition_key_problem("a...b")
     (True, "holds '...', which Dagster does not allow in a partition key")
+    >>> partition_key_problem("case-\u202e1-9")
+    "holds '\\u202e' (U+202E), a character that is not printed, which a partition key may not hold here"
     """
     for part in INVALID_PARTITION_SUBSTRINGS:
         if part in case_id:
             return f"holds {part!r}, which Dagster does not allow in a partition key"
+    if not case_id.isprintable():
+        unprinted = next(c for c in case_id if not c.isprintable())
+        return f"holds {unprinted!r} (U+{ord(unprinted):04X}), a character that is not printed, which a " \
+               f"partition key may not hold here"
     if len(case_id) > MAX_PARTITION_KEY_CHARS:
         return f"is {len(case_id):,} characters long, more than a partition key holds here " \
                f"({MAX_PARTITION_KEY_CHARS:,})"
     return None
 
 
-#: Dagster's substrings that no partition key may hold (its own list, which it checks for static partitions).
-INVALID_PARTITION_SUBSTRINGS = ("...", "\a", "\b", "\f", "\n", "\r", "\t", "\v", "\0")
+#: Dagster's substring that no partition key may hold and that :func:`partition_key_problem` would not find
+#: unprinted (Dagster's list holds it and the control characters BEL, BS, FF, LF, CR, TAB, VT and NUL).
+INVALID_PARTITION_SUBSTRINGS = ("...",)
 #: The longest case id taken as a partition key: run tags and the UI's address bar carry it.
 MAX_PARTITION_KEY_CHARS = 1024

@@ -503,12 +503,12 @@ _WORD = re.compile(r"\w+")
 
 
 #: What :meth:`ExecutionAdapter._duckdb_catalog` asks a DuckDB file: how many views, macros and tables whose
-#: definition names the clock or chance it holds, and its engine's time zone.
+#: definition names the clock or chance (a generated column's ``age(x)`` too) it holds, and its engine's time zone.
 _DUCKDB_CATALOG = ("SELECT (SELECT count(*) FROM sqlite_master WHERE type = 'view') + (SELECT count(*) FROM "
                    "duckdb_functions() WHERE NOT internal AND function_type IN ('macro', 'table_macro')) + (SELECT "
                    "count(*) FROM duckdb_tables() WHERE regexp_matches(sql, '\\b(?:"
                    + "|".join(sorted(_CLOCK_OR_CHANCE_WORDS)) + "|" + "|".join(f"{p}\\w+" for p in _CATALOG_PREFIXES)
-                   + ")\\b', 'i')), current_setting('TimeZone')")
+                   + f")\\b|{_CLOCK_CALLS.pattern}', 'i')), current_setting('TimeZone')")
 
 
 def reads_clock_or_chance(sql: str, calls: Collection[str] = ()) -> bool:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 #: Bumped by every change that can change a report; ``CHANGELOG.md`` says what each bump changed.
-REPORT_BEHAVIOUR_VERSION = 17
+REPORT_BEHAVIOUR_VERSION = 18
 
 try:
     PACKAGE_VERSION = version("sqlcmp-dagster")
