@@ -4,7 +4,7 @@ spares computing them when they could only confirm the identity mapping."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -23,30 +23,52 @@ def _similarity_values(relation: Relation, index: int) -> pl.Series:
 
 
 def column_similarity(expected: Relation, actual: Relation) -> list[list[float]]:
-    """Multiset similarity of every expected column with every actual column (2|A∩B| / (|A|+|B|))."""
-    def counts(relation: Relation, index: int) -> pl.DataFrame:
+    """Multiset similarity of every expected column with every actual column (2|A∩B| / (|A|+|B|)).
+
+    The columns' value counts are joined once per value type (Float64 numbers, Utf8 text), each value tagged with
+    its column, not once per pair of columns: a pair's join cost about 0.3 ms whatever its size, so a model's
+    2,000-column answer against a 19-column expected result took 38,000 joins and 12 s (a review's finding);
+    one join's output holds a row for each value two columns share, at most what the pairs' joins held together.
+    Columns whose values have different types score 0, and so do columns that share no value.
+    """
+    total = expected.height + actual.height
+    left, right = _tagged_counts(expected), _tagged_counts(actual)
+    if total == 0:  # no values: columns of one type are alike
+        return [[1.0 if left_type == right_type else 0.0 for right_type in right.types] for left_type in left.types]
+    scores = [[0.0] * actual.width for _ in range(expected.width)]
+    for dtype, counts in left.counts.items():
+        if (other := right.counts.get(dtype)) is None:
+            continue
+        values = [name for name in counts.columns if name not in ("col", "len")]
+        shared = (counts.join(other, on=values, how="inner", nulls_equal=True)
+                  .group_by("col", "col_right").agg(pl.min_horizontal("len", "len_right").sum().alias("common")))
+        for i, c, common in shared.iter_rows():
+            scores[i][c] = 2 * common / total
+    return scores
+
+
+class _TaggedCounts(NamedTuple):
+    """Of each column of a relation, the type of its similarity values; and by type, how often each value occurs in
+    each column of that type (columns ``col``, ``v``, ``nan`` for numbers, ``len``)."""
+
+    types: list[pl.DataType]
+    counts: dict[pl.DataType, pl.DataFrame]
+
+
+def _tagged_counts(relation: Relation) -> _TaggedCounts:
+    """:class:`_TaggedCounts` of ``relation``'s columns."""
+    types: list[pl.DataType] = []
+    frames: dict[pl.DataType, list[pl.DataFrame]] = {}
+    for index in range(relation.width):
         values = _similarity_values(relation, index).to_frame()
         if values["v"].dtype == pl.Float64:
             # polars' join does not always pair NaN with NaN (one NaN row against one NaN row finds nothing), so
             # NaN joins as a flag beside a NULL value, as the plain path counts it.
             values = values.select(pl.col("v").fill_nan(None), pl.col("v").is_nan().fill_null(False).alias("nan"))
-        return values.group_by(values.columns).len()
-
-    e_counts = [counts(expected, i) for i in range(expected.width)]
-    a_counts = [counts(actual, j) for j in range(actual.width)]
-    total = expected.height + actual.height
-    scores: list[list[float]] = []
-    for left in e_counts:
-        row: list[float] = []
-        for right in a_counts:
-            if left["v"].dtype != right["v"].dtype:
-                row.append(0.0)
-                continue
-            shared = left.join(right, on=left.columns[:-1], how="inner", nulls_equal=True)
-            common = int(shared.select(pl.min_horizontal("len", "len_right").sum()).item() or 0)
-            row.append(1.0 if total == 0 else 2 * common / total)
-        scores.append(row)
-    return scores
+        types.append(values["v"].dtype)
+        frames.setdefault(values["v"].dtype, []).append(values.with_columns(pl.lit(index, pl.Int64).alias("col")))
+    counts = {dtype: pl.concat(parts).group_by(pl.all()).len() for dtype, parts in frames.items()}
+    return _TaggedCounts(types, counts)
 
 
 def identity_dominates(expected: Relation, actual: Relation, exact_pairs: int) -> bool:
