@@ -20,9 +20,13 @@ HIDDEN = "***"
 _USER_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*:)(?P<password>[^@\s'\"]*)@")
 #: A password given as a query parameter (``?password=secret``, ``&password=secret``), as libpq also reads it.
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&#\s'\"]*)", re.IGNORECASE)
-#: A whole URL's user information: the password runs, spaces too, to the last ``@`` before the host (SQLAlchemy
-#: stops at the first ``@`` and reads the rest as the host; hiding more is the safe side).
-_TARGET = re.compile(r"(?P<head>[\w+]+://[^:/]*:)(?P<password>[^?]*)@(?=[^@/?]*(?:[/?]|$))")
+#: A whole URL's user information: the password runs, spaces and ``?`` too, to the last ``@`` before the host
+#: (SQLAlchemy stops at the first ``@`` and reads the rest as the host, and takes a ``?`` before the ``@`` into the
+#: password, which a review found shown whole; hiding more is the safe side).
+_TARGET = re.compile(r"(?P<head>[\w+]+://[^:/]*:)(?P<password>.*)@(?=[^@/?]*(?:[/?]|$))")
+#: The shortest password, or part of one between two ``@``, that :func:`redact` hides wherever it occurs in the
+#: text: shorter ones would hide pieces of ordinary words; a URL's own password is hidden at any length.
+MIN_QUOTED_SECRET = 4
 
 
 def redacted_url(target: str) -> str:
@@ -30,6 +34,8 @@ def redacted_url(target: str) -> str:
 
     >>> redacted_url("postgresql+psycopg2://u:p w@d@host:5432/db?sslmode=require&password=x")
     'postgresql+psycopg2://u:***@host:5432/db?sslmode=require&password=***'
+    >>> redacted_url("postgresql://u:pa?ss@host/db")
+    'postgresql://u:***@host/db'
     >>> redacted_url("/data/shop.sqlite")
     '/data/shop.sqlite'
     """
@@ -41,14 +47,29 @@ def redacted_url(target: str) -> str:
 def redact(text: str, *targets: str) -> str:
     """``text`` with the password of every URL in it shown as ``***``: first each of ``targets`` (URLs the caller
     knows the text may quote, which may hold characters that end a URL in running text), then any other URL.
+    A target's password is also hidden where the text quotes it outside its URL, whole or each part of it between
+    two ``@`` (of :data:`MIN_QUOTED_SECRET` characters or more): a driver that read ``u:pw@rt@host`` as the host
+    ``rt@host`` says ``failed to resolve host 'rt@host'`` (a review's finding).
 
     >>> redact("cannot open database 'mysql://root:s3cret@db/x': refused")
     "cannot open database 'mysql://root:***@db/x': refused"
+    >>> redact("failed to resolve host 'Secret2@db'", "postgresql://u:pw@Secret2@db/x")
+    "failed to resolve host '***@db'"
     """
     for target in targets:
         if "://" in target:
             text = text.replace(target, redacted_url(target))
+            for secret in sorted(_secrets(target), key=len, reverse=True):
+                text = text.replace(secret, HIDDEN)
     return _hide(_QUERY_PASSWORD, _hide(_USER_PASSWORD, text))
+
+
+def _secrets(target: str) -> set[str]:
+    """The password of the URL ``target`` as :data:`_TARGET` and :data:`_QUERY_PASSWORD` read it, whole and
+    each part between two ``@``, of at least :data:`MIN_QUOTED_SECRET` characters."""
+    found = {match["password"] for pattern in (_TARGET, _QUERY_PASSWORD) for match in pattern.finditer(target)}
+    parts = found | {part for secret in found for part in secret.split("@")}
+    return {part for part in parts if len(part) >= MIN_QUOTED_SECRET}
 
 
 def _hide(pattern: re.Pattern[str], text: str, count: int = 0) -> str:
