@@ -4,15 +4,18 @@ OpenAI-compatible server on loopback that answers well, answers garbage, rate-li
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from conftest import JUDGE_PASS, ChatServer, forget_reports
-from sqlcmp_dagster.engine.judge import PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, \
-    judge_reports, prepare
+from sqlcmp_dagster.engine.judge import MAX_ANSWER_CHARS, MAX_BULLET_CHARS, PROMPT_BOUND_CHARS, \
+    PROMPT_VERSION, Budget, JudgeConfig, ResponseCache, build_prompt, judge_reports, prepare
 from sqlcmp_dagster.engine.models import CompareRequest, EvalConfig, Report
 from sqlcmp_dagster.engine.pipeline import Evaluator
 
@@ -194,3 +197,169 @@ def test_the_api_key_never_reaches_a_report(sample_dir: Path) -> None:
     assert any("Bearer [redacted] for https://user:[redacted]@gw.invalid/v1" in w for w in report.warnings), \
         report.warnings
     assert "SECRET" not in report.model_dump_json()
+
+
+class RawServer:
+    """A loopback HTTP server whose every POST is answered by ``answer(handler, request_body)``: for what
+    ChatServer's well-formed answers cannot do (echo a request header, drip a body); it keeps the request
+    bodies, and ``stop`` ends an answer still being written when the test is over."""
+
+    def __init__(self, answer: Callable[[BaseHTTPRequestHandler, dict[str, Any], threading.Event], None]) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.stop = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                server.bodies.append(body)
+                try:
+                    answer(self, body, server.stop)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+
+@pytest.fixture
+def raw_serve() -> Iterator[Callable[..., RawServer]]:
+    servers: list[RawServer] = []
+
+    def start(answer: Callable[[BaseHTTPRequestHandler, dict[str, Any], threading.Event], None]) -> RawServer:
+        servers.append(RawServer(answer))
+        return servers[-1]
+
+    yield start
+    for server in servers:
+        server.stop.set()
+        server.httpd.shutdown()
+        server.httpd.server_close()
+
+
+def _send(handler: BaseHTTPRequestHandler, status: int, payload: bytes, length: int | None = None) -> None:
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(payload) if length is None else length))
+    handler.end_headers()
+    handler.wfile.write(payload)
+    handler.wfile.flush()
+
+
+def _chat(content: str) -> bytes:
+    return json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "local-test",
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": content}}],
+                       "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}).encode()
+
+
+def test_a_key_litellm_reads_from_the_environment_never_reaches_a_report(
+        raw_serve: Callable[..., RawServer], sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no key in the config, litellm sends OPENAI_API_KEY; a gateway echoing the Authorization header in
+    its 401 put that key into the report's warnings: only the config's key was masked (a review's finding)."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-ENVSECRET-0123456789")
+
+    def echo(handler: BaseHTTPRequestHandler, body: dict[str, Any], stop: threading.Event) -> None:
+        message = f"bad key; you sent Authorization: {handler.headers.get('Authorization', '')}"
+        _send(handler, 401, json.dumps({"error": {"message": message, "type": "invalid_request_error"}}).encode())
+
+    server = raw_serve(echo)
+    config = JudgeConfig(model="openai/local-test", api_base=server.base, max_retries=0)
+    report = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
+    assert server.bodies and report.ai_advisory_verdict is None and report.deterministic_verdict == "fail"
+    assert any("Authorization: Bearer [redacted]" in w for w in report.warnings), report.warnings
+    assert "ENVSECRET" not in report.model_dump_json()
+
+
+def test_environment_credentials_and_header_values_are_masked_wherever_they_appear(
+        sample_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both halves of the masking, apart: a credential variable's value where no header names it, and header
+    or bearer values no variable holds (a gateway's own key, a key from a variable of another name). A short
+    value (under 8 characters) and a variable not named like a credential are not masked: words stay words."""
+    monkeypatch.setenv("MY_GATEWAY_TOKEN", "tok-ENVSECRET-42")
+    monkeypatch.setenv("SHORT_KEY", "invalid")
+    monkeypatch.setenv("SQLCMP_PLAIN_SETTING", "gateway-rejected")
+    echo = RuntimeError('token tok-ENVSECRET-42 gateway-rejected: invalid; {"Authorization": "Basic HDRSECRET1=="}'
+                        " then Bearer eyJ.BEARERSECRET.x; x-api-key=APIKEYSECRET")
+    config = JudgeConfig(model="openai/m", max_retries=0, litellm_params={"mock_response": echo})
+    report = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
+    warning = next(w for w in report.warnings if w.startswith("judge call 1 failed"))
+    assert 'token [redacted] gateway-rejected: invalid; {"Authorization": "Basic [redacted]"} then Bearer ' \
+        "[redacted]; x-api-key=[redacted]" in warning, warning
+    assert "SECRET" not in report.model_dump_json()
+
+
+def test_a_drip_feeding_server_ends_the_call_within_the_bound(raw_serve: Callable[..., RawServer],
+                                                              sample_dir: Path) -> None:
+    """Headers, then a byte every 0.2 s: each read succeeds within the per-read timeout, so the call ran until
+    the server stopped (forever, in the review: the report was never written). The deadline ends the whole call;
+    without it this server holds the call for 45 s."""
+    def drip(handler: BaseHTTPRequestHandler, body: dict[str, Any], stop: threading.Event) -> None:
+        _send(handler, 200, b"", length=100_000)
+        ends = time.monotonic() + 45
+        while time.monotonic() < ends and not stop.wait(0.2):
+            handler.wfile.write(b" ")
+            handler.wfile.flush()
+
+    server = raw_serve(drip)
+    started = time.monotonic()
+    report = Evaluator(db_dir=sample_dir, judge=JudgeConfig(
+        model="openai/local-test", api_base=server.base, api_key="test", timeout_s=1.0, max_retries=0)).evaluate(
+        _case(*FAILING))
+    assert time.monotonic() - started < 30
+    assert server.bodies and report.ai_advisory_verdict is None and report.deterministic_verdict == "fail"
+    assert any("ran past its time" in w for w in report.warnings), report.warnings
+
+
+def test_the_answer_length_is_bounded_and_max_tokens_is_sent(raw_serve: Callable[..., RawServer],
+                                                             sample_dir: Path) -> None:
+    """An answer of megabytes (one 50 MB evidence bullet, in the review) was accepted whole into the report, and
+    nothing asked the model to stop: now ``max_tokens`` is sent and a longer answer is refused unparsed."""
+    answers = [json.dumps({**GOOD, "evidence_bullets": ["B" * 1_000_000]}), json.dumps(GOOD)]
+
+    def answer(handler: BaseHTTPRequestHandler, body: dict[str, Any], stop: threading.Event) -> None:
+        _send(handler, 200, _chat(answers[len(server.bodies) - 1]))
+
+    server = raw_serve(answer)
+    config = JudgeConfig(model="openai/local-test", api_base=server.base, api_key="test", max_retries=1,
+                         max_answer_tokens=1234)
+    report = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
+    assert [body.get("max_tokens") for body in server.bodies] == [1234, 1234]
+    assert any(f"more than the {MAX_ANSWER_CHARS} read" in w for w in report.warnings), report.warnings
+    assert report.ai_advisory_verdict == "pass" and len(report.model_dump_json()) < 200_000  # the retry's answer
+
+
+def test_a_long_evidence_bullet_is_cut_with_a_marker(sample_dir: Path) -> None:
+    """One wordy bullet keeps the judgment (cut, not refused), and the cut is visible."""
+    answer = {**GOOD, "evidence_bullets": ["x" * 5_000, "ordering_error_flag"]}
+    report = Evaluator(db_dir=sample_dir, judge=_mock(answer)).evaluate(_case(*FAILING))
+    first, second = report.metrics["ai_judge"]["evidence_bullets"]
+    assert first == "x" * MAX_BULLET_CHARS + f" [cut: the first {MAX_BULLET_CHARS} of 5000 characters shown]"
+    assert second == "ordering_error_flag" and report.ai_advisory_verdict == "pass"
+
+
+def test_the_prompt_parts_from_the_case_are_bounded(sample_dir: Path) -> None:
+    """A megabyte question, query and context, and a wide result (each cell is cut already, not the row), made a
+    prompt of megabytes; each part is cut, and the cut stated."""
+    from sqlcmp_dagster.engine.execution import ExecutionAdapter
+
+    case = _case(*FAILING)
+    report = Evaluator(db_dir=sample_dir).evaluate(case)
+    huge = case.model_copy(update={"user_query": "q" * 1_000_000, "actual_sql": "SELECT 1 -- " + "s" * 1_000_000,
+                                   "context": {"notes": "c" * 1_000_000}})
+    columns = ", ".join(f"hex(zeroblob(90)) AS c{i}" for i in range(500))
+    relation = ExecutionAdapter(str(sample_dir / "shop.sqlite")).execute(
+        f"SELECT {columns} FROM products").relation
+    prompt = build_prompt(huge, report, relation, relation, max_rows=10)
+    assert len(prompt) <= PROMPT_BOUND_CHARS < 200_000, len(prompt)
+    assert prompt.count(" [cut: the first ") == 5  # question, actual SQL, context, both samples
+    assert "User question: qqq" in prompt and "Actual SQL: SELECT 1 -- sss" in prompt

@@ -7,6 +7,12 @@ prompt: :func:`apply_judgment` can set ``ai_advisory_verdict`` and ``verdict_con
 missing fields, timeouts, rate limits, provider errors) is retried a bounded number of times and then leaves
 the judgment null with a warning: the deterministic report is untouched in every case.
 
+Everything that crosses the model's boundary is bounded, because a case's text reaches the model and the model's
+answer reaches the report: each part of the prompt that comes from the case (:data:`PROMPT_PART_CHARS`, so the
+whole prompt stays under :data:`PROMPT_BOUND_CHARS`), the answer's length (``max_tokens`` asked for, and at most
+:data:`MAX_ANSWER_CHARS` read), each evidence bullet (:data:`MAX_BULLET_CHARS`), the time of a whole call
+(``timeout_s``), and the credentials an error may echo (masked before its text reaches a warning).
+
 litellm is the only client (any provider, or any OpenAI-compatible server through ``api_base``). It is imported
 on first use, with ``LITELLM_LOCAL_MODEL_COST_MAP=True`` so that importing it never reaches the network.
 """
@@ -17,6 +23,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -25,7 +32,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sqlcmp_dagster.engine.atomic import atomic_path
 from sqlcmp_dagster.engine.relation import Relation
@@ -33,7 +40,31 @@ from sqlcmp_dagster.engine.models import CompareRequest, EvidenceStrength, Repor
 from sqlcmp_dagster.engine.neighbor_report import neighborhood_of
 from sqlcmp_dagster.engine.report import explanation_lines
 
-PROMPT_VERSION = "sqlcmp-judge/3"
+PROMPT_VERSION = "sqlcmp-judge/4"
+
+#: The most characters of each part of the prompt that comes from the case: the user's question, each query
+#: (expected, actual, and the verified fix's), the schema/business context, the deterministic evidence (its
+#: explanations and warnings quote the queries) and each result sample. A longer part is cut, and the cut is
+#: stated in the prompt, so that one huge case cannot make a prompt the provider refuses or bills in full.
+PROMPT_PART_CHARS = {"user_query": 2_000, "sql": 8_000, "context": 24_000, "evidence": 16_000, "sample": 8_000}
+#: An upper bound of a whole prompt's length: the parts above (three queries, two samples) and the fixed text.
+PROMPT_BOUND_CHARS = sum(PROMPT_PART_CHARS.values()) + 2 * PROMPT_PART_CHARS["sql"] \
+    + PROMPT_PART_CHARS["sample"] + 4_000
+#: The most characters of an answer that is read at all: a valid judgment is a few thousand characters, and a
+#: longer answer (a model looping, or a server sending megabytes) is refused before parsing, as invalid.
+MAX_ANSWER_CHARS = 20_000
+#: The most characters of one evidence bullet kept in the judgment; a longer bullet is cut (see ``Judgment``).
+MAX_BULLET_CHARS = 300
+
+#: How an environment variable that may hold a credential is named: litellm reads provider keys from the
+#: environment (``OPENAI_API_KEY``, ``AZURE_AD_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...), never from the config.
+_SECRET_NAME_ENDINGS = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+#: Credentials as a request or an error shows them: a bearer token anywhere, and the value of an authorization
+#: or API-key header, in ``Header: value``, ``"Header": "value"`` or ``header=value`` form.
+_CREDENTIAL_TEXT = re.compile(
+    r"(?P<header>\b(?:proxy-)?(?:authorization|x-api-key|api-key)[\"']?\s*[:=]\s*[\"']?"
+    r"(?:(?:bearer|basic|digest|token|apikey|key)\s+)?+)[^\s\"',;)}\[\]]+"
+    r"|(?P<bearer>\bbearer\s+)[^\s\"',;)}\[\]]+", re.IGNORECASE)
 
 _FALSE_POSITIVE_TASK = (
     "The deterministic checks PASSED this case. Look for a false positive: does the actual query only match "
@@ -63,6 +94,17 @@ class Judgment(BaseModel):
     ambiguous_case: bool
     advisory_verdict: Literal["pass", "fail"]
 
+    @field_validator("evidence_bullets")
+    @classmethod
+    def cut_long_bullets(cls, bullets: list[str]) -> list[str]:
+        """Each bullet at most :data:`MAX_BULLET_CHARS` characters, a longer one cut with a visible marker.
+
+        Cut, not refused: a bullet is one cited signal among up to ten, and a wordy one says nothing against the
+        judgment's labels, so refusing it would spend a retry and likely lose a usable judgment. The marker tells
+        the reader the text is not the model's whole bullet. (An answer too long as a whole is refused before
+        parsing, :data:`MAX_ANSWER_CHARS`, so this never holds megabytes.)"""
+        return [cut_text(bullet, MAX_BULLET_CHARS) for bullet in bullets]
+
 
 class JudgeConfig(BaseModel):
     """How to call the judge and when not to. ``model``/``api_base`` follow litellm's conventions."""
@@ -72,7 +114,11 @@ class JudgeConfig(BaseModel):
     model: str
     api_base: str | None = None
     api_key: str | None = None
+    #: The time one call may take as a whole (a server sending a byte at a time never trips a per-read timeout).
     timeout_s: float = Field(default=30.0, gt=0)
+    #: Sent as ``max_tokens``: the answer is a small JSON object, and without a bound a model that loops is paid
+    #: for up to its context window.
+    max_answer_tokens: int = Field(default=4096, ge=256, le=65_536)
     max_retries: int = Field(default=2, ge=0, le=10)
     max_sample_rows: int = Field(default=10, ge=0, le=200)
     skip_confident_pass: bool = True
@@ -180,7 +226,8 @@ def neighbor_evidence(report: Report) -> dict[str, Any] | None:
 def build_prompt(request: CompareRequest, report: Report, expected: Relation | None, actual: Relation | None,
                  max_rows: int) -> str:
     """The grounded prompt: the task for this verdict, the question, both queries, the deterministic evidence,
-    the context and bounded samples of both results (with the truncation stated)."""
+    the context and bounded samples of both results (with the truncation stated). Each part that comes from the
+    case is cut to its :data:`PROMPT_PART_CHARS` bound, the cut stated where it is."""
     task = _FALSE_POSITIVE_TASK if report.deterministic_verdict == "pass" else _FALSE_NEGATIVE_TASK
     evidence = {
         "deterministic_verdict": report.deterministic_verdict,
@@ -195,6 +242,8 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
     }
     expected_sql = report.metrics["validation"]["normalized_sql_expected"] if report.metrics.get("validation") \
         else None
+    limits = PROMPT_PART_CHARS
+    context = json.dumps(request.context, default=str) if request.context else "(none)"
     parts = [
         f"You are the advisory judge of a text-to-SQL evaluation (prompt {PROMPT_VERSION}). The deterministic "
         "verdict below is authoritative and will not change; your judgment is advisory. Judge equivalence "
@@ -203,22 +252,22 @@ def build_prompt(request: CompareRequest, report: Report, expected: Relation | N
         "schema allows, built by the deterministic engine, on which both queries were run and differ; weigh it "
         "for the user's intent and for whether a pass is an accident of this database's rows.",
         f"Task: {task}",
-        f"User question: {request.user_query or '(not given)'}",
-        f"Expected SQL: {expected_sql or request.expected_sql[0]}",
-        f"Actual SQL: {request.actual_sql}",
-        f"Schema and business context: {json.dumps(request.context, default=str) if request.context else '(none)'}",
-        f"Deterministic evidence (JSON): {json.dumps(evidence, default=str)}",
+        f"User question: {cut_text(request.user_query or '(not given)', limits['user_query'])}",
+        f"Expected SQL: {cut_text(expected_sql or request.expected_sql[0], limits['sql'])}",
+        f"Actual SQL: {cut_text(request.actual_sql, limits['sql'])}",
+        f"Schema and business context: {cut_text(context, limits['context'])}",
+        f"Deterministic evidence (JSON): {cut_text(json.dumps(evidence, default=str), limits['evidence'])}",
         _verified_fix(report),
         _sample("Expected result", expected, max_rows),
         _sample("Actual result", actual, max_rows),
         "Answer with one JSON object and nothing else, with exactly these keys: "
         "intent_adequacy_judgment (adequate|partially_adequate|inadequate), database_scoped_equivalence_judgment "
         "(equivalent|not_equivalent|inconclusive), acceptable_deviation_judgment (none|harmless|acceptable|"
-        "critical), short_rationale (one or two sentences), evidence_bullets (list of the deterministic signals "
-        "you used, most important first), decision_summary (final label and justification, no reasoning "
-        "steps), severity_classification (pass|minor issue|moderate issue|major issue|critical failure), "
-        "confidence (0 to 1), evidence_strength (low|medium|high), ambiguous_case (true|false), "
-        "advisory_verdict (pass|fail).",
+        "critical), short_rationale (one or two sentences), evidence_bullets (list of at most 10 deterministic "
+        "signals you used, most important first, each one short sentence), decision_summary (final label and "
+        "justification, no reasoning steps), severity_classification (pass|minor issue|moderate issue|major "
+        "issue|critical failure), confidence (0 to 1), evidence_strength (low|medium|high), ambiguous_case "
+        "(true|false), advisory_verdict (pass|fail).",
     ]
     return "\n\n".join(parts)
 
@@ -233,7 +282,8 @@ def _verified_fix(report: Report) -> str:
     branches = fix.get("branches") or [None] * len(fix["clauses"])  # a set operation's fix names its branches
     changed = ", ".join(c if b is None else f"{c} (branch {b})" for c, b in zip(fix["clauses"], branches))
     return (f"Verified fix (proven by execution on this database, not a guess): transplanting "
-            f"{changed} from the expected query gives a query whose results match: {fix['sql']}")
+            f"{changed} from the expected query gives a query whose results match: "
+            f"{cut_text(fix['sql'], PROMPT_PART_CHARS['sql'])}")
 
 
 async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, budget: Budget) -> JudgeOutcome:
@@ -251,10 +301,18 @@ async def judge_case(prompt: str, config: JudgeConfig, cache: ResponseCache, bud
     started = time.perf_counter()
     for attempt in range(config.max_retries + 1):
         try:
-            response = await litellm.acompletion(
+            # ``timeout`` bounds each read, which a server sending a byte a second never trips: the deadline
+            # bounds the whole call, so such a server ends it like a silent one does.
+            response = await asyncio.wait_for(litellm.acompletion(
                 model=config.model, messages=[{"role": "user", "content": prompt}], api_base=config.api_base,
                 api_key=config.api_key, timeout=config.timeout_s, temperature=0, num_retries=0,
-                response_format={"type": "json_object"}, **config.litellm_params)
+                response_format={"type": "json_object"},
+                **{**config.litellm_params, "max_tokens": config.max_answer_tokens}), timeout=config.timeout_s)
+        except TimeoutError:  # the deadline's own (litellm's Timeout is not a TimeoutError)
+            warnings.append(f"judge call {attempt + 1} failed: Timeout: the judge ran past its time "
+                            f"({config.timeout_s:g} s for the whole call)")
+            await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
+            continue
         except Exception as error:  # litellm maps every provider failure to an exception of its own
             warnings.append(f"judge call {attempt + 1} failed: {type(error).__name__}: {_short(error, config)}")
             await asyncio.sleep(min(2.0, 0.1 * 2 ** attempt))
@@ -376,6 +434,8 @@ def _judgment_of(response: Any) -> Judgment:
     recursion limit or a value of another type fails here, for that case only (such an answer ended the whole
     batch, every report lost, when only JSON and validation errors were caught)."""
     content = response.choices[0].message.content or ""
+    if len(content) > MAX_ANSWER_CHARS:
+        raise ValueError(f"the answer is {len(content)} characters, more than the {MAX_ANSWER_CHARS} read")
     return Judgment.model_validate(json.loads(_json_text(content)))
 
 
@@ -390,12 +450,22 @@ def _json_text(content: str) -> str:
 
 
 def _sample(label: str, relation: Relation | None, max_rows: int) -> str:
+    """The first ``max_rows`` rows of ``relation``, their JSON cut to the sample's bound: a few wide rows or
+    large cells would otherwise fill the prompt however few rows are shown."""
     if relation is None:
         return f"{label}: (not available)"
     shown = relation.to_rows(limit=max_rows)
     note = (f" (first {max_rows} of {relation.height} rows; the rest are truncated)"
             if relation.height > max_rows else f" ({relation.height} rows, all shown)")
-    return f"{label}{note}: {json.dumps(shown, default=str)}"
+    return f"{label}{note}: {cut_text(json.dumps(shown, default=str), PROMPT_PART_CHARS['sample'])}"
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text`` when it has at most ``limit`` characters, else its first ``limit`` with a marker saying so: the
+    reader (the model, or a report's reader) must know the text is not whole."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} [cut: the first {limit} of {len(text)} characters shown]"
 
 
 def _without_rows(result: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -404,12 +474,19 @@ def _without_rows(result: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _short(error: Exception, config: JudgeConfig) -> str:
-    """The first line of ``error``'s message, at most 300 characters, with ``config``'s API key (and any
-    password in its ``api_base``) written as ``[redacted]``: a provider or gateway may echo the request's
-    ``Authorization`` header in its error, and the message goes into the case's report."""
+    """The first line of ``error``'s message, at most 300 characters, with every credential it may hold written
+    as ``[redacted]``: a provider or gateway may echo the request's ``Authorization`` header in its error, and
+    the message goes into the case's report. Masked: ``config``'s API key and any password in its ``api_base``,
+    the values (of 8 characters or more) of the environment variables named like credentials, which litellm
+    reads when the config gives no key, and any bearer token or authorization/API-key header value, whichever
+    key it holds (one of a gateway's own, or one from a variable of another name)."""
     text = str(error).strip()
     line = text.splitlines()[0] if text else type(error).__name__
-    secrets = [config.api_key or "", urlsplit(config.api_base or "").password or ""]
-    for secret in (secret for secret in secrets if len(secret) >= 4):
+    configured = [config.api_key or "", urlsplit(config.api_base or "").password or ""]
+    secrets = {secret for secret in configured if len(secret) >= 4} | {
+        value.strip() for name, value in os.environ.items()
+        if name.upper().endswith(_SECRET_NAME_ENDINGS) and len(value.strip()) >= 8}
+    for secret in sorted(secrets, key=len, reverse=True):  # a secret holding another is masked whole
         line = line.replace(secret, "[redacted]")
+    line = _CREDENTIAL_TEXT.sub(lambda found: f"{found['header'] or found['bearer']}[redacted]", line)
     return line[:300]
