@@ -115,6 +115,39 @@ def test_sample_through_dagster_matches_the_library(tmp_path: Path, sample_dir: 
     assert metadata["robustness"].value == robust_line(value)  # the rate in words, with the passes not searched
 
 
+def test_a_suite_url_s_password_is_not_stored_and_a_later_step_opens_the_suite_s_database(
+        tmp_path: Path, sample_dir: Path, instance: dg.DagsterInstance, pg_service: tuple[str, str]) -> None:
+    """A case whose ``db`` is a URL with a password: the layers' records kept it whole in the store (a local
+    folder or a bucket, beside no suite: a review's finding). A record now keeps it as ***, and a step that decodes
+    a record (another process: here the records this process kept are dropped between the steps) opens the
+    database the suite names, so the case's fix is verified on it as in one process."""
+    import sqlalchemy as sa
+
+    from sqlcmp_dagster.assets import common, executions, parsed_cases
+
+    password = sa.make_url(pg_service[0]).password
+    assert password
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    (folder / "suite.jsonl").write_text(json.dumps({"case_id": "pg", "expected_sql": "SELECT 1 AS a",
+                                                    "actual_sql": "SELECT 2 AS a", "db": pg_service[0]}) + "\n",
+                                        encoding="utf-8")
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    instance.add_dynamic_partitions(cases_partitions.name, ["pg"])
+    assert dg.materialize([parsed_cases, executions], instance=instance, resources=defs.resources,
+                          partition_key="pg").success
+    common.RECORDS.clear()
+    assert dg.materialize(LAYERS, selection=[a.key for a in LAYERS if a not in (parsed_cases, executions)],
+                          instance=instance, resources=defs.resources, partition_key="pg").success
+    report = _reports(tmp_path / "store")["pg"]
+    fix = (report.diagnostic_scores or {})["suggested_fix"]
+    assert report.deterministic_verdict == "fail" and fix["found"] is True and fix["verified_by"] == "execution"
+    stored = [pl.read_parquet(path).select(pl.col(pl.Utf8)).write_ndjson()
+              for path in (tmp_path / "store").rglob("*.parquet")]
+    assert len(stored) >= len(LAYERS) and any("SELECT 2" in text for text in stored)
+    assert not any(f":{password}@" in text for text in stored)
+
+
 def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
     """Record each read of the case store (by asset) and each Layer 1 record decoded (by its text)."""
     storage = importlib.import_module("sqlcmp_dagster.resources.storage")

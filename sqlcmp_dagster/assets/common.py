@@ -28,7 +28,9 @@ from sqlcmp_dagster.engine.layers import CASE_FAULTS, fault_text, finish_timings
 from sqlcmp_dagster.engine.validation import Validation
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
     typed_frame, validation_from_record
+from sqlcmp_dagster.engine.redaction import hides_password, redacted_url
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
+from sqlcmp_dagster.resources import CaseSuiteResource
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 
 #: One partition per case id, or per chunk of cases (``SQLCMP_CASE_CHUNKS``: :mod:`sqlcmp_dagster.cases.chunks`),
@@ -206,6 +208,30 @@ def joined(*frames: pl.DataFrame) -> pl.DataFrame:
     fault_columns = [c for c in base.columns if c == "fault" or c.startswith("fault__")]
     return base.with_columns(pl.coalesce(fault_columns).alias("fault")).drop(
         [c for c in fault_columns if c != "fault"])
+
+
+class SuiteDatabases:
+    """The database URL each case's suite names, for the layers after ``parsed_cases``: a Layer 1 record keeps a
+    URL's password as ``***`` (:func:`~sqlcmp_dagster.engine.records.validation_record`), so a step that decoded
+    it opens the database as the suite names it. The suite is read once per step, and only when a record hid a
+    password (a record this process wrote is at hand with its URL whole)."""
+
+    def __init__(self, cases: CaseSuiteResource) -> None:
+        self._cases = cases
+        self._targets: dict[str, str] | None = None
+
+    def request(self, request: CompareRequest) -> CompareRequest:
+        """``request`` with its ``db`` as the suite names it, when the record hid its password and the suite's
+        case still names the same database (else as it is: it then fails to open, saying which URL)."""
+        if not request.db or not hides_password(request.db):
+            return request
+        if self._targets is None:
+            self._targets = {case.case_id: case.db for case in self._cases.load().cases
+                             if case.db and hides_password(redacted_url(case.db))}
+        target = self._targets.get(request.case_id)
+        if target is None or redacted_url(target) != request.db:
+            return request
+        return request.model_copy(update={"db": target})
 
 
 def validation_of(row: dict[str, Any]) -> Validation:

@@ -4,18 +4,20 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.assets.common import chosen, joined, layer_asset, per_case, validation_of
+from sqlcmp_dagster.assets.common import SuiteDatabases, chosen, joined, layer_asset, per_case, validation_of
 from sqlcmp_dagster.engine.layers import diagnostic_layer, performance_layer
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.records import diagnostics_row, result_from_row, structure_from_row
-from sqlcmp_dagster.resources import DatabaseResource
+from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
 SCHEMA = frame_schema("diagnostics")
 
 
 @layer_asset("diagnostics", description="Likely source clause, confidence, evidence and per-column mismatch map.")
 def diagnostics(executions: pl.DataFrame, structural_diffs: pl.DataFrame, result_comparisons: pl.DataFrame,
-                database: DatabaseResource) -> pl.DataFrame:
+                database: DatabaseResource, cases: CaseSuiteResource) -> pl.DataFrame:
+    suite = SuiteDatabases(cases)
+
     def diagnose_case(row: dict[str, Any]) -> dict[str, Any]:
         if row["blocked_reason"] is not None:
             return {}
@@ -23,7 +25,7 @@ def diagnostics(executions: pl.DataFrame, structural_diffs: pl.DataFrame, result
         index = row["chosen_index"]
         structure = structure_from_row(chosen(row["structures"], index))
         result = result_from_row(chosen(row["results"], index))
-        adapter, _ = database.open(validation.request)
+        adapter, _ = database.open(suite.request(validation.request))
         found, probe_ms, search_warnings = diagnostic_layer(validation, index, structure, result, adapter)
         performance, warnings = performance_layer(validation, index, adapter)
         # The analysis' warnings, as the library's report has them: the fix search's, then performance's.

@@ -4,21 +4,23 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.assets.common import RECORDS, layer_asset, per_case, validation_of
+from sqlcmp_dagster.assets.common import RECORDS, SuiteDatabases, layer_asset, per_case, validation_of
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.layers import execute_layer
 from sqlcmp_dagster.engine.records import validation_record
 from sqlcmp_dagster.engine.report import blocked_by
-from sqlcmp_dagster.resources import DatabaseResource
+from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
 SCHEMA = frame_schema("executions")
 
 
 @layer_asset("executions", description="Results, timings, schemas and mapped errors of both queries.")
-def executions(parsed_cases: pl.DataFrame, database: DatabaseResource) -> pl.DataFrame:
+def executions(parsed_cases: pl.DataFrame, database: DatabaseResource, cases: CaseSuiteResource) -> pl.DataFrame:
+    suite = SuiteDatabases(cases)
+
     def execute_case(row: dict[str, Any]) -> dict[str, Any]:
         validation = validation_of(row)
-        adapter, error = database.open(validation.request)
+        adapter, error = database.open(suite.request(validation.request))
         execute_layer(validation, adapter, error, database.cache())
         text, frames = validation_record(validation)
         RECORDS.keep(text, frames, validation)  # the next layers in this process need not decode it

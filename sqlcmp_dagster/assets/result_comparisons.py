@@ -4,22 +4,25 @@ from typing import Any
 
 import polars as pl
 
-from sqlcmp_dagster.assets.common import layer_asset, per_case, validation_of
+from sqlcmp_dagster.assets.common import SuiteDatabases, layer_asset, per_case, validation_of
 from sqlcmp_dagster.engine.layers import choose, result_layer
 from sqlcmp_dagster.contracts.schemas import frame_schema
 from sqlcmp_dagster.engine.records import result_row
-from sqlcmp_dagster.resources import DatabaseResource
+from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 
 SCHEMA = frame_schema("result_comparisons")
 
 
 @layer_asset("result_comparisons", description="Bag/ordered comparison, overlaps, tolerance and NULL checks.")
-def result_comparisons(executions: pl.DataFrame, database: DatabaseResource) -> pl.DataFrame:
+def result_comparisons(executions: pl.DataFrame, database: DatabaseResource,
+                       cases: CaseSuiteResource) -> pl.DataFrame:
+    suite = SuiteDatabases(cases)
+
     def compare_case(row: dict[str, Any]) -> dict[str, Any]:
         if row["blocked_reason"] is not None:
             return {}
         validation = validation_of(row)
-        adapter, _ = database.open(validation.request)
+        adapter, _ = database.open(suite.request(validation.request))
         executed_ms = validation.timings.get("execution_ms", 0.0)
         results = result_layer(validation, adapter)
         index = choose(results)

@@ -3,7 +3,8 @@
 The Dagster assets persist what one layer computed and the next layer reads it back instead of recomputing
 it: ASTs travel as sqlglot's JSON dump, result sets as Arrow IPC stream bytes (types intact), comparisons as
 dicts.
-Every ``*_record`` function has its ``*_from_record`` inverse; the round trip is exact (tested).
+Every ``*_record`` function has its ``*_from_record`` inverse; the round trip is exact (tested), a database URL's
+password aside (:func:`validation_record`).
 """
 
 from __future__ import annotations
@@ -22,16 +23,25 @@ from sqlcmp_dagster.engine.diagnostics import SCORES
 from sqlcmp_dagster.engine.relation import Execution, Relation
 from sqlcmp_dagster.engine.models import CompareRequest, ExecutionError, Report
 from sqlcmp_dagster.engine.parsing import ParseOutcome
+from sqlcmp_dagster.engine.redaction import redacted_url
 from sqlcmp_dagster.engine.validation import Side, Validation
 from sqlcmp_dagster.engine.comparison import ColumnStats, ResultComparison
 from sqlcmp_dagster.engine.structure import CLAUSE_WEIGHTS, StructuralComparison
 
 
 def validation_record(validation: Validation) -> tuple[str, list[bytes]]:
-    """A validation as JSON text plus one IPC blob per side (actual first; empty bytes where no relation)."""
+    """A validation as JSON text plus one IPC blob per side (actual first; empty bytes where no relation).
+
+    The request's ``db``, a URL with a password, is kept with the password shown as ``***``
+    (:func:`~sqlcmp_dagster.engine.redaction.redacted_url`): a record is stored where the case's suite may not be
+    (an S3 bucket). The round trip is exact but for that password: the layer that reads the record back opens
+    the database the case's suite names (``assets.common.SuiteDatabases``)."""
     sides = [validation.actual, *validation.expected]
+    request = validation.request.model_dump(mode="json", exclude_unset=True)  # keeps which options were set
+    if request.get("db"):
+        request["db"] = redacted_url(request["db"])
     payload = {
-        "request": validation.request.model_dump(mode="json", exclude_unset=True),  # keeps which options were set
+        "request": request,
         "dialect": validation.dialect,
         "database": validation.database,
         "warnings": validation.warnings,

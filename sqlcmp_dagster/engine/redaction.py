@@ -44,6 +44,16 @@ def redacted_url(target: str) -> str:
     return _hide(_QUERY_PASSWORD, _hide(_TARGET, target, count=1))
 
 
+def hides_password(target: str) -> bool:
+    """Whether ``target`` may be a URL whose password :func:`redacted_url` has shown as ``***`` (it holds ``***``
+    and reads the same redacted).
+
+    >>> hides_password(redacted_url("postgresql://u:secret@host/db")), hides_password("postgresql://u:secret@host/db")
+    (True, False)
+    """
+    return "://" in target and HIDDEN in target and redacted_url(target) == target
+
+
 def redact(text: str, *targets: str) -> str:
     """``text`` with the password of every URL in it shown as ``***``: first each of ``targets`` (URLs the caller
     knows the text may quote, which may hold characters that end a URL in running text), then any other URL.
