@@ -45,7 +45,7 @@ from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.models import DEFAULT_MAX_RESULT_BYTES, CompareRequest, EvalConfig
 from sqlcmp_dagster.engine.parsing import canonical_tree, parse
 from sqlcmp_dagster.engine.pipeline import compare
-from sqlcmp_dagster.engine.repair import search_fix
+from sqlcmp_dagster.engine.repair import Outcome, search_fix
 from sqlcmp_dagster.engine.structure import compare_structure, query_shape
 
 #: An actual query that behaves on t's ten rows and explodes on a neighbor database with fewer: a 400 MB value
@@ -758,6 +758,31 @@ def test_the_fix_search_rewrites_stop_at_its_budget() -> None:
     assert time.monotonic() - started < 2 * one_rewrite, (time.monotonic() - started, one_rewrite)
     assert found.stopped == "the search's time budget (10 ms) ran out" and not found.transplants
     assert "selection_predicate" in found.differing
+
+
+def test_the_fix_search_looks_at_its_clock_before_building_each_candidate() -> None:
+    """A review's finding: the search copied and printed every candidate before skipping one that repeats an
+    earlier one, and looked at its clock only after that skip. With a set operation of alike branches nearly
+    every candidate repeats, so the search ran on past its budget (19-23 s against 10 s) and, with no candidate
+    left that was new, called itself exhaustive. The candidate that used the budget up is the last that runs,
+    and the search says its budget ran out."""
+    budget_ms = 1000
+    # Each branch is the expected query: the one new candidate is any branch alone, the other 19 repeat it.
+    actual, expected = parse(" UNION ".join(["SELECT a FROM t"] * 20), "sqlite"), parse("SELECT a FROM t", "sqlite")
+    assert actual.ast is not None and expected.ast is not None and actual.tree is not None \
+        and expected.tree is not None
+    structure = compare_structure("", "", query_shape(expected.tree), query_shape(actual.tree))
+    ran: list[str] = []
+
+    def run(tree: Any, sql: str, timeout_ms: int) -> Any:
+        ran.append(sql)
+        time.sleep(budget_ms / 1000)  # the budget is spent here, whatever the search did before
+        return Outcome(passed=False)
+
+    found = search_fix(structure, expected.ast, actual.ast, run, dialect="sqlite", budget_ms=budget_ms)
+    assert found.stopped == f"the search's time budget ({budget_ms} ms) ran out", found.stopped
+    assert len(ran) == 1 and len(found.transplants) == 1, ran
+    assert "time budget (1000 ms) ran out after 1 candidate queries" in found.suggested_fix()["explanation"]
 
 
 def test_case_timeout_ms_caps_the_probes_and_names_the_cut(pg_url: str) -> None:

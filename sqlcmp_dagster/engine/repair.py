@@ -30,7 +30,7 @@ from typing import Any
 
 from sqlglot import exp
 
-from sqlcmp_dagster.engine.parsing import RewriteCut, canonical_tree, clocked_rewrites, sql_text
+from sqlcmp_dagster.engine.parsing import RewriteCut, canonical_tree, clocked_rewrites, sql_text, tick
 from sqlcmp_dagster.engine.structure import (CLAUSE_ARGS, CLAUSE_WEIGHTS, QueryShape, StructuralComparison,
                                              compare_structure, query_shape)
 
@@ -217,6 +217,11 @@ def _search(pairings: list[_Pairing], expected: exp.Expression, actual: exp.Expr
     for size, pairing, labels in candidates:
         if fixes and size > len(fixes[0].labels):
             break
+        # The clock before the candidate's copy and print, not only before its run: a candidate that repeats an
+        # earlier one costs both too (hundreds of them when a set operation's branches are alike), and the
+        # search then ran twice past its budget and called itself exhaustive (a review's finding).
+        if time.monotonic() >= deadline:
+            return ran_out
         candidate = _apply(pairing, labels, expected)
         sql = sql_text(candidate, dialect, copy=True)
         if sql in seen:  # the transplant changes nothing a smaller or earlier set did not
@@ -261,11 +266,15 @@ def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
         return [], ("only a SELECT or a chain of set operations over SELECTs is searched, and one query is "
                     "neither (a parenthesized branch, a set operation nested on the right, VALUES, ...)")
     n, m = len(e_branches), len(a_branches)
+    # Each pairing below copies a query (with the set operation's WITH, however long) before its clocked
+    # canonicalization: the clock is read before each (tick raises the cut :func:`clocked_rewrites` turns into
+    # :class:`RewriteCut`), so that a hundred pairings do not run on past the search's budget.
     if n == m:
         return [_pairing(actual.copy(), expected, (), shapes)], None
     if m == 1:  # the plain actual query as each branch of the expected set operation in turn
         pairings = []
         for position in range(n):
+            tick(force=True)
             start = expected.copy()
             _branches(start)[position].replace(_without_top(actual))  # type: ignore[index]
             for clause in _TOP_CLAUSES:
@@ -275,6 +284,7 @@ def _pairings(expected: exp.Expression, actual: exp.Expression, dialect: str) \
     if n == 1:  # the actual set operation reduced to each of its branches in turn
         pairings = []
         for position in range(m):
+            tick(force=True)
             start = a_branches[position].copy()
             for clause in _TOP_CLAUSES:
                 _take(start, actual, clause)
@@ -293,6 +303,7 @@ def _pairing(start: exp.Expression, expected: exp.Expression, base: tuple[Label,
     edits: list[tuple[Label, ...]] = []
     whole: list[tuple[Label, ...]] = []
     for position, (mine, theirs) in enumerate(zip(starts, targets), start=1):
+        tick(force=True)  # hundreds of branches print their clauses unclocked (:func:`_clause_sql`)
         if not compound:  # a plain query: its ORDER BY and LIMIT are clauses like the others
             clauses = _differing(start, expected, shapes, CLAUSE_ARGS)
         else:
