@@ -255,8 +255,29 @@ def boundaries(literal: exp.Literal, *, like: bool = False) -> list[Any]:
 
 
 def unique_values(values: list[Any]) -> list[Any]:
-    seen: list[Any] = []
+    """``values`` without repeats, in their first order: a value repeats an earlier one that equals it and is of
+    its type (``1``, ``1.0`` and ``True`` are three values, a column may hold each). Looked up by ``(type,
+    value)`` in a set, where each value was compared with every earlier one: 45 million comparisons for a
+    ``NOT IN`` of 3,000 numbers, and :func:`hints` and every text column's :func:`~.cells.fitted_values` did
+    it again (a review's finding). A value that is not equal to itself (NaN) equals no earlier one, and one
+    that cannot be hashed is compared with every earlier one, as before.
+
+    >>> unique_values([1, 1.0, True, 1, "a", "a", float("nan"), float("nan")])
+    [1, 1.0, True, 'a', nan, nan]
+    """
+    kept: list[Any] = []
+    keys: set[tuple[type, Any]] = set()
     for value in values:
-        if not any(value == s and type(value) is type(s) for s in seen):
-            seen.append(value)
-    return seen
+        if value != value:  # NaN: a set would find the same object by identity, which == does not
+            kept.append(value)
+            continue
+        try:
+            key = (type(value), value)
+            if key in keys:
+                continue
+            keys.add(key)
+        except TypeError:  # unhashable: compared with every earlier value
+            if any(value == s and type(value) is type(s) for s in kept):
+                continue
+        kept.append(value)
+    return kept
