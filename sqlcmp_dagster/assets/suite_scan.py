@@ -7,13 +7,24 @@ Loading and hashing every case was the sensor's whole tick (3.6 s at 10,000 case
 on; a file whose bytes, whose cases' databases (their fingerprints) and whose settings (the engine version, the
 database resource's) are all unchanged is not read again. A database fingerprint is computed once per database
 per tick. The versions are those of :func:`~sqlcmp_dagster.cases.suite.case_version`, as before.
+
+A database is named in the kept scan by its key as :func:`~sqlcmp_dagster.engine.redaction.redacted_url` shows it:
+the case store (a folder, a bucket) is read by more people than the suite, and a case's ``db`` may be a URL with a
+password (a review found it in the scan). The real key, which a fingerprint needs (a URL without its password
+cannot connect), is kept in this process's memory only (:data:`_REAL_KEYS`), learned from each suite line read.
+A kept file or line whose database hides a password is taken only from a scan this process wrote
+(:data:`_WRITER`), whose keys it read itself, and only while one real key stands behind its stored key: two URLs
+that differ only in their password look the same in the scan, and one's fingerprint must not vouch for the
+other's cases. Anything else is read again, as a changed file is (a new process reads such files once).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,12 +34,34 @@ from sqlcmp_dagster.cases.chunks import partition_key_problem
 from sqlcmp_dagster.cases.suite import SUITE_SUFFIXES, Known, SuiteError, case_version, is_suite_file, \
     read_suite_known
 from sqlcmp_dagster.engine.models import CompareRequest
+from sqlcmp_dagster.engine.redaction import HIDDEN, redacted_url
 from sqlcmp_dagster.resources import DatabaseResource
 
 #: The scan kept in the case store (beside the assets' folders).
 SCAN_OBJECT = "_suite_scan.json"
-#: The layout of a kept scan; another is scanned afresh.
-SCAN_FORMAT = 1
+#: The layout of a kept scan; another is scanned afresh (2: database keys without their password, and the
+#: writing process's mark; a scan of 1 holds real keys, which this layout would take for keys without a password).
+SCAN_FORMAT = 2
+
+#: The real database keys this process read in suite lines, by the form the kept scan stores them in (only those
+#: whose stored form shows ``***``). Only ever added to, by ``setdefault`` and ``add``, which lose no key to a
+#: concurrent tick; read as a copy.
+_REAL_KEYS: dict[str, set[str]] = {}
+#: This process's mark on the scans it writes: every real key behind a scan with it is in :data:`_REAL_KEYS`. A
+#: scan of another process (another code server, the command line, a process before a restart) has keys this one
+#: never read, so a stored key that is one real key here may be another there.
+_WRITER = uuid.uuid4().hex
+
+
+def forget_database_keys() -> None:
+    """Forget the real database keys and take a new mark, as a new process starts: a forked child, whose parent
+    goes on learning keys under the same mark, and a test of what a restarted code server does."""
+    global _WRITER
+    _REAL_KEYS.clear()
+    _WRITER = uuid.uuid4().hex
+
+
+os.register_at_fork(after_in_child=forget_database_keys)
 
 
 #: The longest a tick reads suite lines it has not read before: past it, the scan stops after the line it is on
@@ -61,12 +94,20 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
     settings = _settings(database)
     if not kept or kept.get("format") != SCAN_FORMAT or kept.get("settings") != settings:
         kept = {"files": {}, "databases": {}}
-    fingerprints: dict[str, str] = {}
+    ours = kept.get("writer") == _WRITER
+    fingerprints: dict[str, str] = {}  # by real key: a stored one that hides a password would not connect
 
     def fingerprint(key: str, request: CompareRequest | None = None) -> str:
+        """The fingerprint of the database of the real key ``key``, computed once a tick."""
         if key not in fingerprints:
             fingerprints[key] = database.fingerprint(request or _stand_in(key))
         return fingerprints[key]
+
+    def unchanged(stored: str) -> bool:
+        """Whether the kept cases on the database stored as ``stored`` may be kept: its real key known, and its
+        fingerprint the kept one."""
+        real = _real_key(stored, ours)
+        return real is not None and kept["databases"].get(stored) == fingerprint(real)
 
     files: dict[str, Any] = {}
     deadline = time.monotonic() + SCAN_SECONDS if timed else float("inf")
@@ -74,14 +115,13 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
     for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in SUITE_SUFFIXES):
         entry = kept["files"].get(path.name)
         if not complete:  # out of time: the file is looked at next tick (what was kept of it stays kept)
-            if entry is not None:
-                files[path.name] = entry
+            if entry is not None and (ours or not any(HIDDEN in key for key in entry["databases"])):
+                files[path.name] = entry  # another process's keys would pass for this one's under its mark
             continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
-        if entry is None or entry["digest"] != digest or any(
-                kept["databases"].get(key) != fingerprint(key) for key in entry["databases"]):
+        if entry is None or entry["digest"] != digest or not all(unchanged(key) for key in entry["databases"]):
             lines = {} if entry is None else {line: case for line, case in entry.get("lines", {}).items()
-                                              if kept["databases"].get(case[2]) == fingerprint(case[2])}
+                                              if unchanged(case[2])}
             entry = _scan_file(path, digest, database, fingerprint, lines, deadline)
             complete = entry["digest"] == digest
         files[path.name] = entry
@@ -101,9 +141,10 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
                 unfit.append(f"case {case_id!r} is not evaluated in Dagster: its id {problem}")
             else:
                 versions[case_id] = version
-    used = {key for entry in files.values() for key in entry["databases"]}
-    scan = {"format": SCAN_FORMAT, "settings": settings, "files": files,
-            "databases": {key: fingerprint(key) for key in sorted(used)}}
+    used = sorted({key for entry in files.values() for key in entry["databases"]})
+    reals = {key: _real_key(key, True) for key in used}  # None: two real keys, whose cases are read next tick
+    scan = {"format": SCAN_FORMAT, "settings": settings, "writer": _WRITER, "files": files,
+            "databases": {key: fingerprint(real) for key, real in reals.items() if real is not None}}
     return SuiteScan(versions, [f"suite line skipped: {error}" for error in errors] + unfit, complete), scan
 
 
@@ -111,10 +152,11 @@ def _scan_file(path: Path, digest: str, database: DatabaseResource,
                fingerprint: Callable[[str, CompareRequest | None], str], lines: dict[str, list[str]],
                deadline: float) -> dict[str, Any]:
     """One suite file read and each case's version computed; a file that is no suite holds no case. A JSONL
-    line whose text the file's last scan read (``lines``: its digest -> case id, version, database key, kept only
-    while that database's fingerprint is unchanged) is neither parsed nor hashed again: an edit of one case of a
-    file of 100,000 reads one line. Past ``deadline`` a JSONL file's reading stops after the line it parsed: the
-    entry's digest is then empty (never a file's), and the lines read so far are kept for the next tick."""
+    line whose text the file's last scan read (``lines``: its digest -> case id, version, stored database key,
+    kept only while that database's fingerprint is unchanged) is neither parsed nor hashed again: an edit of one
+    case of a file of 100,000 reads one line. Past ``deadline`` a JSONL file's reading stops after the line it
+    parsed: the entry's digest is then empty (never a file's), and the lines read so far are kept for the next
+    tick."""
     if not is_suite_file(path):
         return {"digest": digest, "cases": [], "errors": [], "databases": []}
     cases, errors, keys, read = [], [], set(), {}
@@ -134,8 +176,9 @@ def _scan_file(path: Path, digest: str, database: DatabaseResource,
             case_id, version, key = item.value
         else:  # a case read now, a case at a time: a file of 100,000 cases is never in memory whole
             request = database.with_defaults(item)
-            case_id, key = item.case_id, _database_key(request)
-            version = case_version(request, fingerprint(key, request))  # the resource's defaults are its config
+            case_id, real = item.case_id, _database_key(request)
+            version = case_version(request, fingerprint(real, request))  # the resource's defaults are its config
+            key = _stored_key(real)
         keys.add(key)
         cases.append([case_id, version])
         if last and not case_id.startswith(f"{path.stem}:"):
@@ -156,6 +199,26 @@ def _database_key(request: CompareRequest) -> str:
     if request.actual_result is not None and request.expected_result is not None:
         return _NO_DATABASE
     return request.db or ""
+
+
+def _stored_key(real: str) -> str:
+    """The form the kept scan holds the database key ``real`` in, its password shown as ``***``; a key whose form
+    shows ``***`` is remembered (:data:`_REAL_KEYS`), to fingerprint its database at a later tick."""
+    stored = redacted_url(real)
+    if HIDDEN in stored:
+        _REAL_KEYS.setdefault(stored, set()).add(real)
+    return stored
+
+
+def _real_key(stored: str, ours: bool) -> str | None:
+    """The real key of the stored key ``stored``: itself when it hides no password, else the one real key this
+    process read for it, if the scan is this process's (``ours``); None when unknown, or when URLs that differ
+    only in their password share it (the scan holds one fingerprint for them, and which case ran on which is
+    not in it)."""
+    if HIDDEN not in stored:
+        return stored
+    reals = tuple(_REAL_KEYS.get(stored, ()))
+    return reals[0] if ours and len(reals) == 1 else None
 
 
 def _stand_in(key: str) -> CompareRequest:
