@@ -672,8 +672,10 @@ def test_parse_is_cut_at_the_case_budget(sample_db: Path, shape: str) -> None:
     assert report.blocked_reason == "parse_failure"
     assert "parse cut: it ran past what was left of the case's time budget" in json.dumps(report.model_dump())
     assert report.metrics["validation"]["parse_success_expected"] is True  # the trusted query was parsed first
-    fine = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1", config=config),
-                   ExecutionAdapter(str(sample_db)))
+    # The next case's parse is whole: no clock of the cut one is left behind (the case's own budget is the
+    # default one, which a loaded machine's few milliseconds for SELECT 1 never reach, as a third of the
+    # nested parse's did once in CI).
+    fine = compare(CompareRequest(expected_sql="SELECT 1", actual_sql="SELECT 1"), ExecutionAdapter(str(sample_db)))
     assert fine.deterministic_verdict == "pass"
 
 
