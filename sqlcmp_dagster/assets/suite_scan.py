@@ -13,9 +13,11 @@ the case store (a folder, a bucket) is read by more people than the suite, and a
 password (a review found it in the scan). The real key, which a fingerprint needs (a URL without its password
 cannot connect), is kept in this process's memory only (:data:`_REAL_KEYS`), learned from each suite line read.
 A kept file or line whose database hides a password is taken only from a scan this process wrote
-(:data:`_WRITER`), whose keys it read itself, and only while one real key stands behind its stored key: two URLs
-that differ only in their password look the same in the scan, and one's fingerprint must not vouch for the
-other's cases. Anything else is read again, as a changed file is (a new process reads such files once).
+(:data:`_WRITER`), whose keys it read itself. Two URLs that differ only in their password are stored under names
+of their own (the second ``... (2)``), so that one's fingerprint never vouches for the other's cases and neither
+makes the other's cases read again at every tick (a review found a suite read afresh at each tick, never whole,
+while one stored name stood for two URLs). Anything else is read again, as a changed file is (a new process
+reads such files once).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -43,10 +46,11 @@ SCAN_OBJECT = "_suite_scan.json"
 #: writing process's mark; a scan of 1 holds real keys, which this layout would take for keys without a password).
 SCAN_FORMAT = 2
 
-#: The real database keys this process read in suite lines, by the form the kept scan stores them in (only those
-#: whose stored form shows ``***``). Only ever added to, by ``setdefault`` and ``add``, which lose no key to a
-#: concurrent tick; read as a copy.
-_REAL_KEYS: dict[str, set[str]] = {}
+#: The real database keys this process read in suite lines, by the name the kept scan stores them under (only those
+#: whose stored form shows ``***``), and those names by real key. Only ever added to (under :data:`_NAMING`).
+_REAL_KEYS: dict[str, str] = {}
+_STORED_NAMES: dict[str, str] = {}
+_NAMING = threading.Lock()
 #: This process's mark on the scans it writes: every real key behind a scan with it is in :data:`_REAL_KEYS`. A
 #: scan of another process (another code server, the command line, a process before a restart) has keys this one
 #: never read, so a stored key that is one real key here may be another there.
@@ -58,6 +62,7 @@ def forget_database_keys() -> None:
     goes on learning keys under the same mark, and a test of what a restarted code server does."""
     global _WRITER
     _REAL_KEYS.clear()
+    _STORED_NAMES.clear()
     _WRITER = uuid.uuid4().hex
 
 
@@ -142,7 +147,7 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
             else:
                 versions[case_id] = version
     used = sorted({key for entry in files.values() for key in entry["databases"]})
-    reals = {key: _real_key(key, True) for key in used}  # None: two real keys, whose cases are read next tick
+    reals = {key: _real_key(key, True) for key in used}
     scan = {"format": SCAN_FORMAT, "settings": settings, "writer": _WRITER, "files": files,
             "databases": {key: fingerprint(real) for key, real in reals.items() if real is not None}}
     return SuiteScan(versions, [f"suite line skipped: {error}" for error in errors] + unfit, complete), scan
@@ -202,23 +207,34 @@ def _database_key(request: CompareRequest) -> str:
 
 
 def _stored_key(real: str) -> str:
-    """The form the kept scan holds the database key ``real`` in, its password shown as ``***``; a key whose form
-    shows ``***`` is remembered (:data:`_REAL_KEYS`), to fingerprint its database at a later tick."""
-    stored = redacted_url(real)
-    if HIDDEN in stored:
-        _REAL_KEYS.setdefault(stored, set()).add(real)
-    return stored
+    """The name the kept scan holds the database key ``real`` under: the key itself when it holds no password,
+    else its password shown as ``***``, with `` (2)``, `` (3)``, ... after it for the second and later keys of
+    this process that look the same so (URLs that differ only in their password); remembered
+    (:data:`_REAL_KEYS`), to fingerprint its database at a later tick.
+
+    >>> _stored_key("postgresql://u:a@h/db"), _stored_key("postgresql://u:b@h/db"), _stored_key("postgresql://u:a@h/db")
+    ('postgresql://u:***@h/db', 'postgresql://u:***@h/db (2)', 'postgresql://u:***@h/db')
+    """
+    shown = redacted_url(real)
+    if HIDDEN not in shown:
+        return shown
+    with _NAMING:
+        stored = _STORED_NAMES.get(real)
+        if stored is None:
+            stored, number = shown, 1
+            while stored in _REAL_KEYS:
+                number += 1
+                stored = f"{shown} ({number})"
+            _STORED_NAMES[real], _REAL_KEYS[stored] = stored, real
+        return stored
 
 
 def _real_key(stored: str, ours: bool) -> str | None:
-    """The real key of the stored key ``stored``: itself when it hides no password, else the one real key this
-    process read for it, if the scan is this process's (``ours``); None when unknown, or when URLs that differ
-    only in their password share it (the scan holds one fingerprint for them, and which case ran on which is
-    not in it)."""
+    """The real key of the stored name ``stored``: itself when it hides no password, else the real key this
+    process stored under it, if the scan is this process's (``ours``); None when unknown."""
     if HIDDEN not in stored:
         return stored
-    reals = tuple(_REAL_KEYS.get(stored, ()))
-    return reals[0] if ours and len(reals) == 1 else None
+    return _REAL_KEYS.get(stored) if ours else None
 
 
 def _stand_in(key: str) -> CompareRequest:
