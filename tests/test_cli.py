@@ -307,14 +307,17 @@ def test_a_database_password_is_never_written(tmp_path: Path, sample_dir: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A URL's password, in its user information or as a query parameter, is shown as *** on stderr, in the
     reports, the text of a case, the summary, the CSV and the HTML report; a password that holds a ``?`` (which
-    SQLAlchemy takes into it) or an ``@`` (whose tail the driver quotes as the host it could not resolve) too,
-    which a review found written whole or in part."""
+    SQLAlchemy takes into it), an ``@`` (whose tail the driver quotes as the host it could not resolve) or a line
+    break, and a ``?password=`` holding ``#`` or a space too, which reviews found written whole or in part."""
     secret = "Pa55-w0rd"
     refused = [f"postgresql+psycopg2://who:{secret}@127.0.0.1:1/sales",
                f"postgresql+psycopg2://who@127.0.0.1:1/sales?password={secret}",
                f"nosuchdriver://who:{secret}@h/sales",
                f"postgresql+psycopg2://who:x?{secret}@127.0.0.1:1/sales",
-               f"postgresql+psycopg2://who:x@{secret}@127.0.0.1:1/sales"]
+               f"postgresql+psycopg2://who:x@{secret}@127.0.0.1:1/sales",
+               f"postgresql+psycopg2://who:x\n{secret}@127.0.0.1:1/sales",
+               f"postgresql+psycopg2://who@127.0.0.1:1/sales?password=x#{secret}",
+               f"postgresql+psycopg2://who@127.0.0.1:1/sales?password=x {secret}"]
     for url in refused:
         assert main(["compare", "--db", url, "--expected-sql", "SELECT 1", "--actual-sql", "SELECT 1"]) == 2
         captured = capsys.readouterr()

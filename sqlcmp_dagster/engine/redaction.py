@@ -20,10 +20,13 @@ HIDDEN = "***"
 _USER_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s'\"]*:)(?P<password>[^@\s'\"]*)@")
 #: A password given as a query parameter (``?password=secret``, ``&password=secret``), as libpq also reads it.
 _QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&#\s'\"]*)", re.IGNORECASE)
-#: A whole URL's user information: the password runs, spaces and ``?`` too, to the last ``@`` before the host
-#: (SQLAlchemy stops at the first ``@`` and reads the rest as the host, and takes a ``?`` before the ``@`` into the
+#: A whole URL's user information: the password runs, spaces, line breaks and ``?`` too, to the last ``@`` before the
+#: host (SQLAlchemy stops at the first ``@`` and reads the rest as the host, and takes a ``?`` before the ``@`` into the
 #: password, which a review found shown whole; hiding more is the safe side).
-_TARGET = re.compile(r"(?P<head>[\w+]+://[^:/]*:)(?P<password>.*)@(?=[^@/?]*(?:[/?]|$))")
+_TARGET = re.compile(r"(?P<head>[\w+]+://[^:/]*:)(?P<password>.*)@(?=[^@/?]*(?:[/?]|$))", re.DOTALL)
+#: A whole URL's password given as a query parameter: it runs to the next ``&`` (SQLAlchemy hands the driver a
+#: ``#``, a space or a line break in it as they are), where running text ends it at white space and quotes.
+_TARGET_QUERY_PASSWORD = re.compile(r"(?P<head>[?&]password=)(?P<password>[^&]*)", re.IGNORECASE)
 #: The shortest password, or part of one between two ``@``, that :func:`redact` hides wherever it occurs in the
 #: text: shorter ones would hide pieces of ordinary words; a URL's own password is hidden at any length.
 MIN_QUOTED_SECRET = 4
@@ -34,14 +37,14 @@ def redacted_url(target: str) -> str:
 
     >>> redacted_url("postgresql+psycopg2://u:p w@d@host:5432/db?sslmode=require&password=x")
     'postgresql+psycopg2://u:***@host:5432/db?sslmode=require&password=***'
-    >>> redacted_url("postgresql://u:pa?ss@host/db")
-    'postgresql://u:***@host/db'
+    >>> redacted_url("postgresql://u:pa?ss@host/db"), redacted_url("postgresql://u:a\\nb@h/db?password=c#d e&x=1")
+    ('postgresql://u:***@host/db', 'postgresql://u:***@h/db?password=***&x=1')
     >>> redacted_url("/data/shop.sqlite")
     '/data/shop.sqlite'
     """
     if "://" not in target:
         return target
-    return _hide(_QUERY_PASSWORD, _hide(_TARGET, target, count=1))
+    return _hide(_TARGET_QUERY_PASSWORD, _hide(_TARGET, target, count=1))
 
 
 def hides_password(target: str) -> bool:
@@ -75,9 +78,9 @@ def redact(text: str, *targets: str) -> str:
 
 
 def _secrets(target: str) -> set[str]:
-    """The password of the URL ``target`` as :data:`_TARGET` and :data:`_QUERY_PASSWORD` read it, whole and
+    """The password of the URL ``target`` as :data:`_TARGET` and :data:`_TARGET_QUERY_PASSWORD` read it, whole and
     each part between two ``@``, of at least :data:`MIN_QUOTED_SECRET` characters."""
-    found = {match["password"] for pattern in (_TARGET, _QUERY_PASSWORD) for match in pattern.finditer(target)}
+    found = {match["password"] for pattern in (_TARGET, _TARGET_QUERY_PASSWORD) for match in pattern.finditer(target)}
     parts = found | {part for secret in found for part in secret.split("@")}
     return {part for part in parts if len(part) >= MIN_QUOTED_SECRET}
 
