@@ -148,6 +148,36 @@ def test_a_suite_url_s_password_is_not_stored_and_a_later_step_opens_the_suite_s
     assert not any(f":{password}@" in text for text in stored)
 
 
+def test_a_suite_url_changed_since_its_case_was_parsed_is_not_opened_with_the_hidden_password(
+        tmp_path: Path, sample_dir: Path, instance: dg.DagsterInstance, pg_service: tuple[str, str]) -> None:
+    """A record keeps a URL's password as ***; when the suite names another database for the case by the time a
+    later step (in another process) reads the record, that step says so, where it logged in with *** as the
+    password (a review's finding)."""
+    import sqlalchemy as sa
+
+    from sqlcmp_dagster.assets import common, parsed_cases
+
+    folder = tmp_path / "cases"
+    folder.mkdir()
+    suite = folder / "suite.jsonl"
+
+    def write(url: str) -> None:
+        suite.write_text(json.dumps({"case_id": "pg", "expected_sql": "SELECT 1 AS a", "actual_sql": "SELECT 1 AS a",
+                                     "db": url}) + "\n", encoding="utf-8")
+
+    write(pg_service[0])
+    defs = build_definitions(cases_dir=str(folder), db_dir=str(sample_dir), storage_dir=str(tmp_path / "store"))
+    instance.add_dynamic_partitions(cases_partitions.name, ["pg"])
+    assert dg.materialize([parsed_cases], instance=instance, resources=defs.resources, partition_key="pg").success
+    common.RECORDS.clear()
+    write(sa.make_url(pg_service[0]).set(host="localhost").render_as_string(hide_password=False))
+    assert dg.materialize(LAYERS, selection=[a.key for a in LAYERS if a is not parsed_cases], instance=instance,
+                          resources=defs.resources, partition_key="pg").success
+    report = _reports(tmp_path / "store")["pg"]
+    assert report.blocked_reason == "execution_failure"
+    assert "the suite no longer names that database for case 'pg'" in report.explanations[0]
+
+
 def _count_store_reads_and_decodes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[str]]:
     """Record each read of the case store (by asset) and each Layer 1 record decoded (by its text)."""
     storage = importlib.import_module("sqlcmp_dagster.resources.storage")

@@ -28,9 +28,10 @@ from sqlcmp_dagster.engine.layers import CASE_FAULTS, fault_text, finish_timings
 from sqlcmp_dagster.engine.validation import Validation
 from sqlcmp_dagster.engine.records import diagnostics_from_row, result_from_row, structure_from_row, \
     typed_frame, validation_from_record
+from sqlcmp_dagster.engine.execution import ExecutionAdapter
 from sqlcmp_dagster.engine.redaction import hides_password, redacted_url
 from sqlcmp_dagster.engine.version import ENGINE_VERSION
-from sqlcmp_dagster.resources import CaseSuiteResource
+from sqlcmp_dagster.resources import CaseSuiteResource, DatabaseResource
 from sqlcmp_dagster.engine.report import Analysis, blocked_report, build_report, fault_report
 
 #: One partition per case id, or per chunk of cases (``SQLCMP_CASE_CHUNKS``: :mod:`sqlcmp_dagster.cases.chunks`),
@@ -220,18 +221,21 @@ class SuiteDatabases:
         self._cases = cases
         self._targets: dict[str, str] | None = None
 
-    def request(self, request: CompareRequest) -> CompareRequest:
-        """``request`` with its ``db`` as the suite names it, when the record hid its password and the suite's
-        case still names the same database (else as it is: it then fails to open, saying which URL)."""
+    def open(self, database: DatabaseResource, request: CompareRequest) -> tuple[ExecutionAdapter | None, str | None]:
+        """``database.open(request)`` with ``request``'s ``db`` as the suite names it when the record hid its
+        password; when the suite's case no longer names that database (it changed since it was parsed, and runs
+        again at its new version), None and why, where a login with ``***`` as the password was tried."""
         if not request.db or not hides_password(request.db):
-            return request
+            return database.open(request)
         if self._targets is None:
             self._targets = {case.case_id: case.db for case in self._cases.load().cases
                              if case.db and hides_password(redacted_url(case.db))}
         target = self._targets.get(request.case_id)
         if target is None or redacted_url(target) != request.db:
-            return request
-        return request.model_copy(update={"db": target})
+            return None, (f"cannot open database {request.db!r}: the stored record hides its password, and the "
+                          f"suite no longer names that database for case {request.case_id!r} (the case changed "
+                          "since it was parsed; it runs again at its new version)")
+        return database.open(request.model_copy(update={"db": target}))
 
 
 def validation_of(row: dict[str, Any]) -> Validation:

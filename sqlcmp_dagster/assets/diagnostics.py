@@ -25,7 +25,7 @@ def diagnostics(executions: pl.DataFrame, structural_diffs: pl.DataFrame, result
         index = row["chosen_index"]
         structure = structure_from_row(chosen(row["structures"], index))
         result = result_from_row(chosen(row["results"], index))
-        adapter, _ = database.open(suite.request(validation.request))
+        adapter, _ = suite.open(database, validation.request)
         found, probe_ms, search_warnings = diagnostic_layer(validation, index, structure, result, adapter)
         performance, warnings = performance_layer(validation, index, adapter)
         # The analysis' warnings, as the library's report has them: the fix search's, then performance's.

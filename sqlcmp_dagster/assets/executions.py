@@ -20,7 +20,7 @@ def executions(parsed_cases: pl.DataFrame, database: DatabaseResource, cases: Ca
 
     def execute_case(row: dict[str, Any]) -> dict[str, Any]:
         validation = validation_of(row)
-        adapter, error = database.open(suite.request(validation.request))
+        adapter, error = suite.open(database, validation.request)
         execute_layer(validation, adapter, error, database.cache())
         text, frames = validation_record(validation)
         RECORDS.keep(text, frames, validation)  # the next layers in this process need not decode it

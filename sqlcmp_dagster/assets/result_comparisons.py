@@ -22,7 +22,7 @@ def result_comparisons(executions: pl.DataFrame, database: DatabaseResource,
         if row["blocked_reason"] is not None:
             return {}
         validation = validation_of(row)
-        adapter, _ = database.open(suite.request(validation.request))
+        adapter, _ = suite.open(database, validation.request)
         executed_ms = validation.timings.get("execution_ms", 0.0)
         results = result_layer(validation, adapter)
         index = choose(results)
