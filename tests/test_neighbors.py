@@ -1417,3 +1417,26 @@ def test_a_column_takes_a_bounded_number_of_literal_copies() -> None:
     assert 0 < len(placed) <= rules.MAX_LITERALS_PER_COLUMN
     assert set(placed) <= set(literals[:rules.MAX_LITERALS_PER_COLUMN])
     assert len({row[0] for row in out}) == len(out)  # the copies' keys are fresh
+
+
+def test_a_literal_one_query_lacks_is_put_into_a_neighbor_past_the_bound() -> None:
+    """A review's finding on the bound above: ``NOT IN`` of 200 numbers against the same list one number short,
+    the missing one past the first values the bound keeps, was never put into a neighbor (the counterexample the
+    search found before was lost). The values of a literal not in every query are kept, after the first ones."""
+    import sqlglot
+
+    from sqlcmp_dagster.engine.neighbors import rules
+    from sqlcmp_dagster.engine.neighbors.hints import hints
+    from sqlcmp_dagster.engine.neighbors.schema import Column, Table
+
+    numbers = list(range(1000, 1200))
+    expected = sqlglot.parse_one(f"SELECT id FROM t WHERE v NOT IN ({', '.join(map(str, numbers))})")
+    actual = sqlglot.parse_one(f"SELECT id FROM t WHERE v NOT IN ({', '.join(str(n) for n in numbers if n != 1150)})")
+    found = hints([expected, actual])
+    assert found.telling_literals["v"] == [1150, 1149, 1151]
+    table = Table("t", "CREATE TABLE t (id INTEGER PRIMARY KEY, v INTEGER)",
+                  [Column("id", "INTEGER", True, True), Column("v", "INTEGER", False, False)], [(0,)])
+    rows = [(i, i) for i in range(1, 6)]
+    holding = [any(row[1] == 1150 for row in rules.literal_values(table, rows, found, random.Random(seed)))
+               for seed in range(10)]
+    assert sum(holding) >= 5, holding

@@ -56,6 +56,10 @@ class Hints:
     # generators aim first (:mod:`.classes`).
     differing_columns: set[str] = field(default_factory=set)
     outer_tables: set[str] = field(default_factory=set)  # tables on the NULL-filled side of an outer join
+    # Per column, the values (with their boundaries) of the literals compared with it in some of the queries and
+    # not all: where a long IN list of one query lacks a literal of the other's, the neighbor must hold that one
+    # (``rules.literal_values`` keeps them first when it takes only the first values of a column).
+    telling_literals: dict[str, list[Any]] = field(default_factory=dict)
     # :func:`literal_columns` per table name, computed once per search (the literals do not change after
     # :func:`hints`): every neighbor asked for them again, several times per table.
     fitted: dict[str, dict[int, list[Any]]] = field(default_factory=dict, compare=False, repr=False)
@@ -67,6 +71,7 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
     to their tables."""
     found = Hints()
     seen: list[dict[str, list[str]]] = []
+    told: list[dict[str, dict[tuple[Any, ...], list[Any]]]] = []  # per query, column: literal -> its values
     known = {c.name.lower(): name for name, t in schema.tables.items() for c in t.columns} if schema else None
     def string(node: exp.Expression) -> bool:
         return isinstance(node, exp.Column) and not node.table and bool(node.this.args.get("quoted")) \
@@ -78,6 +83,7 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
             tree = tree.transform(lambda node: exp.Literal.string(node.name) if string(node) else node)
             nodes = _Nodes(tree)
         seen.append(features(tree, nodes))
+        told.append({})
         found.outer_tables |= {j.this.name.lower() for j in nodes[exp.Join]
                                if j.side in ("LEFT", "FULL") and isinstance(j.this, exp.Table)}
         found.tables |= {t.name.lower() for t in nodes[exp.Table] if t.name}
@@ -104,7 +110,9 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
                 pair = [_table_of(c, schema) for c in direct]
                 if pair[0] is not None and pair[1] is not None and pair[0] != pair[1]:
                     found.join_pairs.add((pair[0], pair[1]))
-            values = [v for lit in literals for v in boundaries(lit, like=isinstance(node, (exp.Like, exp.ILike)))]
+            like = isinstance(node, (exp.Like, exp.ILike))
+            groups = [((lit.is_string, lit.this, like), boundaries(lit, like=like)) for lit in literals]
+            values = [v for _, group in groups for v in group]
             if any(isinstance(o, exp.Count) for o in operands):
                 sizes = [int(lit.this) for lit in literals if not lit.is_string and lit.this.isdigit()
                          and 0 < int(lit.this) <= MAX_GROUP]
@@ -113,10 +121,15 @@ def hints(trees: Iterable[exp.Expression], schema: Schema | None = None) -> Hint
                     found.equal_sizes.extend(sizes)
             for column in columns:
                 found.literals.setdefault(column.name.lower(), []).extend(values)
+                told[-1].setdefault(column.name.lower(), {}).update(groups)
             found.pool.extend(values)
     for name, values in found.literals.items():
         found.literals[name] = unique_values(values)
     found.pool = unique_values(found.pool)
+    for name in found.literals:
+        found.telling_literals[name] = unique_values([
+            v for own in told for key, group in own.get(name, {}).items()
+            if any(key not in other.get(name, {}) for other in told) for v in group])
     found.group_sizes = sorted(set(found.group_sizes))
     found.differences = {name for name in seen[0] if any(f[name] != seen[0][name] for f in seen[1:])} \
         if seen else set()

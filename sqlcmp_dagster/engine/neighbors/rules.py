@@ -63,9 +63,10 @@ def literal_values(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng:
         -> list[tuple[Any, ...]]:
     """Put the queries' literals and their boundaries into the columns they are compared with (and now and
     then into any column of the same type class), in copies of existing rows: a ``>`` that should be ``>=``
-    disagrees on a row that sits on the boundary. At most :data:`MAX_LITERALS_PER_COLUMN` values a column (the
-    first ones): each copy's fresh keys read every row before it, so a ``NOT IN`` of 3,000 numbers made millions
-    of reads and 12 s of one passing case's search (a review's finding), for a neighbor no smaller one misses."""
+    disagrees on a row that sits on the boundary. At most :data:`MAX_LITERALS_PER_COLUMN` values a column: the
+    first ones, then (last, so that no later value is written over them) those of the literals not in every query
+    (a ``NOT IN`` list one literal shorter than the other's, a review's finding); each copy's fresh keys read every
+    row before it, so a ``NOT IN`` of 3,000 numbers made millions of reads and 12 s of one passing case's search."""
     if not rows:
         return rows
     out = list(rows)
@@ -73,7 +74,13 @@ def literal_values(table: Table, rows: list[tuple[Any, ...]], found: Hints, rng:
         candidates = fitted_values(found.literals.get(column.name.lower(), []), column)
         if not candidates and rng.random() < 0.3:
             candidates = fitted_values(found.pool, column)
-        for value in candidates[:MAX_LITERALS_PER_COLUMN]:
+        if len(candidates) > MAX_LITERALS_PER_COLUMN:  # the first values, then those of literals not in every query
+            telling = fitted_values(found.telling_literals.get(column.name.lower(), []), column)
+            telling = telling[:MAX_LITERALS_PER_COLUMN]
+            kept = {(type(v), v) for v in telling}
+            room = MAX_LITERALS_PER_COLUMN - len(telling)
+            candidates = [v for v in candidates if (type(v), v) not in kept][:room] + telling  # last: not written over
+        for value in candidates:
             if rng.random() < 0.4:
                 index = rng.randrange(len(out))
                 out[index] = with_cells(out[index], {position: value})
