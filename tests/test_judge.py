@@ -286,15 +286,17 @@ def test_environment_credentials_and_header_values_are_masked_wherever_they_appe
     or bearer values no variable holds (a gateway's own key, a key from a variable of another name). A short
     value (under 8 characters) and a variable not named like a credential are not masked: words stay words."""
     monkeypatch.setenv("MY_GATEWAY_TOKEN", "tok-ENVSECRET-42")
+    monkeypatch.setenv("AWS_BEARER_TOKEN_BEDROCK", "bedrock-ENVSECRET-7")  # the credential word inside the name
+    monkeypatch.setenv("WATSONX_APIKEY", "wx-ENVSECRET-8")
     monkeypatch.setenv("SHORT_KEY", "invalid")
     monkeypatch.setenv("SQLCMP_PLAIN_SETTING", "gateway-rejected")
     echo = RuntimeError('token tok-ENVSECRET-42 gateway-rejected: invalid; {"Authorization": "Basic HDRSECRET1=="}'
-                        " then Bearer eyJ.BEARERSECRET.x; x-api-key=APIKEYSECRET")
+                        " then Bearer eyJ.BEARERSECRET.x; x-api-key=APIKEYSECRET; bedrock-ENVSECRET-7 wx-ENVSECRET-8")
     config = JudgeConfig(model="openai/m", max_retries=0, litellm_params={"mock_response": echo})
     report = Evaluator(db_dir=sample_dir, judge=config).evaluate(_case(*FAILING))
     warning = next(w for w in report.warnings if w.startswith("judge call 1 failed"))
     assert 'token [redacted] gateway-rejected: invalid; {"Authorization": "Basic [redacted]"} then Bearer ' \
-        "[redacted]; x-api-key=[redacted]" in warning, warning
+        "[redacted]; x-api-key=[redacted]; [redacted] [redacted]" in warning, warning
     assert "SECRET" not in report.model_dump_json()
 
 

@@ -57,8 +57,9 @@ MAX_ANSWER_CHARS = 20_000
 MAX_BULLET_CHARS = 300
 
 #: How an environment variable that may hold a credential is named: litellm reads provider keys from the
-#: environment (``OPENAI_API_KEY``, ``AZURE_AD_TOKEN``, ``AWS_SECRET_ACCESS_KEY``...), never from the config.
-_SECRET_NAME_ENDINGS = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD")
+#: environment (``OPENAI_API_KEY``, ``AZURE_AD_TOKEN``, ``AWS_BEARER_TOKEN_BEDROCK``, ``WATSONX_APIKEY``,
+#: ``VERTEXAI_CREDENTIALS``...), never from the config; a word of the name, wherever it stands, marks it.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL")
 #: Credentials as a request or an error shows them: a bearer token anywhere, and the value of an authorization
 #: or API-key header, in ``Header: value``, ``"Header": "value"`` or ``header=value`` form.
 _CREDENTIAL_TEXT = re.compile(
@@ -485,7 +486,7 @@ def _short(error: Exception, config: JudgeConfig) -> str:
     configured = [config.api_key or "", urlsplit(config.api_base or "").password or ""]
     secrets = {secret for secret in configured if len(secret) >= 4} | {
         value.strip() for name, value in os.environ.items()
-        if name.upper().endswith(_SECRET_NAME_ENDINGS) and len(value.strip()) >= 8}
+        if _SECRET_NAME.search(name.upper()) and len(value.strip()) >= 8}
     for secret in sorted(secrets, key=len, reverse=True):  # a secret holding another is masked whole
         line = line.replace(secret, "[redacted]")
     line = _CREDENTIAL_TEXT.sub(lambda found: f"{found['header'] or found['bearer']}[redacted]", line)
