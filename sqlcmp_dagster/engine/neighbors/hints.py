@@ -58,7 +58,7 @@ class Hints:
     outer_tables: set[str] = field(default_factory=set)  # tables on the NULL-filled side of an outer join
     # Per column, the values (with their boundaries) of the literals compared with it in some of the queries and
     # not all: where a long IN list of one query lacks a literal of the other's, the neighbor must hold that one
-    # (``rules.literal_values`` keeps them first when it takes only the first values of a column).
+    # (``rules.literal_values``, which takes only the first values of a long list, puts these after them).
     telling_literals: dict[str, list[Any]] = field(default_factory=dict)
     # :func:`literal_columns` per table name, computed once per search (the literals do not change after
     # :func:`hints`): every neighbor asked for them again, several times per table.
