@@ -37,7 +37,7 @@ from sqlcmp_dagster.cases.chunks import partition_key_problem
 from sqlcmp_dagster.cases.suite import SUITE_SUFFIXES, Known, SuiteError, case_version, is_suite_file, \
     read_suite_known
 from sqlcmp_dagster.engine.models import CompareRequest
-from sqlcmp_dagster.engine.redaction import HIDDEN, redacted_url
+from sqlcmp_dagster.engine.redaction import hides_password, redacted_url
 from sqlcmp_dagster.resources import DatabaseResource
 
 #: The scan kept in the case store (beside the assets' folders).
@@ -120,7 +120,7 @@ def scan_suite(folder: Path, database: DatabaseResource, kept: dict[str, Any] | 
     for path in sorted(p for p in folder.iterdir() if p.suffix.lower() in SUITE_SUFFIXES):
         entry = kept["files"].get(path.name)
         if not complete:  # out of time: the file is looked at next tick (what was kept of it stays kept)
-            if entry is not None and (ours or not any(HIDDEN in key for key in entry["databases"])):
+            if entry is not None and (ours or not any(hides_password(key) for key in entry["databases"])):
                 files[path.name] = entry  # another process's keys would pass for this one's under its mark
             continue
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -216,7 +216,7 @@ def _stored_key(real: str) -> str:
     ('postgresql://u:***@h/db', 'postgresql://u:***@h/db (2)', 'postgresql://u:***@h/db')
     """
     shown = redacted_url(real)
-    if HIDDEN not in shown:
+    if not hides_password(shown):
         return shown
     with _NAMING:
         stored = _STORED_NAMES.get(real)
@@ -232,7 +232,7 @@ def _stored_key(real: str) -> str:
 def _real_key(stored: str, ours: bool) -> str | None:
     """The real key of the stored name ``stored``: itself when it hides no password, else the real key this
     process stored under it, if the scan is this process's (``ours``); None when unknown."""
-    if HIDDEN not in stored:
+    if not hides_password(stored):
         return stored
     return _REAL_KEYS.get(stored) if ours else None
 
