@@ -211,6 +211,11 @@ class ChatServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 status, content, delay = script(number)
                 time.sleep(delay)
+                # Done before the answer is sent: the client may send its next request the moment it has the
+                # answer, before this thread would run a decrement placed after the write (3 in flight of 2, once
+                # in CI); a client past its bound still shows, its requests overlapping in the delay above.
+                with server._lock:
+                    server.in_flight -= 1
                 body = {"id": f"c{number}", "object": "chat.completion", "created": 0, "model": "local-test",
                         "choices": [{"index": 0, "finish_reason": "stop",
                                      "message": {"role": "assistant", "content": content}}],
@@ -224,9 +229,6 @@ class ChatServer:
                     self.wfile.write(payload)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
-                finally:
-                    with server._lock:
-                        server.in_flight -= 1
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
